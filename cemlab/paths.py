@@ -1,0 +1,42 @@
+"""Where cemlab keeps its files: one runs folder per project (MLflow store, caches, checkpoints).
+
+The runs folder is ``$CEMLAB_RUNS_DIR`` when set, else ``./runs`` under the current directory,
+always made absolute, because Ray trials change into a temporary directory: the sweep driver
+resolves it once and hands the absolute path to every trial.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def runs_dir() -> Path:
+    p = Path(os.environ.get("CEMLAB_RUNS_DIR") or (Path.cwd() / "runs")).expanduser().resolve()
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def cache_dir() -> Path:
+    p = runs_dir() / "cache"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def checkpoints_dir() -> Path:
+    p = runs_dir() / "checkpoints"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def mlflow_dir() -> Path:
+    p = runs_dir() / "mlflow"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def reports_dir() -> Path:
+    """``$CEMLAB_REPORTS_DIR`` or ``./reports``."""
+    p = Path(os.environ.get("CEMLAB_REPORTS_DIR") or (Path.cwd() / "reports")).expanduser().resolve()
+    p.mkdir(parents=True, exist_ok=True)
+    return p

@@ -1,0 +1,1 @@
+"""MLflow: store location, run naming, parent/child runs, a local tracking server."""

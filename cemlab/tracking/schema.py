@@ -1,0 +1,72 @@
+"""The names cemlab writes into MLflow, in one place: training writes them, reports read them.
+
+Experiments: one per sweep (``cemlab/<sweep>``); ``cemlab train`` alone uses the config's
+``tracking.experiment`` (default ``cemlab``).
+
+Runs:
+  - a *parent* run per sweep invocation (tag ``cemlab.role=sweep``);
+  - a *child* run per trial (``cemlab.role=trial``), nested with the tag ``mlflow.parentRunId``;
+  - a plain ``cemlab train`` run has ``cemlab.role=train``.
+
+Params: the whole resolved ``RunConfig``, flattened with dots (``model.d_model``, ``train.lr``...).
+"""
+
+# --- tags -------------------------------------------------------------------------------------
+PARENT_RUN_ID = "mlflow.parentRunId"      # MLflow's own nesting tag
+ROLE = "cemlab.role"                      # sweep | trial | train
+SWEEP = "cemlab.sweep"                    # sweep name, e.g. recursion_ablation
+FIGURE = "cemlab.figure"                  # paper figure, e.g. "Fig 2c+2d"
+SCALE = "cemlab.scale"                    # smoke | tiny | paper
+CONFIG_HASH = "cemlab.config_hash"        # cemlab.config.config_hash(run_config)
+TRIAL_ID = "cemlab.trial_id"              # stable id of the grid cell within its sweep
+MODEL_KIND = "cemlab.model_kind"          # llama | cem-attn | cem-mlp | cem
+SIZE = "cemlab.size"                      # size name: 86m ... (paper) or the scale's own names
+VARIANT = "cemlab.variant"                # legend label of the cell, e.g. "cem-attn T2 dplr"
+STATUS = "cemlab.status"                  # running | finished | diverged | failed
+DIVERGED_STEP = "cemlab.diverged_step"    # optimizer step where the loss became NaN/inf
+GIT_COMMIT = "cemlab.git_commit"
+TASK = "cemlab.task"                      # lm | gp
+REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused from earlier sweeps (comma list)
+
+STATUS_RUNNING = "running"
+STATUS_FINISHED = "finished"
+STATUS_DIVERGED = "diverged"
+STATUS_FAILED = "failed"
+
+# --- metrics (history over ``step`` = optimizer step) ------------------------------------------
+TRAIN_LOSS = "train/loss"
+LR = "train/lr"
+TOKENS_SEEN = "train/tokens"
+TOKENS_PER_S = "train/tokens_per_s"
+FLOPS_PER_S = "train/model_flops_per_s"
+MFU = "train/mfu"
+VAL_LOSS = "val/loss"
+VAL_PPL = "val/ppl"
+TEST_LOSS = "test/loss"
+TEST_PPL = "test/ppl"                     # the paper's main metric
+TEST_RMSE = "test/rmse"                   # GP study (Table 3)
+VAL_RMSE = "val/rmse"
+# Test-time recursion curve: test perplexity with the recursion steps changed at evaluation only;
+# logged as TEST_PPL_AT_STEPS with ``step`` = the number of recursion steps T'.
+TEST_PPL_AT_STEPS = "test/ppl_at_steps"
+
+
+def energy_metric(sublayer: str, layer: int) -> str:
+    """Energy after each recursion step on a fixed validation batch, mean over tokens.
+
+    Logged with ``step`` = recursion step t (0 = before the first step) at the end of training,
+    and as ``energy/<sublayer>/L<layer>/final_drop`` summaries. ``sublayer`` is ``attn`` or ``mlp``."""
+    return f"energy/{sublayer}/L{layer}"
+
+
+# Static model facts, logged once (step 0).
+PARAMS_TOTAL = "model/params_total"
+PARAMS_ATTENTION = "model/params_attention"
+PARAMS_MLP = "model/params_mlp"
+PARAMS_EMBEDDING = "model/params_embedding"
+FLOPS_PER_TOKEN = "model/flops_per_token"         # training FLOPs (fwd+bwd) per token
+TOKEN_BUDGET = "train/token_budget"
+
+# --- artifacts ---------------------------------------------------------------------------------
+CONFIG_ARTIFACT = "config.yaml"           # the resolved RunConfig
+REPORT_ARTIFACT_DIR = "report"            # on a sweep's parent run

@@ -1,0 +1,56 @@
+"""Training settings (paper Table 2 defaults). Pydantic only (no heavy imports)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class TrainConfig(BaseModel):
+    """Optimizer, schedule, batch, token budget, evaluation and checkpointing of one run."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    lr: float = Field(default=2e-3, gt=0, description="Peak learning rate (AdamW).")
+    betas: tuple[float, float] = Field(default=(0.9, 0.95), description="AdamW betas.")
+    eps: float = Field(default=1e-9, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(default=0.1, ge=0, description="Weight decay, applied to matrices only.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient norm clipping.")
+    warmup_frac: float = Field(default=0.05, ge=0, lt=1, description="Linear warmup, share of the total steps.")
+    final_lr_factor: float = Field(default=0.1, ge=0, le=1, description="Cosine schedule ends at lr * this.")
+    batch_size: int = Field(default=128, ge=1, description="Effective batch in sequences (paper: 128).")
+    micro_batch_size: int = Field(default=8, ge=1, description="Sequences per forward pass; the rest is gradient accumulation.")
+    tokens: Literal["chinchilla"] | int = Field(
+        default="chinchilla",
+        description="'chinchilla': 20 tokens per parameter of the matched Llama baseline; or a number of tokens.",
+    )
+    max_steps: int | None = Field(default=None, ge=1, description="Cap on optimizer steps (overrides the token budget when smaller).")
+    seed: int = Field(default=0, description="Seed of initialisation, data order and dropout.")
+    precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = Field(
+        default="auto", description="'auto': bf16-mixed on GPU, fp32 on CPU."
+    )
+    compile: bool = Field(default=False, description="torch.compile the model.")
+    val_interval: int = Field(default=50, ge=1, description="Validate every this many optimizer steps.")
+    val_batches: int = Field(default=8, ge=1, description="Validation batches per evaluation.")
+    test_batches: int | None = Field(default=None, ge=1, description="Test batches at the end (None: the whole test split).")
+    test_recursion_steps: list[int] | None = Field(
+        default=None, description="Recursion steps tried at test time only (CEM); None: 1..2T."
+    )
+    checkpoint_every: int = Field(default=100, ge=1, description="Save a checkpoint every this many optimizer steps.")
+    checkpoint_dir: str | None = Field(default=None, description="Checkpoint folder; defaults to <runs>/checkpoints/<hash>.")
+    num_threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: leave as is).")
+    progress_bar: bool | None = Field(default=None, description="Show a progress bar (None: when interactive).")
+    accelerator: Literal["auto", "cpu", "gpu"] = Field(default="auto", description="Lightning accelerator.")
+    devices: int = Field(default=1, ge=1, description="Devices (processes) for DDP.")
+
+    @field_validator("micro_batch_size")
+    @classmethod
+    def _micro(cls, v: int, info) -> int:
+        bs = info.data.get("batch_size")
+        if bs is not None and bs % v != 0:
+            raise ValueError(
+                f"micro_batch_size={v} must divide batch_size={bs} (the remainder would be silently dropped); "
+                f"pick a divisor of {bs}"
+            )
+        return v
