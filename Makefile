@@ -1,0 +1,59 @@
+# cemlab — `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CEMLAB := $(VENV)/bin/cemlab
+SWEEP ?= recursion_ablation
+SCALE ?= tiny
+PYTEST_ARGS ?=
+# The install is redone when pyproject.toml changes.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml 2>/dev/null | sha1sum | cut -c1-10)
+
+.DEFAULT_GOAL := help
+.PHONY: help install test sweep plan report ui train bench gp clean cluster-up cluster-down lint-docker
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@echo ""
+	@echo "  Variables: SWEEP=$(SWEEP) SCALE=$(SCALE) (smoke|tiny|paper), MLFLOW_TRACKING_URI, RAY_ADDRESS"
+
+$(STAMP):
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# On a machine without an NVIDIA GPU, pin the CPU build of torch first: an unpinned torch
+	@# would pull several GB of CUDA wheels. With a GPU, the same version's CUDA build is used.
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "GPU found: installing torch==2.13.0 (CUDA build)"; $(PY) -m pip install -q "torch==2.13.0"; \
+	else \
+	  echo "No GPU: installing torch==2.13.0 (CPU build)"; $(PY) -m pip install -q "torch==2.13.0"; \
+	  $(PY) -c "import torch,sys; sys.exit(0 if torch.version.cuda is None else 'CUDA torch on a CPU machine')"; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU torch on CPU machines)
+
+test: $(STAMP) ## Run the whole test suite (installs what it needs first)
+	@bash scripts/test-prereqs.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+sweep: $(STAMP) ## Run a sweep: make sweep SWEEP=recursion_ablation [SCALE=tiny]
+	$(CEMLAB) sweep $(SWEEP) --scale $(SCALE)
+
+plan: $(STAMP) ## Show a sweep's trials, what is done, tokens, FLOPs and GPU-hours (no compute)
+	$(CEMLAB) plan $(SWEEP) --scale $(SCALE)
+
+report: $(STAMP) ## Regenerate the report of a sweep from MLflow: make report SWEEP=...
+	$(CEMLAB) report $(SWEEP)
+
+ui: $(STAMP) ## Open the MLflow dashboard on the project's store and print its address
+	$(CEMLAB) ui
+
+train: $(STAMP) ## Train one model: make train CONFIG=configs/x.yaml (default: tiny model on the embedded corpus)
+	$(CEMLAB) train $(CONFIG)
+
+bench: $(STAMP) ## Print layer/model throughput and memory benchmarks
+	$(CEMLAB) bench
+
+clean: ## Remove the virtual environment and caches (keeps runs/ and reports/)
+	rm -rf $(VENV) .pytest_cache *.egg-info

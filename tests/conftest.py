@@ -1,0 +1,26 @@
+"""Shared test fixtures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_env():
+    # Tests pick their own MLflow stores; never write into a user's server by accident.
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    yield
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    """An isolated cemlab runs folder (MLflow store, caches, checkpoints) for one test."""
+    d = tmp_path / "runs"
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(d))
+    return d
