@@ -102,6 +102,13 @@ class ModelConfig(StrictModel):
             return "cem-mlp"
         return "llama"
 
+    def matched_baseline(self) -> "ModelConfig":
+        """The Llama baseline with the same dimensions (its parameters set the Chinchilla budget
+        that every variant of it trains on)."""
+        keep = ("d_model", "n_layers", "n_heads", "d_mlp", "vocab_size", "context_length", "rope_theta",
+                "norm_eps", "init_std")
+        return ModelConfig(name=self.name, **{k: getattr(self, k) for k in keep})
+
     @model_validator(mode="after")
     def _check_combinations(self) -> "ModelConfig":
         errors: list[str] = []
@@ -160,7 +167,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "108m": dict(d_model=672, n_layers=12, n_heads=12, d_mlp=1792, vocab_size=32000, context_length=2048),
     "134m": dict(d_model=768, n_layers=12, n_heads=12, d_mlp=2048, vocab_size=32000, context_length=2048),
     "162m": dict(d_model=864, n_layers=12, n_heads=12, d_mlp=2304, vocab_size=32000, context_length=2048),
-    "256m": dict(d_model=1024, n_layers=16, n_heads=16, d_mlp=2560, vocab_size=32000, context_length=2048),
+    "256m": dict(d_model=1024, n_layers=16, n_heads=16, d_mlp=2496, vocab_size=32000, context_length=2048),
     "small": dict(d_model=256, n_layers=6, n_heads=8, d_mlp=688, vocab_size=8192, context_length=512),
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, d_mlp=344, vocab_size=4096, context_length=256),
     "nano": dict(d_model=64, n_layers=2, n_heads=4, d_mlp=172, vocab_size=512, context_length=128),

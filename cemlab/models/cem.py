@@ -1,0 +1,254 @@
+"""CEM sublayers: attention and MLP as descent steps on explicit energies (paper sections 2-2.4).
+
+Both sublayers share one shape (paper Algorithm 1, read as pre-norm; ../shared/DESIGN.md sec. 1):
+
+    cache = prepare(h)                 # computed once per layer: keys (= values), or gamma = W h
+    x = h
+    for t in range(T):                 # within-layer recursion (sec. 2.3)
+        u = RMSNorm(x)                 # the same norm (and weight) as the one applied to h
+        x = x + eta * direction(u)     # direction(u) = -sum_k P_k grad_u E_k(u), closed form
+
+``energy(u, cache)`` evaluates the energy itself from the layer's own parameters, so a test can
+differentiate it with autograd and compare with ``direction``. The step is the gradient with
+respect to the *normalised* iterate u: the RMSNorm Jacobian is not applied (as in Algorithm 1).
+With T = 1, P = I and no KQ diagonal, a CEM sublayer is a weight-tied Transformer sublayer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from cemlab.config import ModelConfig
+from cemlab.models.common import Positions, Preconditioner, RMSNorm, causal_mask, silu_integral
+
+
+class CEMSublayer(nn.Module):
+    """Recursion machinery shared by CEM attention and the CEM MLP.
+
+    ``steps`` (T), ``eta`` (step size) and ``reuse`` (plain reuse of the whole sub-block, which
+    re-runs ``prepare`` on the current state: the ablation control) are plain attributes, so the
+    number of steps can be changed at test time (``CausalLM.set_recursion_steps``).
+    """
+
+    norm: nn.Module
+    steps: int = 1
+    eta: float = 1.0
+    reuse: int = 1
+    checkpointed: bool = False
+
+    def prepare(self, h: torch.Tensor, pos: Positions) -> tuple:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def energy(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def step(self, x: torch.Tensor, *cache) -> torch.Tensor:
+        """One descent step x <- x + eta * P (-grad E)(RMSNorm(x)) (eq. 3 / eq. 9, preconditioned eq. 12 / 13)."""
+        return x + self.eta * self.direction(self.norm(x), cache)
+
+    def forward(self, h: torch.Tensor, pos: Positions, trace: list | None = None) -> torch.Tensor:
+        x = h
+        for r in range(self.reuse):
+            cache = self.prepare(x, pos)
+            if trace is not None and r == 0:
+                trace.append(self.energy(self.norm(x), cache).mean())
+            for _ in range(self.steps):
+                if self.checkpointed and torch.is_grad_enabled():
+                    # Only x is kept per step; the step's activations are recomputed in backward.
+                    x = checkpoint(self.step, x, *cache, use_reentrant=False)
+                else:
+                    x = self.step(x, *cache)
+                if trace is not None and r == 0:
+                    trace.append(self.energy(self.norm(x), cache).mean())
+        return x
+
+
+class CEMAttention(CEMSublayer):
+    """Attention as gradient descent on the interaction energy (eq. 1, appendix A):
+
+        E(u_i | h_1..i) = -tau * sum_k log sum_{j<=i} exp( beta_kj . u_i / tau + b_ijk )
+        beta_kj = A_k hn_j,   A_k = diag(d_k) + Wq_k^T Wk_k,   hn = RMSNorm(h),   tau = sqrt(D/K)
+
+    Its negative gradient is multi-head attention with tied weights (eq. 4-5): values = keys
+    (Wv = Wk) and output projection = query projection transposed (Wo = Wq):
+
+        -grad_u E = sum_k Wq_k^T o_k  [+ sum_k d_k * sum_j alpha_ijk hn_j]   o_k = sum_j alpha_ijk k_j
+
+    The bracketed term is the KQ diagonal's own gradient. Algorithm 1 (the paper's model, the
+    default here) puts the diagonal into the scores only and drops that term, so its step is *not*
+    the exact gradient when a diagonal is used; ``exact_energy_gradient=True`` adds it.
+
+    Biases b_ijk (appendix A): ALiBi ``-m_k |i-j|`` plus learnable self/other-token biases. A bias
+    shared by every j != i is a constant shift of the softmax logits, so only the difference
+    ``b_self - b_other`` is identifiable; it is the one learnable scalar per head kept here
+    (``self_bias``).
+
+    Fused path: the scores and o_k come from ``scaled_dot_product_attention(q, k, k)``; the KQ
+    diagonal rides along as D extra query/key channels ``[q_k, d_k * u] . [k_j, hn_j]``; the
+    preconditioners are folded into the output projection (no D x D matrix is formed).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        D, K = cfg.d_model, cfg.n_heads
+        self.d_model, self.n_heads, self.head_dim = D, K, D // K
+        self.tau = math.sqrt(self.head_dim)
+        self.norm = RMSNorm(D, cfg.norm_eps)
+        self.Wq = nn.Linear(D, D, bias=False)  # W^Q_k stacked by head; also W^O (eq. 5)
+        self.Wk = nn.Linear(D, D, bias=False)  # W^K_k stacked by head; also W^V (eq. 5)
+        n_diag = {"none": 0, "shared": 1, "per_head": K}[cfg.kq_diagonal]
+        self.kq_diag = nn.Parameter(torch.zeros(n_diag, D)) if n_diag else None  # d_k (sec. 2.3)
+        self.exact = cfg.exact_energy_gradient
+        self.use_alibi = cfg.alibi
+        self.self_bias = nn.Parameter(torch.zeros(K)) if cfg.self_other_bias else None
+        self.precond = (
+            Preconditioner(K, D, cfg.attn_precond, cfg.attn_precond_rank, cfg.init_std)
+            if cfg.attn_precond != "none" else None
+        )
+        self.steps, self.eta, self.reuse = cfg.attn_steps, cfg.attn_eta, cfg.attn_reuse
+        self.checkpointed = cfg.checkpoint_recursion
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, S, D] -> [B, K, S, Dh]."""
+        B, S, _ = x.shape
+        return x.view(B, S, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def score_bias(self, pos: Positions, dtype: torch.dtype) -> torch.Tensor | None:
+        """b_ijk plus the causal mask, [K or 1, S, S]; None when plain causal masking is enough."""
+        if not self.use_alibi and self.self_bias is None:
+            return None
+        bias = (pos.alibi if self.use_alibi else causal_mask(pos.seq_len, pos.device)).to(dtype)
+        if self.self_bias is not None:
+            eye = torch.eye(pos.seq_len, device=bias.device, dtype=dtype)
+            bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
+        return bias
+
+    def output_weights(self) -> tuple:
+        """The output projection with the preconditioners folded in, computed once per layer.
+
+        y = sum_k P_k Wq_k^T o_k with P_k = diag(s_k) + U_k V_k^T + V_k U_k^T is
+          o @ (Wq * s)                       (diagonal: scales the columns of each head's block)
+        + sum_k U_k ((Wq_k V_k)^T o_k)       (low rank: [Dh, R] matrices, never D x D)
+        + sum_k V_k ((Wq_k U_k)^T o_k)."""
+        W = self.Wq.weight  # [K*Dh, D]: rows of head k are Wq_k
+        if self.precond is None:
+            return (W, None, None)
+        K, Dh, D = self.n_heads, self.head_dim, self.d_model
+        s = self.precond.diagonal()  # [K, D]
+        W_diag = (W.view(K, Dh, D) * s[:, None, :]).reshape(K * Dh, D)
+        if self.precond.kind != "dplr":
+            return (W_diag, None, None)
+        Wh = W.view(K, Dh, D)
+        M_v = Wh @ self.precond.V  # [K, Dh, R] = Wq_k V_k
+        M_u = Wh @ self.precond.U  # [K, Dh, R] = Wq_k U_k
+        return (W_diag, M_v, M_u)
+
+    # -- the CEM interface ----------------------------------------------------------------------
+    def prepare(self, h: torch.Tensor, pos: Positions) -> tuple:
+        """Keys (= values) from the normalised input, computed once per layer (Algorithm 1)."""
+        hn = self.norm(h)
+        k = self._heads(self.Wk(hn))
+        bias = self.score_bias(pos, h.dtype)
+        return (hn, k, bias, *self.output_weights())
+
+    def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
+        """sum_k P_k Wq_k^T o_k (eq. 12), plus the diagonal's gradient term when exact."""
+        hn, k, bias, W_out, M_v, M_u = cache
+        B, S, D = u.shape
+        K, Dh = self.n_heads, self.head_dim
+        q = self._heads(self.Wq(u))
+        q_ext, k_ext, v = q, k, k  # values = keys (eq. 5)
+        if self.kq_diag is not None:
+            # hn_j^T diag(d_k) u_i as D extra channels, so the fused kernel sees one dot product.
+            du = (self.kq_diag[:, None, :] * u[:, None]).expand(B, K, S, D)
+            hn_k = hn[:, None].expand(B, K, S, D)
+            q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
+            if self.exact:
+                v = torch.cat([k, hn_k], -1)  # also returns sum_j alpha_ijk hn_j
+        o = F.scaled_dot_product_attention(
+            q_ext, k_ext, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / self.tau
+        )
+        if self.exact and self.kq_diag is not None:
+            o, o_hn = o.split([Dh, D], dim=-1)
+        o = o.transpose(1, 2)  # [B, S, K, Dh]
+        y = o.reshape(B, S, D) @ W_out
+        if M_v is not None:
+            y = y + torch.einsum("bskr,kdr->bsd", torch.einsum("bskc,kcr->bskr", o, M_v), self.precond.U)
+            y = y + torch.einsum("bskr,kdr->bsd", torch.einsum("bskc,kcr->bskr", o, M_u), self.precond.V)
+        if self.exact and self.kq_diag is not None:
+            g = self.kq_diag * o_hn.transpose(1, 2)  # [B, S, K, D]: d_k * sum_j alpha_ijk hn_j
+            if self.precond is not None:
+                g = self.precond.apply(g)
+            y = y + g.sum(-2)
+        return y
+
+    def energy(self, u: torch.Tensor, cache: tuple, per_head: bool = False) -> torch.Tensor:
+        """E(u_i | h_1..i) for every position, [B, S] (or [B, K, S] per head), eq. 1 with biases."""
+        hn, k = cache[0], cache[1]
+        bias = cache[2]
+        q = self._heads(self.Wq(u))
+        s = q @ k.transpose(-1, -2)  # beta_kj . u_i restricted to the low-rank part: k_j . q_i
+        if self.kq_diag is not None:
+            du = self.kq_diag[:, None, :] * u[:, None]  # [B, K or 1, S, D]
+            s = s + du @ hn[:, None].transpose(-1, -2)
+        s = s / self.tau
+        if bias is None:
+            bias = causal_mask(u.shape[1], device=s.device, dtype=s.dtype)
+        E = -self.tau * torch.logsumexp(s + bias, dim=-1)  # [B, K, S]
+        return E if per_head else E.sum(1)
+
+
+class CEMMLP(CEMSublayer):
+    """The MLP as gradient descent on the element-wise energy (eq. 7-11):
+
+        xi(u_i | h_i) = -gamma_i . phi(V u_i),   gamma_i = W hn_i,   phi(z) = int_0^z SiLU
+
+    One step is a gated MLP whose down projection is the transpose of the projection inside the
+    nonlinearity (eq. 11: W^d^T = W^u = V, W^g = W):
+
+        x <- x + eta * P V^T( (W hn) * SiLU(V u) )        (eq. 13)
+
+    gamma = W hn is computed once per layer; each recursion step costs two matmuls with V.
+    ``d_hidden`` is D_v (x1.5 of the Llama MLP width when parameter-matched).
+    """
+
+    def __init__(self, d_model: int, d_hidden: int, steps: int = 1, eta: float = 1.0,
+                 precond: str = "none", precond_rank: int = 16, norm_eps: float = 1e-6,
+                 reuse: int = 1, checkpointed: bool = False, init_std: float = 0.02):
+        super().__init__()
+        self.d_model, self.d_hidden = d_model, d_hidden
+        self.norm = RMSNorm(d_model, norm_eps)
+        self.W = nn.Linear(d_model, d_hidden, bias=False)  # gamma = W hn (the "gate" of eq. 6, W^g)
+        self.V = nn.Linear(d_model, d_hidden, bias=False)  # inside SiLU (W^u); V^T is the down projection
+        self.precond = Preconditioner(1, d_model, precond, precond_rank, init_std) if precond != "none" else None
+        self.steps, self.eta, self.reuse, self.checkpointed = steps, eta, reuse, checkpointed
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "CEMMLP":
+        return cls(cfg.d_model, cfg.cem_mlp_width, steps=cfg.mlp_steps, eta=cfg.mlp_eta,
+                   precond=cfg.mlp_precond, precond_rank=cfg.mlp_precond_rank, norm_eps=cfg.norm_eps,
+                   reuse=cfg.mlp_reuse, checkpointed=cfg.checkpoint_recursion, init_std=cfg.init_std)
+
+    def prepare(self, h: torch.Tensor, pos: Positions | None = None) -> tuple:
+        return (self.W(self.norm(h)),)
+
+    def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
+        (gamma,) = cache
+        y = (gamma * F.silu(self.V(u))) @ self.V.weight  # V^T (gamma * phi'(V u)), eq. 8
+        if self.precond is not None:
+            y = self.precond.apply(y.unsqueeze(-2)).squeeze(-2)
+        return y
+
+    def energy(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
+        """xi(u_i | h_i) for every position, [...] (eq. 7)."""
+        (gamma,) = cache
+        return -(gamma * silu_integral(self.V(u))).sum(-1)
