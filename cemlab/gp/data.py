@@ -1,0 +1,198 @@
+"""Synthetic regression data drawn from Gaussian-process priors (the paper's Table 3 study).
+
+**Inputs.** ``x ~ Uniform([-1, 1]^D)``, i.i.d. over examples and coordinates, ``D = n_inputs``
+(10 in the paper). A bounded box keeps the non-stationary lengthscale below within a known range.
+
+**Kernels** (``sigma_f = signal_std``, ``|.|`` the Euclidean norm):
+
+- ``rbf`` (stationary squared exponential)::
+
+      k(x, x') = sigma_f^2 * exp(-|x - x'|^2 / (2 l^2))
+
+- ``gibbs`` (non-stationary; Gibbs 1997, the multivariate form of Paciorek & Schervish 2004 with an
+  isotropic, input-dependent lengthscale ``l(x)``)::
+
+      k(x, x') = sigma_f^2 * (2 l(x) l(x') / (l(x)^2 + l(x')^2))^(D/2)
+                           * exp(-|x - x'|^2 / (l(x)^2 + l(x')^2))
+
+      l(x) = l0 * r^(x_1 / 2)
+
+  so the lengthscale grows smoothly along the first coordinate from ``l0/sqrt(r)`` at ``x_1 = -1``
+  (a wiggly function) to ``l0*sqrt(r)`` at ``x_1 = +1`` (a smooth one), with ``l0 = lengthscale``
+  and ``r = lengthscale_ratio``. It is positive definite for any positive ``l(.)``, has the same
+  marginal variance ``sigma_f^2`` everywhere, and equals the RBF kernel when ``r = 1``.
+
+**Sampling.** The kernel matrix of all ``n_train + n_val + n_test`` inputs is built in float64,
+``jitter * sigma_f^2`` is added to its diagonal and it is factorised ``K = L L^T`` (Cholesky); when
+the factorisation fails the jitter is raised tenfold up to ``1e-2`` before a ``GPSamplingError``
+says what to change. One function ``f = L z`` (``z ~ N(0, I)``) is drawn jointly at all inputs, so the
+three splits see the same function; then ``y = f + noise_std * eps``. Everything comes from one
+``torch.Generator`` seeded with ``cfg.seed``, in a fixed order (inputs, function, noise), so a seed
+fixes the data, and ``rbf`` and ``gibbs`` draws with the same seed share their inputs.
+
+The splits are float32 tensors for training; the latent values ``f`` are kept beside the noisy
+targets ``y`` so that a report can give the noise-free error too. ``posterior_mean_rmse`` gives the
+error of the exact GP posterior mean (the Bayes-optimal predictor for this prior) as a reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cemlab.gp.config import GPConfig
+
+#: Largest relative jitter tried before giving up on a Cholesky factorisation.
+MAX_JITTER = 1e-2
+
+
+class GPSamplingError(RuntimeError):
+    """The kernel matrix could not be factorised even with the largest jitter."""
+
+
+@dataclass(frozen=True)
+class GPSplit:
+    """One split: inputs ``x`` [n, D], noisy targets ``y`` [n] and latent function values ``f`` [n]."""
+
+    x: Tensor
+    y: Tensor
+    f: Tensor
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass(frozen=True)
+class GPData:
+    """Train/val/test splits of one function draw, float32, plus a description of the draw."""
+
+    train: GPSplit
+    val: GPSplit
+    test: GPSplit
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_inputs(cfg: GPConfig, n: int, generator: torch.Generator) -> Tensor:
+    """``n`` inputs uniform on ``[-1, 1]^n_inputs``, float64, shape [n, n_inputs]."""
+    return torch.rand(n, cfg.n_inputs, generator=generator, dtype=torch.float64) * 2.0 - 1.0
+
+
+def gibbs_lengthscale(cfg: GPConfig, x: Tensor) -> Tensor:
+    """``l(x) = l0 * r^(x_1 / 2)`` for each row of ``x`` (shape [n])."""
+    return cfg.lengthscale * cfg.lengthscale_ratio ** (x[:, 0].to(torch.float64) / 2.0)
+
+
+def kernel_matrix(cfg: GPConfig, x1: Tensor, x2: Tensor | None = None) -> Tensor:
+    """The prior covariance ``k(x1_i, x2_j)`` of ``cfg.kernel`` in float64 (no jitter, no noise)."""
+    x1 = x1.to(torch.float64)
+    x2 = x1 if x2 is None else x2.to(torch.float64)
+    sq = _squared_distances(x1, x2)
+    var = cfg.signal_std**2
+    if cfg.kernel == "rbf":
+        return var * torch.exp(-sq / (2.0 * cfg.lengthscale**2))
+    if cfg.kernel == "gibbs":
+        l1 = gibbs_lengthscale(cfg, x1)[:, None]
+        l2 = gibbs_lengthscale(cfg, x2)[None, :]
+        s = l1**2 + l2**2
+        prefactor = (2.0 * l1 * l2 / s) ** (cfg.n_inputs / 2.0)
+        return var * prefactor * torch.exp(-sq / s)
+    raise ValueError(f"kernel={cfg.kernel!r} is unknown; choose 'rbf' or 'gibbs'")  # pydantic rejects it first
+
+
+def _squared_distances(x1: Tensor, x2: Tensor) -> Tensor:
+    # |a|^2 + |b|^2 - 2 a.b can come out slightly negative in floating point: clamp at 0.
+    sq = (x1 * x1).sum(-1)[:, None] + (x2 * x2).sum(-1)[None, :] - 2.0 * x1 @ x2.T
+    return sq.clamp_min_(0.0)
+
+
+def cholesky_with_jitter(k: Tensor, scale: float, jitter: float) -> tuple[Tensor, float]:
+    """Lower Cholesky factor of ``k + j * scale * I`` for the smallest ``j`` in ``jitter * 10^m`` that
+    works (up to ``MAX_JITTER``); returns the factor and the relative jitter used."""
+    if k.dtype != torch.float64:
+        raise TypeError(f"kernel matrices are factorised in float64, got {k.dtype}")
+    eye = torch.eye(k.shape[0], dtype=k.dtype)
+    j = jitter
+    while True:
+        factor, info = torch.linalg.cholesky_ex(k + (j * scale) * eye)
+        if int(info) == 0:
+            return factor, j
+        if j * 10.0 > MAX_JITTER * (1 + 1e-9):
+            raise GPSamplingError(
+                f"the {k.shape[0]}x{k.shape[0]} kernel matrix is not positive definite even with a diagonal "
+                f"jitter of {j:g} * signal_std^2 (leading minor {int(info)} failed). Use fewer points "
+                f"(n_train/n_val/n_test), a shorter lengthscale, or a larger noise_std; duplicate inputs "
+                f"or a very long lengthscale make the matrix singular."
+            )
+        j *= 10.0
+
+
+def sample_observations(
+    cfg: GPConfig, x: Tensor, n_draws: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, float]:
+    """``n_draws`` independent functions at the inputs ``x`` [n, D] and their noisy observations.
+
+    Returns ``(f, y, jitter)``: float64 tensors of shape [n_draws, n] with ``f ~ N(0, K + j I)``
+    and ``y = f + noise_std * eps``, and the relative jitter ``j`` the factorisation needed.
+    The functions are drawn before the noise, from ``generator``."""
+    k = kernel_matrix(cfg, x)
+    factor, used = cholesky_with_jitter(k, cfg.signal_std**2, cfg.jitter)
+    z = torch.randn(n_draws, x.shape[0], generator=generator, dtype=torch.float64)
+    f = z @ factor.T
+    eps = torch.randn(n_draws, x.shape[0], generator=generator, dtype=torch.float64)
+    return f, f + cfg.noise_std * eps, used
+
+
+def make_gp_data(cfg: GPConfig) -> GPData:
+    """Draw the inputs, one function and the noise for ``cfg`` and split them train/val/test.
+
+    Deterministic per ``cfg.seed``. The first ``n_train`` points are the training split, the next
+    ``n_val`` validation, the last ``n_test`` test; the inputs are i.i.d., so this is a random split."""
+    generator = torch.Generator().manual_seed(cfg.seed)
+    x = sample_inputs(cfg, cfg.n_total, generator)
+    f, y, used = sample_observations(cfg, x, 1, generator)
+    f, y = f[0], y[0]
+    bounds = (0, cfg.n_train, cfg.n_train + cfg.n_val, cfg.n_total)
+    splits = [
+        GPSplit(x=x[a:b].float(), y=y[a:b].float(), f=f[a:b].float()) for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    meta = {
+        "kernel": cfg.kernel,
+        "n_inputs": cfg.n_inputs,
+        "n_train": cfg.n_train,
+        "n_val": cfg.n_val,
+        "n_test": cfg.n_test,
+        "input_distribution": f"uniform[-1,1]^{cfg.n_inputs}",
+        "signal_std": cfg.signal_std,
+        "noise_std": cfg.noise_std,
+        "lengthscale": cfg.lengthscale,
+        "lengthscale_ratio": cfg.lengthscale_ratio if cfg.kernel == "gibbs" else 1.0,
+        "jitter": used,
+        "seed": cfg.seed,
+        "train_y_mean": float(y[: cfg.n_train].mean()),
+        "train_y_std": float(y[: cfg.n_train].std()),
+    }
+    return GPData(train=splits[0], val=splits[1], test=splits[2], meta=meta)
+
+
+def rmse(pred: Tensor, target: Tensor) -> float:
+    """Root mean squared error, accumulated in float64."""
+    diff = pred.to(torch.float64).reshape(-1) - target.to(torch.float64).reshape(-1)
+    return math.sqrt(float((diff * diff).mean()))
+
+
+def posterior_mean_rmse(cfg: GPConfig, data: GPData, split: str = "test") -> float:
+    """Test RMSE (against the noisy ``y``) of the exact GP posterior mean given the training split,
+    with the true kernel and noise: the Bayes-optimal predictor, a floor no regressor beats on average.
+
+    ``mean = K_*t (K_tt + s^2 I)^-1 y_t``, solved by Cholesky in float64."""
+    train, target = data.train, getattr(data, split)
+    k_tt = kernel_matrix(cfg, train.x)
+    k_tt += (cfg.noise_std**2) * torch.eye(k_tt.shape[0], dtype=torch.float64)
+    factor, _ = cholesky_with_jitter(k_tt, cfg.signal_std**2, cfg.jitter)
+    alpha = torch.cholesky_solve(train.y.to(torch.float64)[:, None], factor)
+    mean = kernel_matrix(cfg, target.x, train.x) @ alpha
+    return rmse(mean[:, 0], target.y)
