@@ -22,11 +22,20 @@ TRIAL_ID = "cemlab.trial_id"              # stable id of the grid cell within it
 MODEL_KIND = "cemlab.model_kind"          # llama | cem-attn | cem-mlp | cem
 SIZE = "cemlab.size"                      # size name: 86m ... (paper) or the scale's own names
 VARIANT = "cemlab.variant"                # legend label of the cell, e.g. "cem-attn T2 dplr"
+GROUP = "cemlab.group"                    # variant family of a sweep cell: llama, cem-attn, cem-mlp, cem, reuse-mlp, ...
+AXIS_PREFIX = "cemlab.axis."              # one tag per grid coordinate of a sweep trial, see axis_tag()
 STATUS = "cemlab.status"                  # running | finished | diverged | failed
 DIVERGED_STEP = "cemlab.diverged_step"    # optimizer step where the loss became NaN/inf
 GIT_COMMIT = "cemlab.git_commit"
 TASK = "cemlab.task"                      # lm | gp
 REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused from earlier sweeps (comma list)
+
+
+def axis_tag(axis: str) -> str:
+    """Tag holding a sweep trial's value on one grid axis (``size``, ``lr``, ``seed``, ``T``,
+    ``precond``, ...), as a string: ``cemlab.axis.T = "2"``."""
+    return f"{AXIS_PREFIX}{axis}"
+
 
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
@@ -65,6 +74,7 @@ PARAMS_ATTENTION = "model/params_attention"
 PARAMS_MLP = "model/params_mlp"
 PARAMS_EMBEDDING = "model/params_embedding"
 FLOPS_PER_TOKEN = "model/flops_per_token"         # training FLOPs (fwd+bwd) per token
+FLOPS_PER_EXAMPLE = "model/flops_per_example"     # GP study (Table 3): forward FLOPs per example
 TOKEN_BUDGET = "train/token_budget"
 
 # --- artifacts ---------------------------------------------------------------------------------
