@@ -13,7 +13,7 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm as in Hugging Face Llama: statistics in float32, weight applied in the input dtype."""
+    """RMSNorm as in Hugging Face Llama: statistics in (at least) float32, weight applied in the input dtype."""
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -22,9 +22,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        xf = x.to(torch.promote_types(dtype, torch.float32))
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
 
 
 class Identity(nn.Module):
