@@ -6,15 +6,31 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: Default ``max_chars`` of the embedded ``stdlib`` corpus. The non-test standard library of
+#: Python 3.11 holds about 12 M characters; 8 M of them give about 2.3 M tokens at the tiny
+#: preset's vocab (4096), enough for CPU sweeps of minutes, and the first (uncached) preparation
+#: (BPE training and tokenisation) takes about 15 s on two cores; later runs hit the cache.
+STDLIB_DEFAULT_MAX_CHARS = 8_000_000
+
+#: Default ``bpe_max_chars`` when a BPE is trained on a streamed (``hf``) corpus, which has no end.
+HF_DEFAULT_BPE_CHARS = 20_000_000
+
 
 class DataConfig(BaseModel):
     """Where text comes from and how it becomes fixed-length token sequences.
 
     ``source``:
-      - ``stdlib``: the embedded default corpus, the Python standard library's own source files
-        (found through ``sysconfig``): real text that is present wherever cemlab runs, offline.
-      - ``text``: a file, or a folder of ``.txt``/``.md``/``.py`` files, or JSONL (``text_field``).
-      - ``hf``: a Hugging Face dataset by name (streamed), e.g. SlimPajama for the paper scale.
+      - ``stdlib``: the embedded default corpus, the Python standard library's own ``.py`` files
+        (found through ``sysconfig``, without ``site-packages`` and without test folders): real text
+        that is present wherever cemlab runs, offline. It differs between Python versions.
+      - ``text``: ``path`` is a folder of ``.txt``/``.md``/``.py`` files (one document per file),
+        a ``.jsonl`` file (one document per record, text in ``text_field``), or one plain text file
+        (one document per blank-line separated paragraph).
+      - ``hf``: a Hugging Face dataset streamed with ``datasets`` (``hf_dataset`` is a hub name, or a
+        local folder or file of JSONL / parquet / CSV records), e.g. SlimPajama for the paper scale.
+
+    Documents go to train / validation / test by a stable hash of their identity (the file's path,
+    or a record's text) and ``split_seed``, so adding documents never moves the others.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -22,17 +38,32 @@ class DataConfig(BaseModel):
     source: Literal["stdlib", "text", "hf"] = Field(default="stdlib", description="Corpus kind.")
     path: str | None = Field(default=None, description="File or folder for source='text'.")
     text_field: str = Field(default="text", description="Field holding the text in JSONL / HF records.")
-    hf_dataset: str = Field(default="gmongaras/SlimPajama-627B_Reupload", description="HF dataset name or local path (source='hf').")
-    hf_split: str = Field(default="train", description="HF split to stream.")
+    hf_dataset: str = Field(
+        default="gmongaras/SlimPajama-627B_Reupload",
+        description="HF dataset name, or a local folder / file of records (source='hf').",
+    )
+    hf_split: str = Field(default="train", description="HF split to stream (cemlab splits it again by document).")
     hf_config: str | None = Field(default=None, description="HF dataset config name.")
     hf_max_documents: int | None = Field(default=None, ge=1, description="Stop after this many documents (source='hf').")
     tokenizer: str = Field(
         default="bpe",
-        description="'bpe': train a byte-level BPE on the corpus (vocab = model.vocab_size), cached on disk; "
-        "otherwise a tokenizer name or path, e.g. 'meta-llama/Llama-2-7b-hf'.",
+        description="'bpe': train a byte-level BPE on the training split (vocab = model.vocab_size), cached on disk; "
+        "otherwise a tokenizer name or local path loaded with transformers.AutoTokenizer, e.g. "
+        "'meta-llama/Llama-2-7b-hf'.",
+    )
+    bpe_max_chars: int | None = Field(
+        default=None,
+        ge=1,
+        description=f"Train the BPE on at most this many characters of the training split "
+        f"(None: all of it for local corpora, {HF_DEFAULT_BPE_CHARS:,} for source='hf').",
     )
     max_documents: int | None = Field(default=None, ge=1, description="Use at most this many documents (local sources).")
-    max_chars: int | None = Field(default=None, ge=1, description="Use at most this many characters of text (local sources).")
+    max_chars: int | None = Field(
+        default=None,
+        ge=1,
+        description=f"Use at most this many characters of text, any source (None: {STDLIB_DEFAULT_MAX_CHARS:,} "
+        f"for source='stdlib', no limit otherwise).",
+    )
     val_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of documents for validation.")
     test_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of documents for test.")
     split_seed: int = Field(default=0, description="Seed of the deterministic split by document.")

@@ -1,0 +1,310 @@
+"""Corpora: where documents come from, in which order, and which split each one belongs to.
+
+A document is a file (local folders and the standard library), a record (JSONL, Hugging Face
+datasets) or a paragraph (a single plain text file). Every document has a stable identity: a
+file's path relative to the corpus root, or the hash of a record's / paragraph's text (so exact
+duplicates always land in the same split and cannot leak from train into test). The split is a
+function of that identity and ``split_seed`` only (:func:`split_of`), so adding documents to a
+corpus never moves the others between splits.
+
+A corpus also has a cheap *fingerprint* (paths, sizes, modification times, names; no reading of
+the text) that keys the on-disk caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from cemlab.data.config import STDLIB_DEFAULT_MAX_CHARS, DataConfig
+from cemlab.data.errors import DataError
+
+SPLITS = ("train", "val", "test")
+
+#: Suffixes of the files a ``text`` folder contributes (one document each).
+TEXT_SUFFIXES = (".txt", ".md", ".py")
+
+#: Folders never read from the standard library. Test folders are left out because several
+#: Linux distributions ship them as a separate package (the corpus would differ between two
+#: installs of the same Python) and because they hold deliberately odd data (bad encodings,
+#: invalid syntax); ``site-packages`` is not the standard library.
+STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
+
+#: ``datasets`` builder for a single local file given as ``hf_dataset``.
+HF_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+def _unit_hash(text: str) -> float:
+    """A number in [0, 1) that is a stable function of ``text``."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2.0**64
+
+
+def split_of(doc_id: str, seed: int, val_fraction: float, test_fraction: float) -> str:
+    """``"train"``, ``"val"`` or ``"test"`` for a document, from its identity and the seed only."""
+    u = _unit_hash(f"split\0{seed}\0{doc_id}")
+    if u < val_fraction:
+        return "val"
+    if u < val_fraction + test_fraction:
+        return "test"
+    return "train"
+
+
+def text_id(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class Corpus:
+    """A source of documents in a fixed order, with a cheap fingerprint for cache keys."""
+
+    kind = "corpus"
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def fingerprint(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def documents(self) -> Iterator[Document]:
+        raise NotImplementedError
+
+
+def _stat_entry(path: Path, root: Path) -> list[Any]:
+    st = path.stat()
+    return [path.relative_to(root).as_posix() if path != root else path.name, st.st_size, st.st_mtime_ns]
+
+
+class FileCorpus(Corpus):
+    """One document per file under ``root``. Files are read in a fixed pseudo-random order (hash of
+    the relative path), so a ``max_chars`` cut takes a spread of the corpus, not its first folder."""
+
+    def __init__(self, kind: str, root: Path, files: list[Path], extra: dict[str, Any] | None = None):
+        self.kind = kind
+        self.root = root
+        self.files = sorted(files, key=lambda f: hashlib.sha256(self._rel(f).encode()).digest())
+        self.extra = extra or {}
+
+    def _rel(self, f: Path) -> str:
+        return f.relative_to(self.root).as_posix()
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.root} ({len(self.files)} files)"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root": str(self.root), **self.extra,
+                "files": [_stat_entry(f, self.root) for f in self.files]}
+
+    def documents(self) -> Iterator[Document]:
+        for f in self.files:
+            yield Document(self._rel(f), f.read_text(encoding="utf-8", errors="replace"))
+
+
+class ParagraphCorpus(Corpus):
+    """One plain text file; its blank-line separated paragraphs are the documents."""
+
+    kind = "text-file"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def describe(self) -> str:
+        return f"text file {self.path} (one document per paragraph)"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "stat": _stat_entry(self.path, self.path.parent)}
+
+    def documents(self) -> Iterator[Document]:
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        for para in re.split(r"\n[ \t]*\n", text):
+            para = para.strip("\n")
+            if para.strip():
+                yield Document(text_id(para), para)
+
+
+def _record_text(record: Any, field: str, where: str) -> str:
+    if not isinstance(record, dict) or field not in record:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise DataError(
+            f"data.text_field={field!r} is not a field of the records in {where} (found: {keys}); "
+            f"set data.text_field to the field that holds the text"
+        )
+    value = record[field]
+    if not isinstance(value, str):
+        raise DataError(
+            f"data.text_field={field!r} holds a {type(value).__name__}, not text, in {where}; "
+            f"set data.text_field to a field with string values"
+        )
+    return value
+
+
+class JsonlCorpus(Corpus):
+    """One JSON-lines file; each record's ``text_field`` is a document."""
+
+    kind = "jsonl"
+
+    def __init__(self, path: Path, text_field: str):
+        self.path = path
+        self.text_field = text_field
+
+    def describe(self) -> str:
+        return f"JSONL {self.path} (field {self.text_field!r})"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "field": self.text_field,
+                "stat": _stat_entry(self.path, self.path.parent)}
+
+    def documents(self) -> Iterator[Document]:
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(
+                        f"data.path={str(self.path)!r}: line {lineno} is not valid JSON ({e.msg}); "
+                        f"a .jsonl file needs one JSON object per line"
+                    ) from None
+                text = _record_text(record, self.text_field, f"{self.path} line {lineno}")
+                yield Document(text_id(text), text)
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists()
+
+
+class HFCorpus(Corpus):
+    """A Hugging Face dataset read with ``datasets.load_dataset(..., streaming=True)``: a hub name
+    (SlimPajama on a cluster) or, through the same call, a local folder or file of records."""
+
+    kind = "hf"
+
+    def __init__(self, name: str, config: str | None, split: str, text_field: str):
+        self.name, self.config, self.split, self.text_field = name, config, split, text_field
+        self.local = Path(name).expanduser().resolve() if _looks_like_path(name) else None
+        if self.local is not None and not self.local.exists():
+            raise DataError(
+                f"data.hf_dataset={name!r} looks like a local path but does not exist; give an existing "
+                f"folder or file of records (JSONL, parquet, CSV) or a dataset name on the hub"
+            )
+
+    def describe(self) -> str:
+        return f"HF dataset {self.name} (split {self.split!r}, field {self.text_field!r}, streamed)"
+
+    def fingerprint(self) -> dict[str, Any]:
+        fp: dict[str, Any] = {"kind": self.kind, "name": self.name, "config": self.config,
+                              "split": self.split, "field": self.text_field}
+        if self.local is not None:
+            files = [self.local] if self.local.is_file() else sorted(p for p in self.local.rglob("*") if p.is_file())
+            fp["files"] = [_stat_entry(f, self.local) for f in files]
+        return fp
+
+    def _open(self):
+        import datasets
+
+        try:
+            if self.local is not None and self.local.is_file():
+                builder = HF_FILE_BUILDERS.get(self.local.suffix.lower())
+                if builder is None:
+                    raise DataError(
+                        f"data.hf_dataset={self.name!r}: cannot read {self.local.suffix!r} files; "
+                        f"use one of {sorted(HF_FILE_BUILDERS)} or a folder of them"
+                    )
+                return datasets.load_dataset(builder, data_files=str(self.local), split=self.split, streaming=True)
+            target = str(self.local) if self.local is not None else self.name
+            return datasets.load_dataset(target, self.config, split=self.split, streaming=True)
+        except DataError:
+            raise
+        except Exception as e:  # missing dataset, no network, unknown split or config
+            raise DataError(
+                f"data.hf_dataset={self.name!r} (data.hf_config={self.config!r}, data.hf_split={self.split!r}) "
+                f"could not be opened: {type(e).__name__}: {e}. Check the name, split and config, or point "
+                f"data.hf_dataset at a local folder or file of records"
+            ) from None
+
+    def documents(self) -> Iterator[Document]:
+        for i, record in enumerate(self._open()):
+            text = _record_text(record, self.text_field, f"{self.name} record {i}")
+            yield Document(text_id(text), text)
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def stdlib_corpus() -> FileCorpus:
+    """The non-test ``.py`` files of the running Python's standard library."""
+    root = stdlib_root()
+    files = [f for f in root.rglob("*.py")
+             if not any(p in STDLIB_SKIP_DIRS or p.startswith(".") for p in f.relative_to(root).parts[:-1])]
+    if not files:
+        raise DataError(
+            f"data.source='stdlib': found no .py files of the standard library under {root}; "
+            f"this Python install ships without its sources: use data.source='text' with data.path"
+        )
+    return FileCorpus("stdlib", root, files, {"python": sys.version.split()[0]})
+
+
+def text_corpus(path: str | None, text_field: str) -> Corpus:
+    if not path:
+        raise DataError("data.path is not set but data.source='text' needs it: give a file, a folder of "
+                        ".txt/.md/.py files or a .jsonl file")
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise DataError(f"data.path={path!r} does not exist ({p}); give an existing file or folder")
+    if p.is_dir():
+        files = [f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
+                 and not any(part.startswith(".") for part in f.relative_to(p).parts)]
+        if not files:
+            raise DataError(f"data.path={path!r}: the folder holds no {'/'.join(TEXT_SUFFIXES)} files; "
+                            f"add text files or point data.path at another folder")
+        return FileCorpus("text", p, files)
+    if p.suffix.lower() in (".jsonl", ".ndjson"):
+        return JsonlCorpus(p, text_field)
+    return ParagraphCorpus(p)
+
+
+def open_corpus(cfg: DataConfig) -> Corpus:
+    """The corpus a config names; missing paths are a :class:`DataError` here, before any work."""
+    if cfg.source == "stdlib":
+        return stdlib_corpus()
+    if cfg.source == "text":
+        return text_corpus(cfg.path, cfg.text_field)
+    return HFCorpus(cfg.hf_dataset, cfg.hf_config, cfg.hf_split, cfg.text_field)
+
+
+def effective_max_chars(cfg: DataConfig) -> int | None:
+    if cfg.max_chars is not None:
+        return cfg.max_chars
+    return STDLIB_DEFAULT_MAX_CHARS if cfg.source == "stdlib" else None
+
+
+def limited(docs: Iterator[Document], max_documents: int | None, max_chars: int | None) -> Iterator[Document]:
+    """Skip empty documents; stop after ``max_documents`` documents or ``max_chars`` characters
+    (the last document is cut to fit)."""
+    n_docs = n_chars = 0
+    for doc in docs:
+        if not doc.text.strip():
+            continue
+        if max_documents is not None and n_docs >= max_documents:
+            return
+        if max_chars is not None:
+            room = max_chars - n_chars
+            if room <= 0:
+                return
+            if len(doc.text) > room:
+                doc = Document(doc.id, doc.text[:room])
+        n_docs += 1
+        n_chars += len(doc.text)
+        yield doc
