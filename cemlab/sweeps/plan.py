@@ -1,0 +1,199 @@
+"""A sweep's plan without compute: its trials, what the store already holds, tokens, FLOPs, and
+what the same sweep costs in GPU-hours at the paper's scale.
+
+Per trial: parameters (the model built on the ``meta`` device), the token budget and optimizer
+steps (``cemlab.train.plan.make_plan``: Chinchilla = 20 x the matched Llama baseline's parameters,
+so a CEM variant trains on its baseline's tokens), training FLOPs = tokens x
+``flops_per_token(cfg, seq_len)["train"]`` (GP study: examples x FLOPs per example), and the status
+of the newest run with the trial's config hash in the MLflow store, from any sweep:
+``done`` (finished), ``diverged``, ``running``, ``failed`` / ``interrupted`` or ``todo``.
+
+GPU-hour estimates always use the sweep expanded at the ``paper`` scale, in two ways:
+  - at an assumed MFU (default 40%) of each GPU's dense bf16 peak (``cemlab.hardware``);
+  - at the paper's own throughput, about 30k tokens/s per A100 for the 86M Llama (appendix C.5:
+    86M models took 8 x 2 GPU-hours for 1.72B tokens), scaled to other trials by their FLOPs per
+    token; on H100 at the same MFU that throughput implies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
+from cemlab.sweeps.spec import SweepSpec, Trial, load_sweep
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+#: Paper appendix C.5: ~30k training tokens/s per A100 for the 86M Llama baseline.
+PAPER_TOKENS_PER_S_A100_86M = 30_000.0
+PAPER_REFERENCE_PRESET = "86m"
+DEFAULT_MFU = 0.4
+
+STATUS_DONE = "done"
+STATUS_TODO = "todo"
+#: cemlab run status (``cemlab.status`` tag) -> plan status.
+_PLAN_STATUS = {schema.STATUS_FINISHED: STATUS_DONE}
+
+
+@dataclass
+class TrialPlan:
+    """One row of the plan."""
+
+    trial: Trial
+    params: int | None            # total parameters of the trial's model
+    budget_params: int            # parameters the Chinchilla rule counted (0 for a fixed budget)
+    tokens: int                   # tokens (GP: examples) the trial trains on
+    steps: int                    # optimizer steps
+    flops_per_token: float | None  # training FLOPs per token (GP: per example)
+    flops: float | None           # training FLOPs in total
+    status: str = STATUS_TODO
+    run_id: str | None = None
+
+
+@dataclass
+class Plan:
+    """A sweep at one scale, with totals and the paper-scale GPU-hour estimate."""
+
+    sweep: str
+    figure: str
+    scale: str
+    rows: list[TrialPlan]
+    store: str | None                    # the MLflow store read for statuses (None: not read)
+    mfu: float
+    paper_flops: float | None = None     # training FLOPs of the whole sweep at the paper scale
+    gpu_hours_mfu: dict[str, float] = field(default_factory=dict)            # kind -> hours at ``mfu``
+    gpu_hours_paper_throughput: dict[str, float] = field(default_factory=dict)  # kind -> hours
+    paper_throughput_mfu: float | None = None  # MFU implied by the paper's A100 throughput
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(r.tokens for r in self.rows)
+
+    @property
+    def total_flops(self) -> float:
+        return sum(r.flops or 0.0 for r in self.rows)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+
+class _Accounting:
+    """Parameter and FLOP counts, cached by model config (many trials share a model)."""
+
+    def __init__(self) -> None:
+        self._params: dict[str, int] = {}
+
+    def lm_params(self, model_cfg) -> int:
+        key = json.dumps(model_cfg.model_dump(mode="json", exclude={"name"}), sort_keys=True)
+        if key not in self._params:
+            import torch
+
+            from cemlab.models import build_model, count_parameters
+
+            with torch.device("meta"):
+                self._params[key] = count_parameters(build_model(model_cfg))["total"]
+        return self._params[key]
+
+    def gp_params(self, gp_cfg) -> int:
+        key = "gp:" + gp_cfg.model_dump_json()
+        if key not in self._params:
+            import torch
+
+            from cemlab.models.gp import build_gp_model, count_parameters
+
+            with torch.device("meta"):
+                self._params[key] = count_parameters(build_gp_model(gp_cfg))["total"]
+        return self._params[key]
+
+    def row(self, trial: Trial) -> TrialPlan:
+        from cemlab.train.plan import CHINCHILLA_TOKENS_PER_PARAM, make_plan
+
+        cfg = trial.config
+        budget_params = 0
+        if cfg.task == "lm" and cfg.train.tokens == "chinchilla":
+            # The same rule as make_plan, with the baseline's count cached: building models on the
+            # meta device still runs their initialisers (~0.1 s for a paper size).
+            budget_params = self.lm_params(cfg.model.matched_baseline())
+            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
+                update={"tokens": CHINCHILLA_TOKENS_PER_PARAM * budget_params})})
+        tp = make_plan(cfg, world_size=trial.resources.workers)
+        budget_params = budget_params or tp.budget_params
+        if cfg.task == "gp":
+            from cemlab.models.gp import flops_per_example
+            from cemlab.tracking.mlflow_run import gp_config
+
+            gp = gp_config(cfg)
+            params, fpt = self.gp_params(gp), flops_per_example(gp)["train"]
+        else:
+            from cemlab.models import flops_per_token
+
+            params, fpt = self.lm_params(cfg.model), flops_per_token(cfg.model, tp.seq_len)["train"]
+        return TrialPlan(trial=trial, params=params, budget_params=budget_params, tokens=tp.tokens,
+                         steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens)
+
+
+def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, str | None]]:
+    """config hash -> (plan status, id of the run that decided it) from the MLflow store: the
+    best of the config's runs (finished > diverged > running > failed, then any other status)."""
+    from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for h, runs in find_runs_by_hash([t.config_hash for t in trials], client).items():
+        run = best_run(runs, fallback=True)
+        if run is None:
+            out[h] = (STATUS_TODO, None)
+        else:
+            status = run_status(run)
+            out[h] = (_PLAN_STATUS.get(status, status), run.info.run_id)
+    return out
+
+
+def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None) -> dict[str, Any]:
+    """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
+    from cemlab.config import ModelConfig
+    from cemlab.models import flops_per_token
+
+    acct = acct or _Accounting()
+    rows = [acct.row(t) for t in spec.expand("paper")]
+    flops = sum(r.flops or 0.0 for r in rows)
+    ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)
+    ref_fpt = flops_per_token(ref, ref.context_length)["train"]
+    implied_mfu = PAPER_TOKENS_PER_S_A100_86M * ref_fpt / PEAK_BF16_FLOPS["A100"]
+    hours_mfu = {k: gpu_hours(flops, k, mfu) for k in ESTIMATE_KINDS}
+    hours_paper = {k: gpu_hours(flops, k, implied_mfu) for k in ESTIMATE_KINDS}
+    return {"flops": flops, "mfu": hours_mfu, "paper": hours_paper, "implied_mfu": implied_mfu}
+
+
+def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
+              read_store: bool = True) -> Plan:
+    """The plan of ``sweep`` at ``scale``. Statuses come from ``client`` (default: the project's
+    store, or ``$MLFLOW_TRACKING_URI``); a default sqlite store that does not exist yet is not
+    created, and every trial is then ``todo``."""
+    spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
+    trials = spec.expand(scale)
+    acct = _Accounting()
+    rows = [acct.row(t) for t in trials]
+    store = None
+    if read_store:
+        from cemlab.tracking.store import get_client, store_exists, tracking_uri
+
+        if client is None and store_exists():
+            client = get_client()
+        if client is not None:
+            store = client.tracking_uri
+            statuses = trial_statuses(trials, client)
+            for r in rows:
+                r.status, r.run_id = statuses[r.trial.config_hash]
+        else:
+            store = tracking_uri()
+    est = paper_estimate(spec, mfu, acct)
+    return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
+                paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
+                paper_throughput_mfu=est["implied_mfu"])

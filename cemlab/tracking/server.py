@@ -1,0 +1,225 @@
+"""A local MLflow tracking server on the project's embedded store, started once and reused.
+
+``start_server()`` serves the sqlite store ``<runs>/mlflow/mlflow.db`` with artifacts proxied to
+``<runs>/mlflow/artifacts``, on 127.0.0.1 and a free port, waits until it answers and returns its
+URL. It records ``{pid, port, url, backend_store_uri, ...}`` in ``<runs>/mlflow/server.json``; a
+later call (from any process) that finds a live server for the same store there reuses it. A lock
+file serialises concurrent starts. ``stop_server()`` ends it.
+
+The server runs in its own session (process group), so it outlives the sweep driver that started
+it and serves ``make ui`` and the next sweep; one process (``--workers 1``) owns the sqlite file,
+which avoids the schema-migration race of several processes opening a fresh store
+(../shared/DESIGN.md section 4). Trials get the URL, never the sqlite path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cemlab.paths import mlflow_dir
+from cemlab.tracking.store import artifact_root, default_tracking_uri
+
+STATE_FILE = "server.json"
+LOCK_FILE = "server.lock"
+LOG_FILE = "server.log"
+HOST = "127.0.0.1"
+
+#: Processes this interpreter started, so that stopping them also reaps them.
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+class ServerError(RuntimeError):
+    """The local MLflow server could not be started; the message quotes its log."""
+
+
+@dataclass
+class ServerInfo:
+    """What ``server.json`` records about a running local server."""
+
+    url: str
+    pid: int
+    port: int
+    backend_store_uri: str
+    artifacts_destination: str
+    log: str
+    started_at: float
+
+
+def state_path() -> Path:
+    return mlflow_dir() / STATE_FILE
+
+
+def _read_state() -> ServerInfo | None:
+    try:
+        return ServerInfo(**json.loads(state_path().read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+
+
+def _write_state(info: ServerInfo) -> None:
+    tmp = state_path().with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(info), indent=2))
+    tmp.replace(state_path())
+
+
+@contextlib.contextmanager
+def _locked():
+    """Exclusive lock on ``<runs>/mlflow/server.lock`` (across processes and threads)."""
+    with open(mlflow_dir() / LOCK_FILE, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _pid_alive(pid: int) -> bool:
+    proc = _STARTED.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped by its parent) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    """True when an MLflow server answers ``GET <url>/health`` with 200."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def running_server() -> ServerInfo | None:
+    """The recorded local server, if it is alive, answers, and serves this project's store."""
+    info = _read_state()
+    if info is None or info.backend_store_uri != default_tracking_uri():
+        return None
+    if not _pid_alive(info.pid) or not healthy(info.url):
+        return None
+    return info
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def start_server(port: int | None = None, timeout: float = 120.0) -> str:
+    """Start (or reuse) the local MLflow server on the project's store; return its URL.
+
+    ``port``: a fixed port (default: a free one, retried if taken meanwhile)."""
+    with _locked():
+        info = running_server()
+        if info is not None:
+            return info.url
+        _stop_recorded()  # a stale record: its process, if any is left, is ours to end
+        backend = default_tracking_uri()
+        artifacts = artifact_root()
+        log_path = mlflow_dir() / LOG_FILE
+        last_error = ""
+        for _ in range(1 if port else 3):
+            p = port or _free_port()
+            url = f"http://{HOST}:{p}"
+            cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+                   "--artifacts-destination", str(artifacts), "--host", HOST, "--port", str(p), "--workers", "1"]
+            with open(log_path, "ab") as log:
+                log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+                log.flush()
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=mlflow_dir(), start_new_session=True)
+            _STARTED[proc.pid] = proc
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and proc.poll() is None:
+                if healthy(url, timeout=1.0):
+                    info = ServerInfo(url=url, pid=proc.pid, port=p, backend_store_uri=backend,
+                                      artifacts_destination=str(artifacts), log=str(log_path),
+                                      started_at=time.time())
+                    _write_state(info)
+                    return url
+                time.sleep(0.25)
+            if proc.poll() is None:  # timed out while still starting
+                _terminate(proc.pid)
+                raise ServerError(f"mlflow server did not answer on {url} within {timeout:.0f}s; "
+                                  f"log {log_path}:\n{_log_tail(log_path)}")
+            _STARTED.pop(proc.pid, None)
+            last_error = _log_tail(log_path)
+        raise ServerError(f"mlflow server exited while starting; log {log_path}:\n{last_error}")
+
+
+def _terminate(pid: int, timeout: float = 15.0) -> None:
+    """End the server process group ``pid`` (it leads its own session): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.1)
+        if not _pid_alive(pid):
+            break
+    proc = _STARTED.pop(pid, None)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+
+
+def _stop_recorded() -> bool:
+    info = _read_state()
+    if info is None:
+        return False
+    stopped = False
+    # Only a process recorded for this store, still alive and leading its own group, is ended.
+    if info.backend_store_uri == default_tracking_uri() and _pid_alive(info.pid) and _is_group_leader(info.pid):
+        _terminate(info.pid)
+        stopped = True
+    state_path().unlink(missing_ok=True)
+    return stopped
+
+
+def _is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def stop_server() -> bool:
+    """Stop the recorded local server of this project's store. True if one was running."""
+    with _locked():
+        return _stop_recorded()
+
+
+def shared_tracking_uri() -> str:
+    """The tracking URI to hand to trials: ``$MLFLOW_TRACKING_URI`` when set, else the local
+    server's URL (started if needed), never the sqlite path."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or start_server()

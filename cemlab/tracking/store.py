@@ -1,0 +1,189 @@
+"""The MLflow store cemlab writes to, and finding runs in it by config hash.
+
+Where: ``$MLFLOW_TRACKING_URI`` when set (a remote ``http://`` server or a database), otherwise
+the project's embedded store, an absolute ``sqlite:///<runs>/mlflow/mlflow.db`` with artifacts in
+``<runs>/mlflow/artifacts`` (MLflow 3 refuses a ``./mlruns`` file store, and Ray trials change
+directory, so the path is absolute).
+
+Concurrency: several processes opening one *fresh* sqlite store at once race on its schema
+migration (../shared/DESIGN.md section 4). So a sweep driver creates the store and the experiment
+itself (:func:`ensure_experiment`) or starts one local server (``cemlab.tracking.server``) and
+hands its URL to the trials; trials never open the sqlite file directly.
+
+Reuse: every trial run carries the tag ``cemlab.config_hash``; :func:`find_runs_by_hash` finds
+the runs of given hashes in all experiments, :func:`finished_run_for` the one to reuse.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from cemlab.paths import mlflow_dir
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:  # mlflow is imported lazily: importing it costs seconds
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
+#: Above this many hashes, one scan of all tagged runs is cheaper than one query per hash
+#: (MLflow's search grammar has no IN for tags).
+SCAN_THRESHOLD = 16
+
+#: Status order for choosing among runs of the same config (best first), see :func:`run_status`.
+STATUS_PREFERENCE = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_RUNNING, schema.STATUS_FAILED)
+
+
+def default_tracking_uri() -> str:
+    """The project's embedded store: ``sqlite:///<runs>/mlflow/mlflow.db`` (absolute)."""
+    return f"sqlite:///{(mlflow_dir() / 'mlflow.db').as_posix()}"
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else :func:`default_tracking_uri`."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def artifact_root() -> Path:
+    """Folder of the embedded store's artifacts: ``<runs>/mlflow/artifacts``."""
+    p = mlflow_dir() / "artifacts"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def is_local_sqlite(uri: str) -> bool:
+    return uri.startswith("sqlite:")
+
+
+def store_exists(uri: str | None = None) -> bool:
+    """False only for a sqlite store whose file does not exist yet (nothing to read there)."""
+    uri = uri or tracking_uri()
+    if not is_local_sqlite(uri):
+        return True
+    return Path(uri.removeprefix("sqlite:///")).is_file()
+
+
+def get_client(uri: str | None = None) -> "MlflowClient":
+    """An ``MlflowClient`` on ``uri`` (default :func:`tracking_uri`). Opening a fresh sqlite
+    store creates its tables: do it in one process (the sweep driver), not in every trial."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri or tracking_uri())
+
+
+def ensure_experiment(name: str, client: "MlflowClient | None" = None) -> str:
+    """The id of experiment ``name``, created if missing (and restored if deleted).
+
+    With a sqlite store opened directly, new experiments put their artifacts under
+    :func:`artifact_root` (MLflow would otherwise pick ``./mlruns`` relative to the current
+    directory); a server decides the artifact location itself. Safe against a concurrent
+    creation of the same name."""
+    from mlflow.entities import LifecycleStage
+    from mlflow.exceptions import MlflowException
+
+    client = client or get_client()
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        location = None
+        if is_local_sqlite(client.tracking_uri):
+            location = (artifact_root() / _safe_name(name)).as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:
+            exp = client.get_experiment_by_name(name)  # created meanwhile by another process
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == LifecycleStage.DELETED:
+        client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def _all_experiment_ids(client: "MlflowClient") -> list[str]:
+    from mlflow.entities import ViewType
+
+    ids: list[str] = []
+    token = None
+    while True:
+        page = client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        ids.extend(e.experiment_id for e in page)
+        token = page.token
+        if not token:
+            return ids
+
+
+def _search_all(client: "MlflowClient", experiment_ids: list[str], filter_string: str) -> list["Run"]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def find_runs_by_hash(hashes: Iterable[str], client: "MlflowClient | None" = None) -> dict[str, list["Run"]]:
+    """Active runs carrying ``cemlab.config_hash`` = each of ``hashes``, across all active
+    experiments, newest first. Every requested hash is a key (an empty list when none)."""
+    wanted = list(dict.fromkeys(hashes))
+    out: dict[str, list[Run]] = {h: [] for h in wanted}
+    if not wanted:
+        return out
+    client = client or get_client()
+    exp_ids = _all_experiment_ids(client)
+    if not exp_ids:
+        return out
+    tag = f"tags.`{schema.CONFIG_HASH}`"
+    if len(wanted) <= SCAN_THRESHOLD:
+        for h in wanted:
+            out[h] = _search_all(client, exp_ids, f"{tag} = '{_quote(h)}'")
+    else:
+        for run in _search_all(client, exp_ids, f"{tag} LIKE '%'"):
+            h = run.data.tags.get(schema.CONFIG_HASH)
+            if h in out:
+                out[h].append(run)
+    for runs in out.values():
+        runs.sort(key=lambda r: r.info.start_time or 0, reverse=True)
+    return out
+
+
+def _quote(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def run_status(run: "Run") -> str:
+    """cemlab's status of a run: the ``cemlab.status`` tag (finished / diverged / failed /
+    running); without it, MLflow's own status (FINISHED -> finished, RUNNING or SCHEDULED ->
+    running, FAILED or KILLED -> failed). A run that ended while its tag still said running
+    died without saying so: failed."""
+    tag = run.data.tags.get(schema.STATUS)
+    mlflow_status = run.info.status
+    if tag == schema.STATUS_RUNNING and mlflow_status not in ("RUNNING", "SCHEDULED"):
+        return schema.STATUS_FAILED
+    if tag:
+        return tag
+    return {"FINISHED": schema.STATUS_FINISHED, "RUNNING": schema.STATUS_RUNNING,
+            "SCHEDULED": schema.STATUS_RUNNING}.get(mlflow_status, schema.STATUS_FAILED)
+
+
+def best_run(runs: list["Run"], statuses: tuple[str, ...] = STATUS_PREFERENCE,
+             fallback: bool = False) -> "Run | None":
+    """The newest run with the most preferred status among ``statuses`` (order = preference);
+    with ``fallback``, the newest run of any other status when none matches."""
+    for status in statuses:
+        for run in runs:  # newest first
+            if run_status(run) == status:
+                return run
+    return runs[0] if fallback and runs else None
+
+
+def finished_run_for(config_hash: str, client: "MlflowClient | None" = None) -> "Run | None":
+    """The run to reuse for a config: the newest finished one, else the newest diverged one
+    (a diverged run is a result), else None."""
+    runs = find_runs_by_hash([config_hash], client)[config_hash]
+    return best_run(runs, (schema.STATUS_FINISHED, schema.STATUS_DIVERGED))
