@@ -166,6 +166,9 @@ def test_second_call_is_a_cache_hit_with_identical_arrays(tmp_path, texts):
         assert np.array_equal(first.split(s), second.split(s))
         assert second.stats["tokens"][s] == first.stats["tokens"][s]
     assert second.tokenizer.encode("def f(x): return x") == first.tokenizer.encode("def f(x): return x")
+    # a local corpus is tokenised whole, whatever the token budget: same entry, repeats reported
+    budget = prepare_data(cfg, 300, 16, min_train_tokens=10 * first.stats["tokens"]["train"])
+    assert budget.stats["cache_hit"] and budget.stats["train_repeats"] == 10.0
     # the same corpus with another split is other data: a miss, a new entry
     other = prepare_data(cfg.model_copy(update={"split_seed": 5}), 300, 16)
     assert other.stats["cache_hit"] is False and other.stats["cache_path"] != first.stats["cache_path"]
@@ -348,6 +351,8 @@ def test_hf_errors_and_bpe_on_a_stream(tmp_path, texts, hf_offline):
     cache = str(tmp_path / "cache")
     with pytest.raises(DataError, match=r"data\.hf_dataset=.*does not exist"):
         prepare_data(DataConfig(source="hf", hf_dataset=str(tmp_path / "missing"), cache_dir=cache), 300, 16, 1000)
+    with pytest.raises(DataError, match=r"data\.hf_dataset='gmongaras/SlimPajama-627B_Reupload' .* could not be opened"):
+        prepare_data(DataConfig(source="hf", cache_dir=cache), 300, 16, 1000)  # the hub is out of reach here
     with pytest.raises(DataError, match=r"data\.hf_max_documents"):
         prepare_data(DataConfig(source="hf", hf_dataset=str(tmp_path / "ds"), cache_dir=cache), 300, 16)
     with pytest.raises(DataError, match=r"data\.text_field='text' is not a field .*content"):

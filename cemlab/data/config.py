@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 #: Default ``max_chars`` of the embedded ``stdlib`` corpus. The non-test standard library of
 #: Python 3.11 holds about 12 M characters; 8 M of them give about 2.3 M tokens at the tiny
-#: preset's vocab (4096), enough for CPU sweeps of minutes, and the first (uncached) preparation
-#: (BPE training and tokenisation) takes about 15 s on two cores; later runs hit the cache.
+#: preset's vocab (4096), enough for CPU sweeps of minutes. The first (uncached) preparation (BPE
+#: training and tokenisation) takes 15-25 s on two shared cores (2 M characters: ~3 s, 12 M: ~26 s);
+#: every later run of the same data memory-maps the cache in about 0.1 s (``cemlab bench data``).
 STDLIB_DEFAULT_MAX_CHARS = 8_000_000
 
 #: Default ``bpe_max_chars`` when a BPE is trained on a streamed (``hf``) corpus, which has no end.

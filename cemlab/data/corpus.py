@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 import sysconfig
@@ -246,8 +247,10 @@ def stdlib_root() -> Path:
 def stdlib_corpus() -> FileCorpus:
     """The non-test ``.py`` files of the running Python's standard library."""
     root = stdlib_root()
-    files = [f for f in root.rglob("*.py")
-             if not any(p in STDLIB_SKIP_DIRS or p.startswith(".") for p in f.relative_to(root).parts[:-1])]
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in STDLIB_SKIP_DIRS and not d.startswith(".")]  # pruned, not walked
+        files.extend(Path(folder, n) for n in names if n.endswith(".py"))
     if not files:
         raise DataError(
             f"data.source='stdlib': found no .py files of the standard library under {root}; "

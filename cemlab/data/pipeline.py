@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -110,8 +110,9 @@ def prepare_data(
     data_key = f"{corpus.kind}-{tokenizer.name.replace('/', '_')[-40:]}-" + cache.stable_key(
         {**selection, "tokenizer": tokenizer.fingerprint(), "eot_id": tokenizer.eot_id,
          "min_train_tokens": min_train_tokens if hf else None, "format": FORMAT_VERSION})
-    entry, meta, hit = _cached_streams(root / "tokens", data_key, tokenizer, documents,
-                                       min_train_tokens if hf else None, data_cfg, corpus)
+    entry, meta, hit = _cached_streams(
+        root / "tokens", data_key,
+        lambda build: _write_streams(build, tokenizer, documents(), min_train_tokens if hf else None, data_cfg, corpus))
     dtype = np.dtype(meta["dtype"])
     arrays = {s: _open_stream(entry / f"{s}.bin", dtype, meta["tokens"][s]) for s in SPLITS}
     stats = {
@@ -130,6 +131,9 @@ def prepare_data(
         "build_seconds": meta["seconds"],
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    if min_train_tokens:  # how often a run with this budget goes through the training stream
+        stats["min_train_tokens"] = min_train_tokens
+        stats["train_repeats"] = round(min_train_tokens / max(1, stats["tokens"]["train"]), 3)
     _check_sizes(stats, seq_len, data_cfg)
     return DataBundle(arrays["train"], arrays["val"], arrays["test"], tokenizer, stats, entry)
 
@@ -167,7 +171,9 @@ def _entry_ok(entry: Path) -> dict[str, Any] | None:
     return None
 
 
-def _cached_streams(root, key, tokenizer, documents, min_train_tokens, cfg, corpus):
+def _cached_streams(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict[str, Any], bool]:
+    """(entry folder, meta, cache hit) of the token streams ``key``; ``build(folder)`` writes them
+    on a miss, under the lock, into a temporary folder that is then renamed into place."""
     entry = root / key
     meta = _entry_ok(entry)
     if meta is not None:
@@ -176,13 +182,16 @@ def _cached_streams(root, key, tokenizer, documents, min_train_tokens, cfg, corp
         meta = _entry_ok(entry)  # another process may have built it while we waited
         if meta is not None:
             return entry, meta, True
-        build = cache.new_build_dir(root, key)
-        meta = _write_streams(build, tokenizer, documents(), min_train_tokens, cfg, corpus)
-        cache.publish(build, entry)
+        folder = cache.new_build_dir(root, key)
+        meta = build(folder)
+        cache.publish(folder, entry)
     return entry, meta, False
 
 
-def _write_streams(build: Path, tokenizer: TextTokenizer, docs, min_train_tokens, cfg, corpus) -> dict[str, Any]:
+def _write_streams(
+    build: Path, tokenizer: TextTokenizer, docs: Iterator[tuple[str, Document]], min_train_tokens: int | None,
+    cfg: DataConfig, corpus: Corpus,
+) -> dict[str, Any]:
     """Tokenise documents into ``<split>.bin`` streams (each document followed by end-of-text)."""
     t0 = time.perf_counter()
     dtype = token_dtype(tokenizer.vocab_size)
