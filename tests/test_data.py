@@ -407,3 +407,16 @@ def test_unigram_perplexity_matches_a_direct_computation():
     assert unigram_perplexity(np.zeros(0, np.uint16), test, 50) == pytest.approx(50.0)  # no counts: uniform
     with pytest.raises(ValueError, match="vocab_size"):
         unigram_perplexity(train, test, 45)
+
+
+@pytest.mark.slow
+def test_bench_data_reports_a_miss_then_a_hit(tmp_path, texts, capsys):
+    from cemlab.bench.data import main
+
+    write_text_folder(tmp_path / "corpus", texts[:80])
+    assert main(["--preset", "nano", "--source", "text", "--path", str(tmp_path / "corpus"),
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+[12]\s+(miss|hit)", line)]
+    assert [r[:3] for r in rows] == [["1", "miss", "miss"], ["2", "hit", "hit"]]
+    assert re.search(r"tokens train/val/test: [\d,]+/[\d,]+/[\d,]+ \(uint16", out)
