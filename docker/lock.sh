@@ -3,10 +3,10 @@
 #
 # The lock pins every package the image installs (direct and transitive) to one version and the
 # sha256 of one file, so two builds of the same commit install the same bytes. Transitive
-# versions are constrained to the ones in the dev virtualenv (`pip freeze`), i.e. to what the
-# test suite runs against; only packages that the dev venv lacks (the CUDA wheels, ray[default]'s
-# extras) are chosen by the resolver. Target: CPython 3.11 on Linux x86_64 with glibc 2.36 (the
-# Debian bookworm base image); another platform (e.g. aarch64) needs its own lock.
+# versions are constrained to the ones in the dev virtualenv (`pip freeze --all`), i.e. to what
+# the test suite runs against; only packages that the dev venv lacks (the CUDA wheels,
+# ray[default]'s extras) are chosen by the resolver. Target: CPython 3.11 on Linux x86_64 with
+# glibc 2.36 (the Debian bookworm base image); another platform (e.g. aarch64) needs its own lock.
 #
 # Usage: docker/lock.sh            (uses .venv/bin/python; PYTHON=... to pick another)
 # Needs network access to the package index; resolves metadata only (downloads no wheels).
@@ -18,7 +18,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # Known-good versions, less torch: the dev venv has its CPU build (+cpu), the image wants CUDA.
-"$py" -m pip freeze --exclude-editable | grep -viE '^torch==' > "$work/known-good.txt"
+"$py" -m pip freeze --all --exclude-editable | grep -viE '^torch==' > "$work/known-good.txt"
 
 # Every wheel tag glibc 2.36 on x86_64 accepts (pip does not expand a --platform by itself).
 platforms=(--platform manylinux1_x86_64 --platform manylinux2010_x86_64 --platform manylinux2014_x86_64)

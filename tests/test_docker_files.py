@@ -114,24 +114,30 @@ def test_lock_pins_every_package_with_a_hash_and_cuda_torch():
     assert len(entries) == len(pins) > 100
     assert pins["torch"] == "2.13.0"  # the default (CUDA) build, not the tests' +cpu build
     assert any(name.startswith("nvidia-") for name in pins), "no CUDA runtime wheels in the lock"
+    for name, version in _direct_requirements().items():
+        assert pins[name] == version, f"{name}: requirements.in {version}, lock {pins[name]}"
+
+
+def _direct_requirements() -> dict[str, str]:
+    """docker/requirements.in as {normalised name: version}."""
+    pins = {}
     for line in (DOCKER / "requirements.in").read_text().splitlines():
         if line and not line.startswith("#"):
             name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)(?:\[[^]]*\])?==(\S+)", line).groups()
-            assert pins[re.sub(r"[-_.]+", "-", name).lower()] == version, line
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
 
 
 def test_lock_matches_the_versions_the_tests_run_against():
-    """The image installs what this test suite runs with; when the dev environment moves,
-    regenerate the lock with docker/lock.sh."""
+    """The image's direct dependencies are the versions this test suite runs with (torch: the
+    same version, CUDA build instead of +cpu). When the dev environment moves, update
+    docker/requirements.in and regenerate the lock with docker/lock.sh."""
     drift = {}
-    for name, version in _lock_pins().items():
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue  # only in the image (CUDA wheels, ray[default] extras)
+    for name, version in _direct_requirements().items():
+        installed = importlib.metadata.version(name)
         if installed.split("+")[0] != version:
-            drift[name] = (version, installed)
-    assert not drift, f"docker/requirements.lock differs from the dev environment: {drift}; run docker/lock.sh"
+            drift[name] = {"image": version, "tests": installed}
+    assert not drift, f"docker/requirements.in differs from the test environment: {drift}"
 
 
 # ---- compose.yaml ----------------------------------------------------------------------------
