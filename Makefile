@@ -7,10 +7,10 @@ SWEEP ?= recursion_ablation
 SCALE ?= tiny
 PYTEST_ARGS ?=
 # The install is redone when pyproject.toml changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml 2>/dev/null | sha1sum | cut -c1-10)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.txt 2>/dev/null | sha1sum | cut -c1-10)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test sweep plan report ui train bench gp clean cluster-up cluster-down lint-docker
+.PHONY: help install test sweep plan report ui train bench clean constraints cluster-up cluster-down lint-docker
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -28,7 +28,7 @@ $(STAMP):
 	  echo "No GPU: installing torch==2.13.0 (CPU build)"; $(PY) -m pip install -q "torch==2.13.0"; \
 	  $(PY) -c "import torch,sys; sys.exit(0 if torch.version.cuda is None else 'CUDA torch on a CPU machine')"; \
 	fi
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]" -c requirements/constraints.txt
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU torch on CPU machines)
@@ -54,6 +54,21 @@ train: $(STAMP) ## Train one model: make train CONFIG=configs/x.yaml (default: t
 
 bench: $(STAMP) ## Print layer/model throughput and memory benchmarks
 	$(CEMLAB) bench
+
+constraints: $(STAMP) ## Re-freeze requirements/constraints.txt from the current .venv (after a tested upgrade)
+	@{ sed -n '1,3p' requirements/constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v -iE "^(torch|cemlab)=="; } > requirements/constraints.new
+	@mv requirements/constraints.new requirements/constraints.txt; echo "requirements/constraints.txt updated"
+
+COMPOSE ?= docker compose
+cluster-up: ## Build the image and start PostgreSQL, MLflow, a Ray head and a GPU worker (docker/compose.yaml)
+	$(COMPOSE) -f docker/compose.yaml up -d --build --wait
+
+cluster-down: ## Stop the cluster stack (keeps its volumes; add -v by hand to delete them)
+	$(COMPOSE) -f docker/compose.yaml down
+
+lint-docker: $(STAMP) ## Lint the Dockerfile and validate the compose file
+	$(VENV)/bin/hadolint docker/Dockerfile
+	$(PY) -m pytest -q tests/test_docker_files.py
 
 clean: ## Remove the virtual environment and caches (keeps runs/ and reports/)
 	rm -rf $(VENV) .pytest_cache *.egg-info
