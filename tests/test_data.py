@@ -358,12 +358,13 @@ def test_hf_errors_and_bpe_on_a_stream(tmp_path, texts, hf_offline):
     with pytest.raises(DataError, match=r"data\.text_field='text' is not a field .*content"):
         prepare_data(DataConfig(source="hf", hf_dataset=str(tmp_path / "ds"), cache_dir=cache), 300, 16, 1000)
     b = prepare_data(DataConfig(source="hf", hf_dataset=str(tmp_path / "ds"), text_field="content", cache_dir=cache,
-                                max_chars=60_000), 300, 16, min_train_tokens=10**9)
+                                max_chars=30_000, val_fraction=0.2, test_fraction=0.2), 300, 16,
+                     min_train_tokens=10**9)
     assert b.tokenizer.vocab_size == 300 and b.stats["stream_stopped_early"] is False
-    assert sum(b.stats["chars"].values()) == 60_000
+    assert b.stats["chars"] == {"train": 18_000, "val": 6_000, "test": 6_000}  # max_chars shared by the fractions
     got = split_of_texts(b, b.tokenizer.decode)
-    cut = [t for t in got if t not in texts[:60]]  # only the last document may be cut to fit max_chars
-    assert len(got) < 60 and len(cut) <= 1 and all(any(t.startswith(c) for t in texts[:60]) for c in cut)
+    cut = [t for t in got if t not in texts[:60]]  # the last document of a split may be cut to fit
+    assert len(got) < 60 and len(cut) <= 3 and all(any(t.startswith(c) for t in texts[:60]) for c in cut)
 
 
 def test_pretrained_tokenizer_errors_name_the_field(tmp_path, texts, hf_offline):
@@ -392,7 +393,7 @@ def test_stdlib_corpus_is_real_python_source(tmp_path):
     b = prepare_data(DataConfig(cache_dir=str(tmp_path / "cache"), max_chars=400_000, val_fraction=0.2,
                                 test_fraction=0.2), 512, 64)
     assert b.stats["source"].startswith("stdlib:")
-    assert sum(b.stats["chars"].values()) == 400_000
+    assert b.stats["chars"] == {"train": 240_000, "val": 80_000, "test": 80_000}
     text = b.tokenizer.decode(b.train[:20000].tolist())
     assert "def " in text and "import " in text and "return" in text
 

@@ -58,12 +58,12 @@ class DataConfig(BaseModel):
         description=f"Train the BPE on at most this many characters of the training split "
         f"(None: all of it for local corpora, {HF_DEFAULT_BPE_CHARS:,} for source='hf').",
     )
-    max_documents: int | None = Field(default=None, ge=1, description="Use at most this many documents (local sources).")
+    max_documents: int | None = Field(default=None, ge=1, description="Use the first this many documents (local sources).")
     max_chars: int | None = Field(
         default=None,
         ge=1,
-        description=f"Use at most this many characters of text, any source (None: {STDLIB_DEFAULT_MAX_CHARS:,} "
-        f"for source='stdlib', no limit otherwise).",
+        description=f"Use at most this many characters of text, any source, shared among the splits by their "
+        f"fractions (None: {STDLIB_DEFAULT_MAX_CHARS:,} for source='stdlib', no limit otherwise).",
     )
     val_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of documents for validation.")
     test_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of documents for test.")

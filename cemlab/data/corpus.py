@@ -293,21 +293,49 @@ def effective_max_chars(cfg: DataConfig) -> int | None:
     return STDLIB_DEFAULT_MAX_CHARS if cfg.source == "stdlib" else None
 
 
-def limited(docs: Iterator[Document], max_documents: int | None, max_chars: int | None) -> Iterator[Document]:
-    """Skip empty documents; stop after ``max_documents`` documents or ``max_chars`` characters
-    (the last document is cut to fit)."""
-    n_docs = n_chars = 0
+def select(
+    docs: Iterator[Document], seed: int, val_fraction: float, test_fraction: float,
+    max_documents: int | None = None, max_chars: int | None = None,
+) -> Iterator[tuple[str, Document]]:
+    """``(split, document)`` for the documents of a corpus, in corpus order, empty ones skipped.
+
+    ``max_documents`` keeps the first that many documents. ``max_chars`` is shared among the splits
+    by their fractions (train ``1 - val - test``): each split takes its documents in order until its
+    share is full (the last one is cut to fit), so a small sample keeps validation and test text in
+    proportion instead of leaving them to chance. Reading stops once every share is full."""
+    budget = None
+    if max_chars is not None:
+        val, test = int(max_chars * val_fraction), int(max_chars * test_fraction)
+        budget = {"train": max_chars - val - test, "val": val, "test": test}
+    used = dict.fromkeys(SPLITS, 0)
+    n_docs = 0
     for doc in docs:
         if not doc.text.strip():
             continue
         if max_documents is not None and n_docs >= max_documents:
             return
-        if max_chars is not None:
-            room = max_chars - n_chars
+        split = split_of(doc.id, seed, val_fraction, test_fraction)
+        if budget is not None:
+            room = budget[split] - used[split]
             if room <= 0:
-                return
+                if all(used[s] >= budget[s] for s in SPLITS):
+                    return
+                continue
             if len(doc.text) > room:
                 doc = Document(doc.id, doc.text[:room])
+        used[split] += len(doc.text)
         n_docs += 1
-        n_chars += len(doc.text)
-        yield doc
+        yield split, doc
+
+
+def take_chars(texts: Iterator[str], max_chars: int | None) -> list[str]:
+    """The texts in order until ``max_chars`` characters (the last one cut to fit)."""
+    out, n = [], 0
+    for text in texts:
+        if max_chars is not None and n + len(text) > max_chars:
+            if max_chars > n:
+                out.append(text[: max_chars - n])
+            break
+        out.append(text)
+        n += len(text)
+    return out

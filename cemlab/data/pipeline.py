@@ -26,7 +26,7 @@ import numpy as np
 from cemlab import paths
 from cemlab.data import cache
 from cemlab.data.config import HF_DEFAULT_BPE_CHARS, DataConfig
-from cemlab.data.corpus import SPLITS, Corpus, Document, effective_max_chars, limited, open_corpus, split_of
+from cemlab.data.corpus import SPLITS, Corpus, Document, effective_max_chars, open_corpus, select, take_chars
 from cemlab.data.errors import DataError
 from cemlab.data.tokenizer import BPE_MIN_FREQUENCY, BPE_VERSION, TextTokenizer, cached_bpe, load_pretrained
 
@@ -86,8 +86,8 @@ def prepare_data(
     }
 
     def documents() -> Iterator[tuple[str, Document]]:
-        for doc in limited(corpus.documents(), max_docs, max_chars):
-            yield split_of(doc.id, data_cfg.split_seed, data_cfg.val_fraction, data_cfg.test_fraction), doc
+        return select(corpus.documents(), data_cfg.split_seed, data_cfg.val_fraction, data_cfg.test_fraction,
+                      max_docs, max_chars)
 
     tok_hit: bool | None = None
     if data_cfg.tokenizer == "bpe":
@@ -97,8 +97,7 @@ def prepare_data(
              "min_frequency": BPE_MIN_FREQUENCY, "version": BPE_VERSION})
 
         def train_texts() -> list[str]:
-            train_docs = (doc for split, doc in documents() if split == "train")
-            texts = [doc.text for doc in limited(train_docs, None, bpe_chars)]
+            texts = take_chars((doc.text for split, doc in documents() if split == "train"), bpe_chars)
             if not texts:
                 _raise_empty(data_cfg, corpus, sum(1 for _ in documents()))
             return texts
