@@ -1,0 +1,443 @@
+"""Sweep files, scales, grid expansion and ``cemlab plan``.
+
+Every sweep file of the project must validate and expand at every scale with the expected number
+of trials; identical trials in different sweeps (the shared Llama baselines) must get one config
+hash; broken files must fail before anything runs, naming the file and the key; and the plan must
+read trial statuses from a real MLflow store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cemlab.config import ModelConfig, RunConfig
+from cemlab.sweeps.spec import SweepError, Trial, list_sweeps, load_scales, load_sweep, sweeps_dir
+from cemlab.tracking import schema
+
+REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SCALES = ("smoke", "tiny", "paper")
+
+# Trial counts per sweep and scale, from the grids of ../shared/DESIGN.md section 2 and the
+# per-scale restrictions in the files (e.g. recursion_ablation at paper: 4 sizes x (1 Llama +
+# 2 sublayers x 2 T x 2 preconditioners) x 3 learning rates = 108).
+EXPECTED_COUNTS = {
+    "attention_replacement": {"smoke": 1 * 2, "tiny": 4 * 2, "paper": 4 * 2},
+    "mlp_replacement": {"smoke": 1 * 3, "tiny": 4 * 3, "paper": 4 * 3},
+    "recursion_ablation": {"smoke": 1 * 9, "tiny": 2 * 9, "paper": 4 * 9 * 3},
+    "lr_sweep": {"smoke": 1 * 2 * 3, "tiny": 2 * 2 * 5, "paper": 4 * 2 * 5},
+    "kq_diagonal": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
+    "reuse_vs_recursion_mlp": {"smoke": 1 * 6, "tiny": 2 * 6, "paper": 4 * 6},
+    "reuse_vs_recursion_attention": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
+    "gp_recursion": {"smoke": 2 * 2 * 1, "tiny": 2 * 4 * 3, "paper": 2 * 4 * 5},
+    "scale_256m": {"smoke": 2, "tiny": 2, "paper": 2 * 3},
+}
+
+
+@pytest.fixture(autouse=True)
+def _project_sweeps(monkeypatch):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    """A sweep folder with the project's scales.yaml, for hand-written sweep files."""
+    d = tmp_path / "sweeps"
+    d.mkdir()
+    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
+    return d
+
+
+def write(d: Path, name: str, text: str) -> Path:
+    p = d / f"{name}.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def trials_by_id(trials: list[Trial]) -> dict[str, Trial]:
+    return {t.trial_id: t for t in trials}
+
+
+# ---------------------------------------------------------------------------------------------
+# The project's sweep files
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_nine_experiments_have_sweep_files():
+    assert list_sweeps() == sorted(EXPECTED_COUNTS)
+    assert sweeps_dir() == REPO_SWEEPS
+
+
+@pytest.mark.parametrize("name,scale", list(itertools.product(sorted(EXPECTED_COUNTS), SCALES)))
+def test_every_sweep_expands_at_every_scale(name, scale):
+    spec = load_sweep(name)
+    trials = spec.expand(scale)
+    assert len(trials) == EXPECTED_COUNTS[name][scale]
+    assert len({t.trial_id for t in trials}) == len(trials)
+    assert len({t.config_hash for t in trials}) == len(trials)
+    for t in trials:
+        assert (t.sweep, t.scale, t.figure) == (name, scale, spec.figure)
+        assert t.config_hash == t.config.hash()
+        assert t.config.task == spec.task
+        assert t.config.tracking.experiment == f"cemlab/{name}"
+        assert t.config.tracking.run_name == t.trial_id
+        tags = t.config.tracking.tags
+        assert tags[schema.SWEEP] == name and tags[schema.SCALE] == scale and tags[schema.TRIAL_ID] == t.trial_id
+        assert tags[schema.CONFIG_HASH] == t.config_hash and tags[schema.FIGURE] == spec.figure
+        assert tags[schema.GROUP] == t.group and tags[schema.VARIANT] == t.variant
+        assert all(isinstance(v, str) for v in tags.values())
+        assert t.trial_id.replace("-", "").replace("_", "").replace(".", "").isalnum()
+        # The config round-trips through its own validation (what a trial process will do).
+        assert RunConfig.model_validate(t.config.model_dump()).hash() == t.config_hash
+        if spec.task == "lm":
+            assert t.axes["size"] == t.size and t.config.train.lr == t.axes["lr"]
+            assert t.config.train.seed == t.axes["seed"]
+
+
+def test_expansion_is_deterministic():
+    a = [(t.trial_id, t.config_hash) for t in load_sweep("recursion_ablation").expand("tiny")]
+    b = [(t.trial_id, t.config_hash) for t in load_sweep("recursion_ablation").expand("tiny")]
+    assert a == b
+    ids = [i for i, _ in a]
+    assert ids[0] == "86m__llama__lr2e-3__s0"
+    assert ids[:5] == ["86m__llama__lr2e-3__s0", "86m__cem-attn_T1_diag__lr2e-3__s0",
+                       "86m__cem-attn_T1_dplr__lr2e-3__s0", "86m__cem-attn_T2_diag__lr2e-3__s0",
+                       "86m__cem-attn_T2_dplr__lr2e-3__s0"]
+
+
+def test_trial_config_is_the_layered_settings():
+    """A trial's config equals one built by hand from scales.yaml and the sweep file's layers."""
+    scales = load_scales()
+    tiny = scales["tiny"]
+    t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["134m__cem-mlp_T2_dplr__lr2e-3__s0"]
+    size = tiny.sizes["134m"]
+    by_hand = RunConfig.model_validate({
+        "model": {**tiny.lm.base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr"},
+        "data": tiny.lm.base["data"],
+        "train": {**tiny.lm.base["train"], **size.train, "lr": 2e-3, "seed": 0},
+    })
+    assert t.config_hash == by_hand.hash()
+    assert t.axes == {"size": "134m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr", "lr": 2e-3, "seed": 0,
+                      "T": 2, "precond": "dplr"}
+    assert t.config.model.d_model == size.model["d_model"] and t.config.model.name == "134m"
+    assert t.config.train.tokens == size.train["tokens"]
+    assert t.config.tracking.tags[schema.axis_tag("T")] == "2"
+    assert t.config.tracking.tags[schema.MODEL_KIND] == "cem-mlp"
+    assert t.resources.workers == 1 and t.resources.gpus == 0
+
+
+def test_paper_scale_is_table1_with_chinchilla_tokens_on_slimpajama():
+    trials = load_sweep("attention_replacement").expand("paper")
+    assert sorted({t.size for t in trials}) == ["108m", "134m", "162m", "86m"]
+    for t in trials:
+        m, preset = t.config.model, ModelConfig.preset(t.size)
+        assert (m.d_model, m.n_layers, m.n_heads, m.d_mlp, m.vocab_size, m.context_length) == (
+            preset.d_model, preset.n_layers, preset.n_heads, preset.d_mlp, 32000, 2048)
+        assert t.config.train.tokens == "chinchilla" and t.config.train.batch_size == 128
+        assert t.config.train.precision == "bf16-mixed"
+        assert t.config.data.source == "hf" and "SlimPajama" in t.config.data.hf_dataset
+        assert "llama" in t.config.data.tokenizer.lower()
+        assert t.resources.gpus_per_worker == 1 and t.resources.workers * 8 * 2 == 128  # micro 8, accumulation 2
+
+
+def test_scale_restrictions_replace_axis_values():
+    spec = load_sweep("recursion_ablation")
+    tiny, paper = spec.expand("tiny"), spec.expand("paper")
+    assert sorted({t.size for t in tiny}) == ["134m", "86m"] and {t.axes["lr"] for t in tiny} == {2e-3}
+    assert {t.axes["lr"] for t in paper} == {1e-3, 2e-3, 4e-3}
+    gp = load_sweep("gp_recursion").expand("smoke")
+    assert sorted({t.axes["T"] for t in gp}) == [1, 2] and {t.axes["seed"] for t in gp} == {0}
+
+
+def test_gp_sweep_sets_kernel_steps_and_seed():
+    from cemlab.gp.config import GPConfig
+
+    trials = load_sweep("gp_recursion").expand("paper")
+    assert {(t.axes["kernel"], t.axes["T"]) for t in trials} == set(itertools.product(["rbf", "gibbs"], [1, 2, 4, 8]))
+    for t in trials:
+        gp = GPConfig.model_validate(t.config.gp)
+        assert t.task == "gp" and t.size == "" and "size" not in t.axes
+        assert (gp.kernel, gp.steps, gp.seed, t.config.train.seed) == (t.axes["kernel"], t.axes["T"], t.axes["seed"],
+                                                                       t.axes["seed"])
+        assert gp.latent_dim == 64 and gp.n_inputs == 10
+        assert t.trial_id == f"{t.axes['kernel']}_T{t.axes['T']}__s{t.axes['seed']}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared trials across sweeps
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_llama_baselines_are_shared_across_sweeps(scale):
+    """A Llama baseline at the same size, lr and seed is one config, whichever sweep names it."""
+    llama_hashes: dict[tuple, set[str]] = {}
+    for name in list_sweeps():
+        for t in load_sweep(name).expand(scale):
+            if t.task == "lm" and t.config.model.kind == "llama" and t.config.model.attn_reuse == 1 \
+                    and t.config.model.mlp_reuse == 1:
+                llama_hashes.setdefault((t.size, t.axes["lr"], t.axes["seed"]), set()).add(t.config_hash)
+    assert llama_hashes and all(len(h) == 1 for h in llama_hashes.values()), llama_hashes
+
+
+def test_identical_cells_of_different_figures_share_hashes():
+    def h(sweep, trial_id):
+        return trials_by_id(load_sweep(sweep).expand("tiny"))[trial_id].config_hash
+
+    base = h("attention_replacement", "86m__llama__lr2e-3__s0")
+    # Plain reuse with T=1 is the Llama baseline; so is the baseline of every other figure.
+    assert base == h("recursion_ablation", "86m__llama__lr2e-3__s0") == h("kq_diagonal", "86m__llama__lr2e-3__s0")
+    assert base == h("reuse_vs_recursion_mlp", "86m__reuse-mlp_T1__lr2e-3__s0")
+    assert base == h("reuse_vs_recursion_attention", "86m__reuse-attn_T1__lr2e-3__s0")
+    assert base == h("lr_sweep", "86m__llama__lr2e-3__s0") == h("mlp_replacement", "86m__llama__lr2e-3__s0")
+    # Single-step CEM attention (shared KQ diagonal, no preconditioner) in Fig 2a and Fig 4.
+    assert h("attention_replacement", "86m__cem-attn_T1__lr2e-3__s0") == \
+        h("reuse_vs_recursion_attention", "86m__cem-attn_T1__lr2e-3__s0")
+    # CEM attention T=1 with a diagonal preconditioner and shared diagonal: Fig 2c and Fig 3b.
+    assert h("recursion_ablation", "86m__cem-attn_T1_diag__lr2e-3__s0") == \
+        h("kq_diagonal", "86m__cem-attn_kq_shared__lr2e-3__s0")
+    # ... but a different scale is a different run.
+    assert base != trials_by_id(load_sweep("attention_replacement").expand("smoke"))["86m__llama__lr2e-3__s0"].config_hash
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken sweep files fail before anything runs, naming the file and the key
+# ---------------------------------------------------------------------------------------------
+
+GOOD_HEAD = """\
+figure: "Fig X"
+axes: {size: [86m], lr: [2.0e-3]}
+"""
+LLAMA = "variants: [{group: llama, label: llama}]\n"
+
+BROKEN = {
+    "unknown_top_key": ("figure: x\nfigrue: y\naxes: {size: [86m]}\n" + LLAMA, ["figrue", "unknown key"]),
+    "unknown_axis_key": ("figure: x\naxes: {size: [86m], sede: [0]}\n" + LLAMA, ["axes.sede", "did you mean 'seed'"]),
+    "wrong_type": ("figure: x\naxes: {size: [86m], lr: [fast]}\n" + LLAMA, ["axes.lr[0]", "valid number", "fast"]),
+    "empty_axis": ("figure: x\naxes: {size: [], lr: [2.0e-3]}\n" + LLAMA, ["axes.size", "empty"]),
+    "empty_variant_axis": (GOOD_HEAD + "variants:\n  - {group: cem, label: 'cem T{T}', set: {model.attention: cem, "
+                           "model.attn_steps: '{T}'}, axes: {T: []}}\n", ["variants[0].axes", "'T' is empty"]),
+    "no_variants": (GOOD_HEAD + "variants: []\n", ["variants", "empty"]),
+    "unknown_template_axis": (GOOD_HEAD + "variants:\n  - {group: cem, label: 'cem T{T}', set: {model.attention: cem, "
+                              "model.attn_steps: '{steps}'}, axes: {T: [1, 2]}}\n",
+                              ["variants[0]", "set.model.attn_steps", "'steps'", "add the axis"]),
+    "unknown_label_axis": (GOOD_HEAD + "variants:\n  - {group: cem, label: 'cem {precond}', set: "
+                           "{model.attention: cem}}\n", ["variants[0]", "label", "'precond'"]),
+    "axis_unused": (GOOD_HEAD + "variants:\n  - {group: cem, label: 'cem T{T}', set: {model.attention: cem}, "
+                    "axes: {T: [1, 2]}}\n", ["variants[0]", "axes.T", "used in no 'set'"]),
+    "kq_on_llama_attention": (GOOD_HEAD + "variants:\n  - {group: llama, label: llama kq, set: "
+                              "{model.kq_diagonal: shared}}\n",
+                              ["variants[0]", "kq_diagonal", "needs attention='cem'", "model.kq_diagonal is set in"]),
+    "steps_on_llama_mlp_via_template": (GOOD_HEAD + "variants:\n  - {group: x, label: 'x T{T}', set: "
+                                        "{model.mlp_steps: '{T}'}, axes: {T: [2]}}\n",
+                                        ["variants[0]", "mlp_steps=2", "needs mlp='cem'"]),
+    "model_key_typo": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
+                       "model.attn_stepz: 2}}\n", ["model.attn_stepz", "did you mean 'attn_steps'"]),
+    "bad_value": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
+                  "model.attn_precond: full}}\n", ["model.attn_precond", "'none', 'diag' or 'dplr'"]),
+    "set_conflicts_with_axis": (GOOD_HEAD + "variants:\n  - {group: x, label: x, set: {train.lr: 0.1}}\n",
+                                ["set.train.lr", "conflicts with the top-level 'lr' axis"]),
+    "unknown_size": ("figure: x\naxes: {size: [86m, 999m]}\n" + LLAMA, ["axes.size", "'999m'", "scales.yaml"]),
+    "unknown_scale": (GOOD_HEAD + LLAMA + "scales: {huge: {size: [86m]}}\n", ["scales.huge", "unknown scale"]),
+    "scale_unknown_axis": (GOOD_HEAD + LLAMA + "scales: {tiny: {T: [1]}}\n", ["scales.tiny.T", "no axis 'T'"]),
+    "scale_wrong_type": (GOOD_HEAD + LLAMA + "scales: {tiny: {lr: [fast]}}\n", ["scales.tiny.lr[0]", "valid number"]),
+    "duplicate_ids": (GOOD_HEAD + "variants:\n  - {group: llama, label: llama}\n  - {group: cem, label: llama, set: "
+                      "{model.attention: cem}}\n", ["variants[1].label", "id '86m__llama__lr2e-3__s0'"]),
+    "duplicate_configs": (GOOD_HEAD + "variants:\n  - {group: llama, label: llama}\n  - {group: other, label: other}\n",
+                          ["identical configs", "86m__llama__lr2e-3__s0", "86m__other__lr2e-3__s0"]),
+    "name_mismatch": ("name: other\n" + GOOD_HEAD + LLAMA, ["name: 'other' differs from the file name"]),
+    "gp_with_size": ("figure: x\ntask: gp\naxes: {size: [86m]}\nvariants: [{group: g, label: g}]\n",
+                     ["axes.size", "GP sweep has no model sizes"]),
+    "gp_bad_setting": ("figure: x\ntask: gp\nvariants: [{group: g, label: g, set: {gp.kernel: matern}}]\n",
+                       ["gp.kernel", "'rbf' or 'gibbs'", "gp.kernel is set in"]),
+    "not_a_mapping": ("- just\n- a list\n", ["top level must be a mapping"]),
+    "bad_yaml": ("figure: [unclosed\n", ["not valid YAML"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_sweep_files_fail_naming_file_and_key(sweep_dir, case):
+    text, expected = BROKEN[case]
+    path = write(sweep_dir, case, text)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path).expand("tiny")
+    msg = str(info.value)
+    assert str(path) in msg, msg
+    for fragment in expected:
+        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+
+
+def test_broken_scales_file_names_the_scale_and_size(sweep_dir):
+    scales = (sweep_dir / "scales.yaml").read_text()
+    (sweep_dir / "scales.yaml").write_text(scales.replace("d_model: 96,  n_layers: 2, n_heads: 2",
+                                                          "d_model: 96,  n_layers: 2, n_heads: 5", 1))
+    write(sweep_dir, "ok", GOOD_HEAD + LLAMA)
+    with pytest.raises(SweepError) as info:
+        load_sweep(sweep_dir / "ok.yaml")
+    msg = str(info.value)
+    assert str(sweep_dir / "scales.yaml") in msg and "tiny.sizes.86m.model" in msg and "n_heads=5" in msg
+
+
+def test_batch_not_divisible_by_workers_fails_naming_the_scale(sweep_dir):
+    scales = (sweep_dir / "scales.yaml").read_text()
+    (sweep_dir / "scales.yaml").write_text(scales.replace("resources: {workers: 8,", "resources: {workers: 3,"))
+    write(sweep_dir, "ok", GOOD_HEAD + LLAMA)
+    with pytest.raises(SweepError, match=r"batch_size=128 .*resources.workers=3 .*paper\.lm"):
+        load_sweep(sweep_dir / "ok.yaml").expand("paper")
+
+
+def test_unknown_sweep_name_lists_the_available_ones():
+    with pytest.raises(SweepError, match=r"no sweep named 'recursion_ablaton'.*did you mean 'recursion_ablation'"):
+        load_sweep("recursion_ablaton")
+
+
+def test_unknown_scale_is_refused():
+    with pytest.raises(SweepError, match=r"unknown scale 'huge'.*paper"):
+        load_sweep("kq_diagonal").expand("huge")
+
+
+def test_sweeps_dir_resolution(tmp_path, monkeypatch, sweep_dir):
+    write(sweep_dir, "mine", GOOD_HEAD + LLAMA)
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(sweep_dir))
+    assert list_sweeps() == ["mine"] and load_sweep("mine").expand("smoke")[0].sweep == "mine"
+    monkeypatch.delenv("CEMLAB_SWEEPS_DIR")
+    monkeypatch.chdir(tmp_path)  # ./sweeps holds a scales.yaml
+    assert sweeps_dir() == sweep_dir.resolve() and list_sweeps() == ["mine"]
+    monkeypatch.chdir(tmp_path / "sweeps")  # no ./sweeps here: the repository's folder
+    assert sweeps_dir() == REPO_SWEEPS
+
+
+def test_templates_keep_types_and_format_strings(sweep_dir):
+    write(sweep_dir, "tmpl", GOOD_HEAD + textwrap.dedent("""\
+        variants:
+          - group: cem-attn
+            label: "attn T{T} eta {eta}"
+            set: {model.attention: cem, model.attn_steps: "{T}", model.attn_eta: "{eta}",
+                  tracking.tags: {note: "T={T} at {size}"}}
+            axes: {T: [1, 3], eta: [0.5]}
+        """))
+    trials = load_sweep(sweep_dir / "tmpl.yaml").expand("tiny")
+    assert [t.trial_id for t in trials] == ["86m__attn_T1_eta_0.5__lr2e-3__s0", "86m__attn_T3_eta_0.5__lr2e-3__s0"]
+    assert [t.config.model.attn_steps for t in trials] == [1, 3] and trials[1].config.model.attn_eta == 0.5
+    assert trials[1].config.tracking.tags["note"] == "T=3 at 86m"
+
+
+# ---------------------------------------------------------------------------------------------
+# cemlab plan
+# ---------------------------------------------------------------------------------------------
+
+
+def test_plan_counts_params_tokens_and_flops_independently():
+    """Params from a real (CPU) model, tokens from the budget rule, FLOPs = tokens x FLOPs/token."""
+    from cemlab.models import build_model, count_parameters, flops_per_token
+    from cemlab.sweeps.plan import make_plan
+
+    plan = make_plan("recursion_ablation", "smoke", read_store=False)
+    assert len(plan.rows) == 9 and plan.store is None
+    for r in plan.rows:
+        cfg = r.trial.config
+        seq = cfg.model.context_length
+        assert r.params == sum(p.numel() for p in build_model(cfg.model).parameters())
+        assert r.tokens == math.ceil(cfg.train.tokens / (cfg.train.batch_size * seq)) * cfg.train.batch_size * seq
+        assert r.flops == pytest.approx(r.tokens * flops_per_token(cfg.model, seq)["train"])
+        assert r.status == "todo"
+    assert plan.total_tokens == sum(r.tokens for r in plan.rows)
+    # Chinchilla at the paper scale: 20 x the matched Llama's parameters, for the CEM variants too.
+    paper = make_plan("recursion_ablation", "paper", read_store=False)
+    llama86 = count_parameters(build_model(ModelConfig.preset("86m")).to("meta"))["total"]
+    for r in paper.rows:
+        if r.trial.size == "86m":
+            assert r.budget_params == llama86
+            assert r.tokens >= 20 * llama86 and r.tokens - 20 * llama86 < 128 * 2048  # rounded up to whole steps
+
+
+def test_plan_gpu_hours_match_the_paper_for_86m(sweep_dir, monkeypatch):
+    """Appendix C.5: an 86M model took about 8 x 2 = 16 A100-hours, i.e. ~30k tokens/s/GPU."""
+    from cemlab.sweeps.plan import make_plan
+
+    write(sweep_dir, "one", "figure: x\naxes: {size: [86m], lr: [2.0e-3]}\n" + LLAMA)
+    plan = make_plan(load_sweep(sweep_dir / "one.yaml"), "paper", read_store=False, mfu=0.4)
+    (row,) = plan.rows
+    assert plan.gpu_hours_paper_throughput["A100"] == pytest.approx(row.tokens / 30e3 / 3600)
+    assert 15 < plan.gpu_hours_paper_throughput["A100"] < 17
+    assert plan.gpu_hours_mfu["A100"] == pytest.approx(row.flops / (312e12 * 0.4) / 3600)
+    assert plan.gpu_hours_mfu["H100 SXM"] == pytest.approx(plan.gpu_hours_mfu["A100"] * 312 / 989)
+
+
+@pytest.fixture(scope="module")
+def plan_store(tmp_path_factory):
+    """A real sqlite MLflow store with runs for three trials of attention_replacement (smoke) and
+    kq_diagonal (smoke): finished, diverged, failed, in different experiments."""
+    from mlflow.tracking import MlflowClient
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+        runs = tmp_path_factory.mktemp("plan") / "runs"
+        mp.setenv("CEMLAB_RUNS_DIR", str(runs))
+        from cemlab.tracking.store import ensure_experiment, tracking_uri
+
+        client = MlflowClient(tracking_uri())
+        trials = trials_by_id(load_sweep("attention_replacement").expand("smoke"))
+        kq = trials_by_id(load_sweep("kq_diagonal").expand("smoke"))
+        exp_a = ensure_experiment("cemlab/attention_replacement", client)
+        exp_b = ensure_experiment("cemlab/kq_diagonal", client)
+
+        def add(exp, trial, status, mlflow_status="FINISHED"):
+            r = client.create_run(exp, tags={schema.CONFIG_HASH: trial.config_hash, schema.STATUS: status})
+            client.set_terminated(r.info.run_id, status=mlflow_status)
+            return r.info.run_id
+
+        ids = {
+            # The Llama baseline finished in the *kq_diagonal* sweep: attention_replacement reuses it.
+            "llama": add(exp_b, kq["86m__llama__lr2e-3__s0"], schema.STATUS_FINISHED),
+            "cem": add(exp_a, trials["86m__cem-attn_T1__lr2e-3__s0"], schema.STATUS_DIVERGED),
+            "kq_none_failed": add(exp_b, kq["86m__cem-attn_kq_none__lr2e-3__s0"], schema.STATUS_FAILED, "FAILED"),
+        }
+        yield runs, client, ids
+
+
+@pytest.mark.slow
+def test_plan_reads_statuses_from_the_store(plan_store, monkeypatch):
+    from cemlab.sweeps.plan import make_plan
+
+    runs, client, ids = plan_store
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(runs))
+    plan = make_plan("attention_replacement", "smoke")
+    status = {r.trial.trial_id: (r.status, r.run_id) for r in plan.rows}
+    assert status == {"86m__llama__lr2e-3__s0": ("done", ids["llama"]),
+                      "86m__cem-attn_T1__lr2e-3__s0": ("diverged", ids["cem"])}
+    assert plan.store == client.tracking_uri
+    kq = {r.trial.trial_id: r.status for r in make_plan("kq_diagonal", "smoke").rows}
+    assert kq == {"86m__llama__lr2e-3__s0": "done", "86m__cem-attn_kq_none__lr2e-3__s0": "failed",
+                  "86m__cem-attn_kq_shared__lr2e-3__s0": "todo", "86m__cem-attn_kq_per_head__lr2e-3__s0": "todo"}
+    # Another scale has other configs: nothing done there.
+    assert {r.status for r in make_plan("attention_replacement", "tiny").rows} == {"todo"}
+
+
+@pytest.mark.slow
+def test_plan_cli_prints_the_table_and_estimates(plan_store, monkeypatch, capsys):
+    from cemlab.cli import main
+
+    runs, _, _ = plan_store
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(runs))
+    assert main(["plan", "attention_replacement", "--scale", "smoke"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "86m__llama__lr2e-3__s0" in ln)
+    assert "done" in line and "llama" in line
+    assert "diverged" in next(ln for ln in out.splitlines() if "86m__cem-attn_T1__lr2e-3__s0" in ln)
+    assert "1 diverged, 1 done" in out and "A100" in out and "H100" in out and "40% MFU" in out
+    assert main(["plan", "no_such_sweep"]) == 2
+    assert "no sweep named 'no_such_sweep'" in capsys.readouterr().err
+
+
+def test_plan_does_not_create_a_missing_store(runs_dir):
+    from cemlab.sweeps.plan import make_plan
+
+    plan = make_plan("scale_256m", "smoke")
+    assert {r.status for r in plan.rows} == {"todo"}
+    assert not (runs_dir / "mlflow" / "mlflow.db").exists()
