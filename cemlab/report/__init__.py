@@ -1,0 +1,21 @@
+"""Reports: the paper's figures, Akima optima and claim verdicts from the runs in MLflow.
+
+``build_report(sweep, scale=None, out=None, tracking_uri=None) -> Path`` (the ``index.html``) is
+the entry point; ``cemlab report`` is its command line. Modules: ``runs`` (reading the store),
+``table`` (grid x runs, seed aggregation), ``akima`` (optimal learning rate), ``figures``,
+``claims``, ``render`` (HTML/Markdown page), ``build`` (putting it together).
+
+Importing this package is cheap; pandas, scipy and matplotlib load on first use.
+"""
+
+from __future__ import annotations
+
+__all__ = ["build_report"]
+
+
+def __getattr__(name: str):
+    if name == "build_report":
+        from cemlab.report.build import build_report
+
+        return build_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,389 @@
+"""Building a sweep's report: grid x store -> tables, figures, claims, page, MLflow artifacts.
+
+``build_report(sweep)`` is what ``cemlab sweep`` calls at the end of a sweep and what
+``cemlab report`` calls for each sweep named. It
+
+1. expands the sweep's grid at the scale (``cemlab.sweeps.spec``) and matches every trial to a run
+   in the MLflow store by config hash (``cemlab.report.table``);
+2. draws the paper figures the sweep's ``figure`` tag names, plus energy, training curves and the
+   parameter/FLOPs table (``cemlab.report.figures``), each with its CSV;
+3. evaluates the paper's claims that read this sweep (``cemlab.report.claims``), loading the grids
+   of any other sweep a claim compares with (e.g. CEM MLP vs CEM attention);
+4. writes ``index.html`` and ``index.md`` (``cemlab.report.render``), ``trials.csv``, ``cells.csv``,
+   ``claims.csv`` and ``missing.csv`` to ``<out>/<sweep>/``, removing figures left over from an
+   earlier report there;
+5. logs the folder as artifacts (``report/``) of the sweep's latest parent run, if there is one.
+
+Output is deterministic: the same store gives byte-identical files (no dates in PNG/PDF, stable
+order). A sweep without any run in the store still gets a page, which says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report import claims as claims_mod
+from cemlab.report import figures as figs
+from cemlab.report.render import Page, Section, render_html, render_md
+from cemlab.report.runs import RunStore, default_tracking_uri
+from cemlab.report.table import MISSING, aggregate, best_lr, join_trials
+from cemlab.tracking import schema
+
+#: ``cemlab report`` exit codes.
+EXIT_OK = 0            # every report made has at least one run
+EXIT_USAGE = 2         # unknown sweep or scale, bad arguments
+EXIT_NO_RUNS = 3       # a report (or the whole store) has no runs: its page says so
+
+#: Figures (paper ids) of each sweep, used when its ``figure`` tag names none that cemlab draws.
+SWEEP_FIGURES = {
+    "attention_replacement": ["fig2a"], "mlp_replacement": ["fig2b"], "recursion_ablation": ["fig2c", "fig2d"],
+    "lr_sweep": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
+    "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": ["fig3a"],
+}
+
+_PNG_META = {"Software": None}
+_PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
+
+
+class SweepGrids:
+    """The sweep files (``cemlab.sweeps.spec``): names, scales and expanded grids (cached)."""
+
+    def __init__(self):
+        from cemlab.sweeps import spec
+
+        self._spec = spec
+        self._cache: dict[tuple[str, str], list] = {}
+
+    def names(self) -> list[str]:
+        return self._spec.list_sweeps()
+
+    def scales(self) -> list[str]:
+        return list(self._spec.load_scales())
+
+    @property
+    def default_scale(self) -> str:
+        """The project's default scale, or the first defined one if the scales file lacks it."""
+        scales = self.scales()
+        return self._spec.DEFAULT_SCALE if self._spec.DEFAULT_SCALE in scales or not scales else scales[0]
+
+    def trials(self, sweep: str, scale: str) -> list:
+        """The grid; raises ``SweepError`` for an unknown sweep or scale."""
+        key = (sweep, scale)
+        if key not in self._cache:
+            self._cache[key] = self._spec.load_sweep(sweep).expand(scale)
+        return self._cache[key]
+
+    def figure(self, sweep: str) -> str:
+        return self._spec.load_sweep(sweep).figure
+
+
+class ReportContext:
+    """What figure builders and claims read: one sweep's trials and cells at one scale, the cells
+    of any other sweep (for comparisons and borrowed baselines), and run histories."""
+
+    def __init__(self, sweep: str, scale: str, store: RunStore, grids: SweepGrids):
+        self.sweep, self.scale, self.store, self.grids = sweep, scale, store, grids
+        self._trials: dict[str, pd.DataFrame] = {}
+        self._cells: dict[str, pd.DataFrame] = {}
+        self._records = None
+
+    def trials(self, sweep: str | None = None) -> pd.DataFrame:
+        name = sweep or self.sweep
+        if name not in self._trials:
+            if sweep is None or name in self.grids.names():
+                grid = self.grids.trials(name, self.scale)
+            else:
+                grid = []  # a claim names a sweep this project does not have
+            self._trials[name] = join_trials(grid, self.store)
+        return self._trials[name]
+
+    def cells(self, sweep: str | None = None) -> pd.DataFrame:
+        name = sweep or self.sweep
+        if name not in self._cells:
+            self._cells[name] = aggregate(self.trials(name))
+        return self._cells[name]
+
+    def baselines(self, cells: pd.DataFrame) -> dict[str, dict]:
+        """The Llama baseline of each size in ``cells``: this sweep's own Llama cells when it has
+        them, else the Llama cells of another sweep at this scale with the same size and learning
+        rate(s) (the one with most finished seeds). Several learning rates: the best one."""
+        out: dict[str, dict] = {}
+        lrs = set(cells["lr"])
+        for size in dict.fromkeys(cells["size"]):
+            own = self.cells()
+            cand = own[(own["group"] == "llama") & (own["size"] == size)]
+            source = self.sweep
+            if cand.empty or not np.isfinite(cand["mean"].to_numpy(dtype=float)).any():
+                best = None
+                for name in self.grids.names():
+                    if name == self.sweep:
+                        continue
+                    c = self.cells(name)
+                    c = c[(c["group"] == "llama") & (c["size"] == size) & c["lr"].isin(lrs)]
+                    if c.empty or not np.isfinite(c["mean"].to_numpy(dtype=float)).any():
+                        continue
+                    if best is None or c["n"].max() > best[1]["n"].max():
+                        best = (name, c)
+                if best is None:
+                    continue
+                source, cand = best
+            pick = best_lr(cand, ["size"]).iloc[0] if cand["lr"].nunique() > 1 else cand.iloc[0]
+            out[size] = {k: pick[k] for k in ("mean", "std", "n", "lr", "params_total", "token_budget",
+                                              "group", "variant")}
+            out[size]["source"] = source
+        return out
+
+    def metric_keys(self, run_id: str) -> list[str]:
+        if self._records is None:
+            self._records = {r.run_id: r for r in self.store.trial_runs()}
+        rec = self._records.get(run_id)
+        return sorted(rec.metrics) if rec else []
+
+    def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        return self.store.history(run_id, key)
+
+
+@dataclass
+class ReportResult:
+    """What a report build did (the CLI prints it; the sweep runner may too)."""
+
+    sweep: str
+    scale: str
+    out_dir: Path
+    index_html: Path
+    counts: dict[str, int]
+    verdicts: list = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+    parent_run_id: str | None = None
+    publish_error: str | None = None
+    tracking_uri: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return self.counts.get("runs", 0) == 0
+
+
+def count_runs(sweep: str, scale: str | None, store: RunStore, grids: SweepGrids) -> int:
+    """How many of the sweep's grid trials have a run in the store, at ``scale`` (None: the
+    scale with most)."""
+    scale = scale or choose_scale(sweep, store, grids)
+    return sum(1 for t in grids.trials(sweep, scale) if store.runs_for_hash(t.config_hash))
+
+
+def choose_scale(sweep: str, store: RunStore, grids: SweepGrids) -> str:
+    """The scale with the most grid trials that have a run; the default scale if none has any."""
+    best, best_n = grids.default_scale, 0
+    for scale in grids.scales():
+        try:
+            trials = grids.trials(sweep, scale)
+        except ValueError:  # the sweep cannot be expanded at this scale
+            continue
+        n = sum(1 for t in trials if store.runs_for_hash(t.config_hash))
+        if n > best_n:
+            best, best_n = scale, n
+    return best
+
+
+def _save(fig, out_dir: Path, stem: str, written: set[str]) -> None:
+    fig.savefig(out_dir / f"{stem}.png", dpi=110, metadata=_PNG_META)
+    fig.savefig(out_dir / f"{stem}.pdf", metadata=_PDF_META)
+    written.update({f"{stem}.png", f"{stem}.pdf"})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _csv(df: pd.DataFrame, out_dir: Path, stem: str, written: set[str]) -> str:
+    name = f"{stem}.csv"
+    df.to_csv(out_dir / name, index=False, lineterminator="\n")
+    written.add(name)
+    return name
+
+
+def _write(out_dir: Path, name: str, text: str, written: set[str]) -> Path:
+    p = out_dir / name
+    p.write_text(text, encoding="utf-8")
+    written.add(name)
+    return p
+
+
+def _remove_stale(out_dir: Path, written: set[str]) -> None:
+    """Drop report files of an earlier build that this one did not write (figures no longer made)."""
+    for p in sorted(out_dir.iterdir()):
+        if p.is_file() and p.name not in written and p.suffix in (".png", ".pdf", ".csv", ".html", ".md"):
+            p.unlink()
+
+
+def _counts(trials: pd.DataFrame) -> dict[str, int]:
+    st = trials["status"].value_counts().to_dict()
+    return {
+        "trials": int(len(trials)),
+        "runs": int((trials["status"] != MISSING).sum()),
+        schema.STATUS_FINISHED: int(st.get(schema.STATUS_FINISHED, 0)),
+        schema.STATUS_DIVERGED: int(st.get(schema.STATUS_DIVERGED, 0)),
+        schema.STATUS_FAILED: int(st.get(schema.STATUS_FAILED, 0)),
+        schema.STATUS_RUNNING: int(st.get(schema.STATUS_RUNNING, 0)),
+        MISSING: int(st.get(MISSING, 0)),
+        "reused": int(((trials["run_sweep"] != "") & (trials["run_sweep"] != trials["sweep"])).sum()),
+    }
+
+
+def _run_link(uri: str, run) -> str:
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}"
+    return run.run_id
+
+
+def _claims_frame(verdicts) -> pd.DataFrame:
+    return claims_mod.verdict_frame(verdicts)[["id", "paper", "claim", "verdict", "scale", "numbers", "missing",
+                                               "rule"]]
+
+
+def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> ReportResult:
+    """Write one sweep's report into ``out_dir`` (see the module docstring)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: set[str] = set()
+    trials = ctx.trials()
+    cells = ctx.cells()
+    counts = _counts(trials)
+    figure_tag = str(trials["figure"].iloc[0]) if len(trials) else ctx.grids.figure(ctx.sweep)
+
+    sections: list[Section] = []
+    made: list[str] = []
+    if counts["runs"]:
+        ids = [i for i in figs.figure_ids(figure_tag) if i in figs.PAPER_FIGURES] or SWEEP_FIGURES.get(ctx.sweep, [])
+        builders = [(i, figs.PAPER_FIGURES[i]) for i in figs.PAPER_FIGURES if i in ids]
+        for fid, build in builders + list(figs.GENERIC_FIGURES.items()):
+            f = build(ctx)
+            if f is None:
+                continue
+            files = []
+            image = None
+            if f.fig is not None:
+                _save(f.fig, out_dir, f.id, written)
+                image = f"{f.id}.png"
+                files.append(f"{f.id}.pdf")
+            for stem, df in f.tables.items():
+                files.append(_csv(df, out_dir, stem, written))
+            sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
+            made.append(f.id)
+
+    verdicts = claims_mod.evaluate(claims_mod.claims_for(ctx.sweep), ctx.cells, ctx.scale)
+    claims_df = _claims_frame(verdicts)
+    claim_file = _csv(claims_mod.verdict_frame(verdicts), out_dir, "claims", written)
+    trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
+    cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
+    not_done = trials[trials["status"] != schema.STATUS_FINISHED][
+        ["trial_id", "variant", "size", "lr", "seed", "status", "run_id"]].reset_index(drop=True)
+    missing_file = _csv(not_done, out_dir, "missing", written)
+    sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
+                            "cells, the verdicts and the trials without a finished run, as CSV.", None,
+                            [trials_file, cells_file, claim_file, missing_file]))
+
+    parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
+    banner = None
+    if counts["runs"] == 0:
+        where = "the MLflow store is empty or does not exist yet" if ctx.store.absent or not ctx.store.trial_runs() \
+            else "none of its runs matches this sweep's grid"
+        banner = (f"No runs of sweep '{ctx.sweep}' at scale '{ctx.scale}' were found in {ctx.store.uri} ({where}). "
+                  f"Run `cemlab sweep {ctx.sweep} --scale {ctx.scale}` first; the {counts['trials']} expected "
+                  f"trials are listed below.")
+    summary = [
+        ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale), ("MLflow store", ctx.store.uri),
+        ("parent run", _run_link(ctx.store.uri, parent) if parent else "none (report not logged to MLflow)"),
+        ("trials", f"{counts['trials']} in the grid, {counts[schema.STATUS_FINISHED]} finished, "
+                   f"{counts[schema.STATUS_DIVERGED]} diverged, {counts[schema.STATUS_FAILED]} failed, "
+                   f"{counts[schema.STATUS_RUNNING]} running, {counts[MISSING]} missing"),
+        ("runs reused from other sweeps", str(counts["reused"])),
+        ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
+                                     "mean, std (ddof=1) and n over finished seeds"),
+    ]
+    page = Page(f"cemlab report: {ctx.sweep} ({figure_tag}), scale {ctx.scale}", summary, banner, claims_df,
+                sections, not_done)
+    index = _write(out_dir, "index.html", render_html(page), written)
+    _write(out_dir, "index.md", render_md(page), written)
+    _remove_stale(out_dir, written)
+
+    result = ReportResult(ctx.sweep, ctx.scale, out_dir, index, counts, verdicts, made,
+                          parent.run_id if parent else None, tracking_uri=ctx.store.uri)
+    if publish and parent is not None:
+        try:
+            ctx.store.client.log_artifacts(parent.run_id, str(out_dir), schema.REPORT_ARTIFACT_DIR)
+        except Exception as e:  # the report on disk is complete; say why MLflow does not have it
+            result.publish_error = f"{type(e).__name__}: {e}"
+    return result
+
+
+def reports_root(out: str | Path | None) -> Path:
+    """``out``, or ``cemlab.paths.reports_dir()`` (``$CEMLAB_REPORTS_DIR`` or ``./reports``)."""
+    from cemlab.paths import reports_dir
+
+    return Path(out).expanduser().resolve() if out is not None else reports_dir()
+
+
+def report_dir(sweep: str, out: str | Path | None) -> Path:
+    """Where a sweep's report goes: ``<out>/<sweep>/``."""
+    return reports_root(out) / sweep
+
+
+def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,
+          store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True) -> ReportResult:
+    """``build_report`` returning the full ``ReportResult``."""
+    store = store or RunStore(tracking_uri or default_tracking_uri())
+    grids = grids or SweepGrids()
+    if scale:  # an unknown sweep or scale fails here, before anything is written
+        grids.trials(sweep, scale)
+    else:
+        grids.figure(sweep)
+    scale = scale or choose_scale(sweep, store, grids)
+    ctx = ReportContext(sweep, scale, store, grids)
+    return make_report(ctx, report_dir(sweep, out), publish=publish)
+
+
+def build_report(sweep: str, scale: str | None = None, out: str | Path | None = None,
+                 tracking_uri: str | None = None) -> Path:
+    """Make ``<out>/<sweep>/`` (default ``./reports/<sweep>/``) from the runs in MLflow and log it
+    to the sweep's latest parent run; returns the path of its ``index.html``.
+
+    ``scale`` defaults to the scale with the most runs of this sweep; ``tracking_uri`` to
+    ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.SweepError`` for
+    an unknown sweep or scale."""
+    result = build(sweep, scale, out, tracking_uri)
+    if result.publish_error:
+        print(f"cemlab report: the report of {sweep} was written but not logged to MLflow: {result.publish_error}",
+              file=sys.stderr)
+    return result.index_html
+
+
+def build_overview(results: list[ReportResult], out: str | Path | None, store: RunStore, grids: SweepGrids,
+                   scale: str | None) -> Path:
+    """``<out>/index.html`` (and ``.md``): links to each sweep's report and every claim's verdict
+    (claims evaluated at ``scale``, or each claim at the scale of its first sweep's report)."""
+    root = reports_root(out)
+    root.mkdir(parents=True, exist_ok=True)
+    scales = {r.sweep: r.scale for r in results}
+    verdicts = []
+    contexts: dict[str, ReportContext] = {}
+    for claim in claims_mod.CLAIMS:
+        s = scale or next((scales[n] for n in claim.sweeps if n in scales), grids.default_scale)
+        ctx = contexts.setdefault(s, ReportContext(claim.sweeps[0], s, store, grids))
+        verdicts += claims_mod.evaluate([claim], ctx.cells, s)
+    total_runs = sum(r.counts.get("runs", 0) for r in results)
+    banner = None
+    if total_runs == 0:
+        banner = (f"The MLflow store {store.uri} holds no runs of any sweep"
+                  f"{' at scale ' + scale if scale else ''}. Run `cemlab sweep NAME` first.")
+    summary = [("MLflow store", store.uri), ("scale", scale or "per sweep: the scale with most runs"),
+               ("sweeps", ", ".join(f"{r.sweep} ({r.scale}: {r.counts.get('runs', 0)} runs)" for r in results)
+                or "none")]
+    links = [(r.sweep, f"{r.sweep}/index.html") for r in results]
+    page = Page("cemlab reports", summary, banner, _claims_frame(verdicts), [], None, links)
+    (root / "index.html").write_text(render_html(page), encoding="utf-8")
+    (root / "index.md").write_text(render_md(page), encoding="utf-8")
+    claims_mod.verdict_frame(verdicts).to_csv(root / "claims.csv", index=False, lineterminator="\n")
+    return root / "index.html"

@@ -1,0 +1,99 @@
+"""``cemlab report``: regenerate sweep reports from the runs in MLflow.
+
+Exit codes: 0 every report has runs; 2 unknown sweep or scale; 3 a report (or the whole store) has
+no runs, in which case its page is still written and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+Reports go to DIR/<sweep>/ (index.html, index.md, figures as PNG and PDF, a CSV per figure,
+claims.csv, trials.csv, cells.csv, missing.csv) and are logged as artifacts (report/) of the
+sweep's latest parent run in MLflow. With several sweeps, DIR/index.html lists them all with
+every claim's verdict.
+
+exit codes:
+  0  every report made has at least one run
+  2  unknown sweep or scale
+  3  a report, or the whole store, has no runs (its page is written and says so)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("sweeps", nargs="*", metavar="SWEEP",
+                        help="sweep names (files in sweeps/); none: every sweep with runs in the store")
+    parser.add_argument("--all", action="store_true", help="every sweep file, with runs or not")
+    parser.add_argument("--scale", default=None,
+                        help="smoke | tiny | paper (default: for each sweep, the scale with most runs)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="reports folder (default: $CEMLAB_REPORTS_DIR or ./reports)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store (default: $MLFLOW_TRACKING_URI or the project's store)")
+    parser.add_argument("--no-log", action="store_true", help="do not log the reports to MLflow")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cemlab.report.build import (EXIT_NO_RUNS, EXIT_OK, EXIT_USAGE, SweepGrids, build, build_overview,
+                                     count_runs)
+    from cemlab.report.runs import RunStore, default_tracking_uri
+    from cemlab.sweeps.spec import SweepError
+
+    try:
+        uri = args.tracking_uri or default_tracking_uri()
+    except RuntimeError as e:
+        print(f"cemlab report: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    store = RunStore(uri)
+    grids = SweepGrids()
+    try:
+        available = grids.names()
+        if args.scale is not None and args.scale not in grids.scales():
+            raise SweepError(f"unknown scale {args.scale!r}; choose one of {grids.scales()}")
+        unknown = [s for s in args.sweeps if s not in available]
+        if unknown:
+            raise SweepError(f"unknown sweep(s) {unknown}; available: {available}")
+        if args.sweeps:
+            names = args.sweeps
+        elif args.all:
+            names = available
+        else:  # every sweep with at least one run in the store
+            names = [n for n in available if count_runs(n, args.scale, store, grids)]
+        results = [build(name, args.scale, args.out, store=store, grids=grids, publish=not args.no_log)
+                   for name in names]
+    except SweepError as e:
+        print(f"cemlab report: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+    for r in results:
+        _print_result(r)
+    if len(results) != 1:
+        overview = build_overview(results, args.out, store, grids, args.scale)
+        print(f"overview: {overview}")
+    if not results:
+        print(f"cemlab report: the MLflow store {uri} holds no runs of any sweep; run `cemlab sweep NAME` first",
+              file=sys.stderr)
+    if not results or any(r.empty for r in results):
+        return EXIT_NO_RUNS
+    return EXIT_OK
+
+
+def _print_result(r) -> None:
+    c = r.counts
+    if r.empty:
+        print(f"{r.sweep} [{r.scale}]: NO RUNS in {r.tracking_uri}; run `cemlab sweep {r.sweep} --scale {r.scale}` "
+              f"first. Page: {r.index_html}")
+        return
+    verdicts = ", ".join(f"{v.id}: {v.verdict}" for v in r.verdicts) or "no claims"
+    print(f"{r.sweep} [{r.scale}]: {c['finished']}/{c['trials']} trials finished "
+          f"({c['diverged']} diverged, {c['failed']} failed, {c['running']} running, {c['missing']} missing); "
+          f"figures: {', '.join(r.figures) or 'none'}")
+    print(f"  claims: {verdicts}")
+    print(f"  report: {r.index_html}")
+    if r.parent_run_id:
+        print(f"  logged to MLflow run {r.parent_run_id} (artifacts report/) at {r.tracking_uri}"
+              + (f" -- FAILED: {r.publish_error}" if r.publish_error else ""))

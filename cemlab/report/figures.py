@@ -1,0 +1,603 @@
+"""The paper's figures and tables, each drawn from a sweep's cells with the data behind it as CSV.
+
+Every builder takes the report context (``cemlab.report.build.ReportContext``) and returns a
+``Figure`` (or None when the sweep holds no data for it): a matplotlib figure, the DataFrames
+written as CSV, a caption. Builders only plot what the store holds: a cell without a finished
+seed is absent from the plot and present in the CSV with its note (missing, diverged, failed).
+
+Paper figures (section 4 and appendix D), chosen by the sweep's ``figure`` tag:
+
+=========  ================================================================================
+fig2a      attention replacement: perplexity vs parameters, CEM points linked to their Llama
+fig2b      MLP replacement, with the parameter-matched CEM MLP
+fig2c/2d   recursion steps x preconditioner (CEM attention / CEM MLP), Llama dashed
+fig3a      learning-rate curves with Akima-interpolated optima (stars; hollow = not bracketed)
+fig3b      KQ diagonal strategies in CEM attention, Llama dashed
+fig3c/4    plain layer reuse vs CEM recursion, gain from T=1 to T=2 (MLP / attention)
+table3     GP study: parameters, FLOPs per example, test RMSE mean +- std; RMSE vs T
+=========  ================================================================================
+
+and for every sweep: ``energy`` (energy after each recursion step), ``training`` (curves) and
+``params`` (parameters and FLOPs per cell).
+
+Where a sweep has several learning rates and a figure compares models (all but fig3a), each model
+is shown at its best learning rate of the grid (lowest mean), and that rate is in the CSV.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.akima import akima_curve, akima_optimum
+from cemlab.report.table import best_lr
+from cemlab.tracking import schema
+
+LLAMA_COLOR = "#d6679b"      # paper Fig. 2: pink diamonds
+CEM_COLOR = "#3b75af"        # blue dots
+MATCHED_COLOR = "#ef8636"    # orange triangles (parameter-matched)
+T1_COLOR = "#ef8636"         # Fig. 3c/4: T=1 orange, T=2 blue
+T2_COLOR = "#3b75af"
+LR_LLAMA_COLOR = "#ef8636"   # Fig. 3a: Llama orange, CEM blue
+PRECOND_COLORS = {"none": "#7f7f7f", "diag": "#2ca02c", "dplr": "#9467bd"}
+SETTING_FILL = {"plain reuse": "#fbd7b5", "CEM dim-matched": "#c6dbef", "CEM": "#c6dbef",
+                "CEM param-matched": "#f4c6dc"}
+SIZE_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h"]
+CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+         "#bcbd22", "#17becf"]
+
+#: At most this many points of a ``train/loss`` history go into the CSV and plot (evenly spaced,
+#: first and last kept), so that a paper-scale sweep's report stays small.
+MAX_CURVE_POINTS = 200
+
+
+@dataclass
+class Figure:
+    """One figure or table of the report."""
+
+    id: str                                   # file stem: fig2a, table3, energy, ...
+    title: str
+    caption: str
+    tables: dict[str, pd.DataFrame]           # CSV stem -> data (the first is the figure's data)
+    fig: object | None = None                 # matplotlib Figure, or None for a table only
+    show_tables: list[str] = field(default_factory=list)  # tables also shown on the page
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_ids(figure_tag: str) -> list[str]:
+    """``"Fig 2c+2d"`` -> ``["fig2c", "fig2d"]``; ``"Table 3"`` -> ``["table3"]``."""
+    s = (figure_tag or "").lower()
+    if "table" in s:
+        return [f"table{n}" for n in re.findall(r"\d+", s)]
+    return [f"fig{tok}" for tok in re.findall(r"\b(?:fig(?:ure)?\.?\s*)?(\d+[a-z]?)\b", s)]
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float, np.floating, np.integer)) and math.isfinite(x)
+
+
+def _lr_reduced(cells: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Cells at their best learning rate when the sweep has several, else unchanged."""
+    if cells.empty or cells["lr"].nunique() <= 1:
+        return cells.assign(n_lr=1)
+    return best_lr(cells, by)
+
+
+def _sizes(cells: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(cells.sort_values("order")["size"]))
+
+
+def _fmt_tokens(n: float) -> str:
+    if not _finite(n):
+        return ""
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit} tok"
+    return f"{n:.0f} tok"
+
+
+def _errorbar(ax, x, mean, std, **kw):
+    std = np.where(np.isfinite(std), std, 0.0)
+    return ax.errorbar(x, mean, yerr=std, capsize=3, **kw)
+
+
+def _cell_columns(df: pd.DataFrame, extra: list[str] = ()) -> pd.DataFrame:
+    """The CSV columns every figure's data shares."""
+    cols = ["size", "group", "variant", *extra, "lr", "mean", "std", "n", "n_expected", "note",
+            "params_total", "token_budget"]
+    cols = list(dict.fromkeys(c for c in cols if c in df.columns))
+    return df[cols].reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fig. 2a / 2b: replacing a sublayer
+# ----------------------------------------------------------------------------------------------
+
+def _replacement(ctx, fid: str, groups: tuple[str, ...], title: str, caption: str) -> Figure | None:
+    cells = ctx.cells()
+    cells = cells[cells["group"].isin(("llama",) + groups)]
+    cem = cells[cells["group"] != "llama"]
+    if cem.empty:
+        return None
+    cells = _lr_reduced(cells, ["group", "variant", "size", "param_matched"])
+    base = ctx.baselines(cells)
+    data = cells.copy()
+    data["baseline_mean"] = [base.get(s, {}).get("mean", math.nan) for s in data["size"]]
+    data["delta"] = data["mean"] - data["baseline_mean"]
+    data["rel_delta"] = data["delta"] / data["baseline_mean"]
+    data.loc[data["group"] == "llama", ["baseline_mean", "delta", "rel_delta"]] = math.nan
+    csv = _cell_columns(data, ["param_matched", "params_attention", "params_mlp"])
+    csv[["baseline_mean", "delta", "rel_delta"]] = data[["baseline_mean", "delta", "rel_delta"]].to_numpy()
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    llama = data[data["group"] == "llama"]
+    # baselines borrowed from another sweep also appear
+    for size, b in base.items():
+        if size not in set(llama["size"]) and _finite(b.get("mean")):
+            llama = pd.concat([llama, pd.DataFrame([{**b, "size": size}])], ignore_index=True)
+    for _, c in data[data["group"] != "llama"].iterrows():
+        b = base.get(c["size"])
+        if b and all(_finite(v) for v in (c["mean"], c["params_total"], b.get("mean"), b.get("params_total"))):
+            ax.plot([b["params_total"] / 1e6, c["params_total"] / 1e6], [b["mean"], c["mean"]],
+                    color="#bbbbbb", lw=1, zorder=1)
+    styles = [(llama, "Llama", LLAMA_COLOR, "D")]
+    others = data[data["group"] != "llama"]
+    styles.append((others[~others["param_matched"]], "CEM (dim-matched)", CEM_COLOR, "o"))
+    if others["param_matched"].any():
+        styles.append((others[others["param_matched"]], "CEM (param-matched)", MATCHED_COLOR, "^"))
+    for df, label, color, marker in styles:
+        df = df[np.isfinite(df["mean"].to_numpy(dtype=float)) & np.isfinite(df["params_total"].to_numpy(dtype=float))]
+        if df.empty:
+            continue
+        _errorbar(ax, df["params_total"] / 1e6, df["mean"], df["std"].to_numpy(dtype=float), fmt=marker,
+                  color=color, label=label, ms=7, zorder=3)
+        for _, r in df.iterrows():
+            ax.annotate(_fmt_tokens(r["token_budget"]), (r["params_total"] / 1e6, r["mean"]),
+                        textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+    ax.set_xlabel("parameters (M)")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return Figure(fid, title, caption, {fid: csv}, fig)
+
+
+def fig2a(ctx) -> Figure | None:
+    return _replacement(
+        ctx, "fig2a", ("cem-attn",), "Fig. 2a: attention replaced by CEM attention (T=1)",
+        "Test perplexity against total parameters. Each CEM point (blue) is linked to its Llama baseline "
+        "(pink) of the same dimensions; the token budget is written above each marker.")
+
+
+def fig2b(ctx) -> Figure | None:
+    return _replacement(
+        ctx, "fig2b", ("cem-mlp",), "Fig. 2b: gated MLP replaced by CEM MLP (T=1)",
+        "Test perplexity against total parameters: Llama (pink), dimension-matched CEM MLP (blue) and "
+        "parameter-matched CEM MLP with hidden width x1.5 (orange triangles), linked to their baseline.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fig. 2c / 2d: recursion x preconditioner
+# ----------------------------------------------------------------------------------------------
+
+def _recursion(ctx, fid: str, group: str, title: str, caption: str) -> Figure | None:
+    cells = ctx.cells()
+    cem = cells[cells["group"] == group]
+    if cem.empty:
+        return None
+    cem = _lr_reduced(cem, ["variant", "size", "T", "precond"])
+    base = ctx.baselines(cells)
+    data = cem.copy()
+    data["baseline_mean"] = [base.get(s, {}).get("mean", math.nan) for s in data["size"]]
+    csv = _cell_columns(data, ["T", "precond"])
+    csv["baseline_mean"] = data["baseline_mean"].to_numpy()
+
+    sizes = _sizes(data)
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(sizes), figsize=(max(5.5, 3.2 * len(sizes) + 0.8), 3.8), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        d = data[data["size"] == size]
+        for precond, g in d.groupby("precond", sort=False):
+            g = g.sort_values("T")
+            ok = np.isfinite(g["mean"].to_numpy(dtype=float))
+            if ok.any():
+                _errorbar(ax, g["T"][ok], g["mean"][ok], g["std"].to_numpy(dtype=float)[ok], fmt="-o",
+                          color=PRECOND_COLORS.get(precond), label=f"precond {precond}")
+        b = base.get(size, {}).get("mean", math.nan)
+        if _finite(b):
+            ax.axhline(b, ls="--", color=LLAMA_COLOR, label="Llama")
+        ax.set_xticks(sorted(d["T"].unique()))
+        ax.set_xlabel("recursion steps T")
+        ax.set_title(str(size))
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test perplexity")
+    handles = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        axes[0][-1].legend(list(handles.values()), list(handles.keys()), fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return Figure(fid, title, caption, {fid: csv}, fig)
+
+
+def fig2c(ctx) -> Figure | None:
+    return _recursion(ctx, "fig2c", "cem-attn", "Fig. 2c: CEM attention, recursion x preconditioner",
+                      "Test perplexity against recursion steps T, one colour per preconditioner, one panel "
+                      "per size; the dashed line is the Llama baseline of the same dimensions.")
+
+
+def fig2d(ctx) -> Figure | None:
+    return _recursion(ctx, "fig2d", "cem-mlp", "Fig. 2d: CEM MLP, recursion x preconditioner",
+                      "Test perplexity against recursion steps T, one colour per preconditioner, one panel "
+                      "per size; the dashed line is the Llama baseline of the same dimensions.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fig. 3a: learning rate, Akima optima
+# ----------------------------------------------------------------------------------------------
+
+def lr_optima(cells: pd.DataFrame) -> pd.DataFrame:
+    """Akima optimum of each (group, variant, size) over the cells' learning rates."""
+    rows = []
+    for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
+        opt = akima_optimum(g["lr"].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float))
+        params = g["params_total"].to_numpy(dtype=float)
+        params = params[np.isfinite(params)]
+        rows.append(dict(group=group, variant=variant, size=size, n_lr=int(len(g)), n_points=opt.n_points,
+                         params_total=float(params.mean()) if len(params) else math.nan,
+                         optimum_lr=opt.lr, optimum_log10_lr=opt.log10_lr, optimum_ppl=opt.value,
+                         bracketed=opt.bracketed,
+                         note="" if opt.bracketed else ("no finished runs" if opt.n_points == 0 else
+                                                       "optimum at the edge of the grid: not bracketed")))
+    return pd.DataFrame(rows, columns=["group", "variant", "size", "n_lr", "n_points", "params_total",
+                                       "optimum_lr", "optimum_log10_lr", "optimum_ppl", "bracketed", "note"])
+
+
+def fig3a(ctx) -> Figure | None:
+    cells = ctx.cells()
+    if cells.empty or cells["lr"].nunique() < 2:
+        return None
+    optima = lr_optima(cells)
+    csv = _cell_columns(cells)
+    sizes = _sizes(cells)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    groups = list(dict.fromkeys(cells["group"]))
+    # other families than Llama and CEM take colours from the cycle
+    colors = {g: {"llama": LR_LLAMA_COLOR, "cem": CEM_COLOR}.get(g, CYCLE[i % len(CYCLE)]) for i, g in enumerate(groups)}
+    for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
+        g = g.sort_values("lr")
+        marker = SIZE_MARKERS[sizes.index(size) % len(SIZE_MARKERS)]
+        ok = np.isfinite(g["mean"].to_numpy(dtype=float))
+        color = colors[group]
+        _errorbar(ax, g["lr"][ok], g["mean"][ok], g["std"].to_numpy(dtype=float)[ok], fmt=marker, color=color,
+                  ms=5, label=f"{variant} {size}")
+        x, y = akima_curve(g["lr"].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float))
+        if len(x) >= 2:
+            ax.plot(x, y, "-", color=color, lw=1, alpha=0.8)
+        bad = g[~ok & (g["n_diverged"] > 0)]
+        for lr in bad["lr"]:
+            ax.plot([lr], [1.0], marker="x", color=color, transform=ax.get_xaxis_transform(), clip_on=False)
+        o = optima[(optima["group"] == group) & (optima["variant"] == variant) & (optima["size"] == size)].iloc[0]
+        if _finite(o["optimum_ppl"]):
+            ax.plot([o["optimum_lr"]], [o["optimum_ppl"]], marker="*", ms=14, color=color,
+                    markerfacecolor=color if o["bracketed"] else "white", markeredgewidth=1.2, zorder=5)
+    ax.set_xscale("log")
+    lrs = sorted(cells["lr"].unique())
+    ax.set_xticks(lrs, [f"{lr:.2g}" for lr in lrs])
+    ax.set_xticks([], minor=True)
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("test perplexity")
+    ax.set_title("Fig. 3a: learning rate and Akima-interpolated optima")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    caption = ("Test perplexity against learning rate (seed means, bars = std). Lines: Akima (makima) "
+               "interpolation in log learning rate; stars: interpolated optima, hollow when the optimum lies "
+               "at the edge of the grid (not bracketed). x at the top: diverged runs.")
+    return Figure("fig3a", "Fig. 3a: optimal learning rate (Akima)", caption,
+                  {"fig3a": csv, "akima_optima": optima}, fig, show_tables=["akima_optima"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Fig. 3b: KQ diagonal
+# ----------------------------------------------------------------------------------------------
+
+KQ_ORDER = ["none", "shared", "per_head"]
+
+
+def fig3b(ctx) -> Figure | None:
+    cells = ctx.cells()
+    cem = cells[cells["group"] != "llama"]
+    if cem.empty or cem["kq_diagonal"].nunique() < 2:
+        return None
+    cem = _lr_reduced(cem, ["variant", "size", "kq_diagonal"])
+    base = ctx.baselines(cells)
+    data = cem.copy()
+    data["baseline_mean"] = [base.get(s, {}).get("mean", math.nan) for s in data["size"]]
+    csv = _cell_columns(data, ["kq_diagonal"])
+    csv["baseline_mean"] = data["baseline_mean"].to_numpy()
+    kinds = [k for k in KQ_ORDER if k in set(data["kq_diagonal"])] + sorted(set(data["kq_diagonal"]) - set(KQ_ORDER))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    for i, size in enumerate(_sizes(data)):
+        d = data[data["size"] == size].set_index("kq_diagonal").reindex(kinds)
+        color = CYCLE[i % len(CYCLE)]
+        xs = np.arange(len(kinds)) + (i - (len(_sizes(data)) - 1) / 2) * 0.06
+        _errorbar(ax, xs, d["mean"].to_numpy(dtype=float), d["std"].to_numpy(dtype=float), fmt="-o",
+                  color=color, label=str(size))
+        b = base.get(size, {}).get("mean", math.nan)
+        if _finite(b):
+            ax.axhline(b, ls="--", color=color, lw=1)
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_xlabel("KQ diagonal in A_k")
+    ax.set_ylabel("test perplexity")
+    ax.set_title("Fig. 3b: KQ diagonal strategies (CEM attention)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="size (dashed: Llama)")
+    fig.tight_layout()
+    return Figure("fig3b", "Fig. 3b: KQ diagonal strategies", (
+        "Test perplexity of CEM attention with no diagonal, a diagonal shared across heads and per-head "
+        "diagonals, one colour per size; dashed lines are the Llama baselines of the same dimensions."),
+        {"fig3b": csv}, fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fig. 3c / 4: plain reuse vs CEM recursion
+# ----------------------------------------------------------------------------------------------
+
+def reuse_setting(row, attention: bool) -> str:
+    """The setting of a cell in Fig. 3c (MLP) / Fig. 4 (attention)."""
+    if row["group"] == "llama" or str(row["group"]).startswith("reuse"):
+        return "plain reuse"
+    if attention:
+        return "CEM"
+    return "CEM param-matched" if row["param_matched"] else "CEM dim-matched"
+
+
+def recursion_gains(cells: pd.DataFrame, attention: bool) -> pd.DataFrame:
+    """Per (setting, size): perplexity at T=1 and T=2 and the gain ppl(T=1) - ppl(T=2)."""
+    cells = cells.copy()
+    cells["setting"] = [reuse_setting(r, attention) for _, r in cells.iterrows()]
+    cells = _lr_reduced(cells, ["setting", "size", "T"])
+    rows = []
+    for (setting, size), g in cells.groupby(["setting", "size"], sort=False):
+        by_t = {int(t): r for t, r in g.set_index("T").iterrows()}
+        r1, r2 = by_t.get(1), by_t.get(2)
+        row = dict(setting=setting, size=size)
+        for t, r in ((1, r1), (2, r2)):
+            for k in ("mean", "std", "n", "n_expected", "lr", "note"):
+                row[f"T{t}_{k}"] = r[k] if r is not None else (math.nan if k != "note" else "not in grid")
+        row["gain"] = row["T1_mean"] - row["T2_mean"]
+        row["rel_gain"] = row["gain"] / row["T1_mean"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> Figure | None:
+    cells = ctx.cells()
+    if cells.empty or not (set(cells["T"]) >= {1, 2}):
+        return None
+    gains = recursion_gains(cells, attention)
+    settings = list(dict.fromkeys(gains["setting"]))
+    order = ["plain reuse", "CEM dim-matched", "CEM", "CEM param-matched"]
+    settings.sort(key=lambda s: order.index(s) if s in order else len(order))
+    sizes = list(dict.fromkeys(gains["size"]))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(2.2 * len(settings) * max(1, len(sizes)) / 2 + 2.5, 4.2))
+    x0 = 0
+    ticks, labels = [], []
+    for setting in settings:
+        g = gains[gains["setting"] == setting].set_index("size").reindex(sizes)
+        xs = np.arange(len(sizes)) + x0
+        ax.axvspan(xs[0] - 0.45, xs[-1] + 0.45, color=SETTING_FILL.get(setting, "#eeeeee"), alpha=0.6, lw=0)
+        ax.text((xs[0] + xs[-1]) / 2, 1.01, setting, transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
+        for t, color in ((1, T1_COLOR), (2, T2_COLOR)):
+            _errorbar(ax, xs, g[f"T{t}_mean"].to_numpy(dtype=float), g[f"T{t}_std"].to_numpy(dtype=float),
+                      fmt="o", color=color, label=f"T={t}" if setting == settings[0] else None, ms=6)
+        for x, (_, r) in zip(xs, g.iterrows()):
+            if _finite(r["T1_mean"]) and _finite(r["T2_mean"]):
+                ax.annotate("", xy=(x, r["T2_mean"]), xytext=(x, r["T1_mean"]),
+                            arrowprops=dict(arrowstyle="->", color="#555555", lw=1))
+        ticks += list(xs)
+        labels += [str(s) for s in sizes]
+        x0 += len(sizes) + 0.6
+    ax.set_xticks(ticks, labels, fontsize=8)
+    ax.set_ylabel("test perplexity")
+    ax.set_title(title, pad=16)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return Figure(fid, title, caption, {fid: gains}, fig)
+
+
+def fig3c(ctx) -> Figure | None:
+    return _reuse_figure(ctx, "fig3c", False, "Fig. 3c: plain reuse vs CEM recursion (MLP)",
+                         "Test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the residual MLP block, "
+                         "the dimension-matched CEM MLP and the parameter-matched CEM MLP; arrows show the gain.")
+
+
+def fig4(ctx) -> Figure | None:
+    return _reuse_figure(ctx, "fig4", True, "Fig. 4: plain reuse vs CEM recursion (attention)",
+                         "Test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the attention block "
+                         "and for CEM attention; arrows show the gain.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Table 3: GP recursion
+# ----------------------------------------------------------------------------------------------
+
+def table3(ctx) -> Figure | None:
+    cells = ctx.cells()
+    cells = cells[cells["task"] == "gp"]
+    if cells.empty:
+        return None
+    rows = []
+    for _, c in cells.iterrows():
+        rows.append(dict(kernel=c["kernel"], T=int(c["T"]), variant=c["variant"], size=c["size"],
+                         params=c["params_total"], flops_per_example=c["flops_per_example"],
+                         rmse_mean=c["mean"], rmse_std=c["std"], n=c["n"], n_expected=c["n_expected"],
+                         note=c["note"]))
+    table = pd.DataFrame(rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    for i, (kernel, g) in enumerate(table.groupby("kernel", sort=False)):
+        g = g.sort_values("T")
+        ok = np.isfinite(g["rmse_mean"].to_numpy(dtype=float))
+        _errorbar(ax, g["T"][ok], g["rmse_mean"][ok], g["rmse_std"].to_numpy(dtype=float)[ok], fmt="-o",
+                  color=CYCLE[i % len(CYCLE)], label=str(kernel))
+    ax.set_xscale("log", base=2)
+    ts = sorted(table["T"].unique())
+    ax.set_xticks(ts, [str(t) for t in ts])
+    ax.set_xlabel("recursion steps T")
+    ax.set_ylabel("test RMSE")
+    ax.set_title("Table 3: GP regression, RMSE against recursion steps")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="kernel")
+    fig.tight_layout()
+    return Figure("table3", "Table 3: GP recursion study", (
+        "Recursive CEM MLPs on GP regression data (10 inputs): parameters, FLOPs per example, test RMSE "
+        "mean +- std over seeds, per kernel and recursion steps T."), {"table3": table}, fig,
+        show_tables=["table3"])
+
+
+# ----------------------------------------------------------------------------------------------
+# For every sweep: energy, training curves, parameters and FLOPs
+# ----------------------------------------------------------------------------------------------
+
+_ENERGY_KEY = re.compile(r"^energy/(attn|mlp)/L(\d+)$")
+
+
+def energy(ctx) -> Figure | None:
+    trials = ctx.trials()
+    rows = []
+    for _, t in trials[trials["status"] == schema.STATUS_FINISHED].iterrows():
+        for key in ctx.metric_keys(t["run_id"]):
+            m = _ENERGY_KEY.match(key)
+            if not m:
+                continue
+            for step, value in ctx.history(t["run_id"], key):
+                rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
+                                 run_id=t["run_id"], sublayer=m.group(1), layer=int(m.group(2)), step=step,
+                                 energy=value))
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    # energy change from step 0, mean over layers and seeds, per cell and step
+    e0 = data[data["step"] == 0].set_index(["run_id", "sublayer", "layer"])["energy"]
+    data["delta"] = data["energy"] - [e0.get((r, s, l), math.nan) for r, s, l in
+                                      zip(data["run_id"], data["sublayer"], data["layer"])]
+    subs = [s for s in ("attn", "mlp") if s in set(data["sublayer"])]
+    plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(subs), figsize=(5.2 * len(subs), 3.9), squeeze=False)
+    for ax, sub in zip(axes[0], subs):
+        d = data[data["sublayer"] == sub]
+        for i, (cell, g) in enumerate(d.groupby("cell", sort=False)):
+            curve = g.groupby("step")["delta"].mean()
+            first = g.iloc[0]
+            label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if trials["lr"].nunique() > 1 else "")
+            ax.plot(curve.index, curve.values, "-o", ms=3, color=CYCLE[i % len(CYCLE)], label=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("recursion step t")
+        ax.set_ylabel("energy - energy at t=0")
+        ax.set_title(f"CEM {'attention' if sub == 'attn' else 'MLP'}")
+        ax.grid(alpha=0.3)
+        if d["cell"].nunique() <= 16:
+            ax.legend(fontsize=7)
+    fig.suptitle("Energy after each recursion step")
+    fig.tight_layout()
+    data = data.drop(columns=["cell"])
+    return Figure("energy", "Energy after each recursion step", (
+        "Mean energy of each CEM sublayer on a fixed validation batch after each recursion step, as the "
+        "change from the starting point (t=0), averaged over layers and seeds. Descent steps lower it."),
+        {"energy": data}, fig)
+
+
+def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+    if len(points) <= limit:
+        return points
+    idx = np.unique(np.linspace(0, len(points) - 1, limit).round().astype(int))
+    return [points[i] for i in idx]
+
+
+def training(ctx) -> Figure | None:
+    trials = ctx.trials()
+    rows = []
+    for _, t in trials[trials["status"].isin([schema.STATUS_FINISHED, schema.STATUS_DIVERGED])].iterrows():
+        keys = ctx.metric_keys(t["run_id"])
+        for key in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE):
+            if key not in keys:
+                continue
+            for step, value in _thin(ctx.history(t["run_id"], key), MAX_CURVE_POINTS):
+                rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
+                                 run_id=t["run_id"], status=t["status"], metric=key, step=step, value=value))
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    metrics = [m for m in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE) if m in set(data["metric"])]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.9), squeeze=False)
+    many_lr = trials["lr"].nunique() > 1
+    for ax, metric in zip(axes[0], metrics):
+        d = data[data["metric"] == metric]
+        for i, (cell, g) in enumerate(d.groupby("cell", sort=False)):
+            curve = g.groupby("step")["value"].mean()
+            first = g.iloc[0]
+            label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if many_lr else "")
+            ax.plot(curve.index, curve.values, "-", lw=1, color=CYCLE[i % len(CYCLE)], label=label)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(metric + " (mean over seeds)")
+        if metric != schema.VAL_RMSE:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+        if d["cell"].nunique() <= 16:
+            ax.legend(fontsize=7)
+    fig.suptitle("Training curves")
+    fig.tight_layout()
+    return Figure("training", "Training curves", (
+        "Training loss and validation metric against optimizer steps, mean over seeds per cell "
+        f"(at most {MAX_CURVE_POINTS} points per run are kept)."), {"training": data.drop(columns=["cell"])}, fig)
+
+
+def params(ctx) -> Figure | None:
+    cells = ctx.cells()
+    cols = ["size", "group", "variant", "T", "precond", "kq_diagonal", "lr", "params_total", "params_attention",
+            "params_mlp", "params_embedding", "flops_per_token", "token_budget", "n", "n_expected"]
+    table = cells[[c for c in cols if c in cells.columns]]
+    if not np.isfinite(table["params_total"].to_numpy(dtype=float)).any():
+        return None
+    return Figure("params", "Parameters and FLOPs", (
+        "Parameters (total, attention, MLP, embedding), training FLOPs per token and token budget of each cell, "
+        "as logged by its runs (empty: no run logged them)."), {"params": table}, None, show_tables=["params"])
+
+
+#: Paper figures by id, in page order.
+PAPER_FIGURES: dict[str, Callable] = {
+    "fig2a": fig2a, "fig2b": fig2b, "fig2c": fig2c, "fig2d": fig2d, "fig3a": fig3a, "fig3b": fig3b,
+    "fig3c": fig3c, "fig4": fig4, "table3": table3,
+}
+#: Figures every sweep's report tries.
+GENERIC_FIGURES: dict[str, Callable] = {"energy": energy, "training": training, "params": params}

@@ -1,0 +1,215 @@
+"""A sweep's grid joined with the runs in the store, and aggregated over seeds.
+
+Two tables (pandas DataFrames) carry every report:
+
+- ``trials``: one row per grid trial (the sweep's expanded grid, in grid order) with the run that
+  stands for it (matched by config hash anywhere in the store), its status (``finished``,
+  ``diverged``, ``failed``, ``running`` or ``missing``) and its numbers.
+- ``cells``: one row per grid cell = the trials that differ only in their seed. The main metric
+  (test perplexity; test RMSE for the GP study) is aggregated over the cell's finished seeds:
+  ``mean``, ``std`` (sample standard deviation, ddof=1; empty with one seed) and ``n``, next to
+  ``n_expected`` and how many seeds are diverged, failed, running or missing.
+
+Nothing is invented: a cell without a finished seed has an empty mean and says why in ``note``.
+
+The columns that figures and claims select on (``lr``, ``seed``, ``T``, ``precond``,
+``kq_diagonal``, ``kernel``, ``param_matched``) come from the trial's axes when the sweep names
+them, otherwise from its resolved ``RunConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.runs import RunStore
+from cemlab.tracking import schema
+
+#: Status of a grid trial with no run in the store.
+MISSING = "missing"
+
+#: Static model facts copied from a run's metrics into the tables.
+MODEL_FACTS = {
+    "params_total": schema.PARAMS_TOTAL,
+    "params_attention": schema.PARAMS_ATTENTION,
+    "params_mlp": schema.PARAMS_MLP,
+    "params_embedding": schema.PARAMS_EMBEDDING,
+    "flops_per_token": schema.FLOPS_PER_TOKEN,
+    "flops_per_example": schema.FLOPS_PER_EXAMPLE,
+    "token_budget": schema.TOKEN_BUDGET,
+}
+
+#: Columns that identify a cell (with ``cell``, the JSON of the axes without the seed).
+CELL_COLUMNS = ["sweep", "figure", "scale", "group", "variant", "size", "task", "metric", "lr", "T",
+                "precond", "kq_diagonal", "kernel", "param_matched"]
+
+
+def metric_for_task(task: str) -> str:
+    """The paper's main metric: test perplexity for language models, test RMSE for the GP study."""
+    return schema.TEST_RMSE if task == "gp" else schema.TEST_PPL
+
+
+def _gp_settings(cfg) -> dict[str, Any]:
+    gp = cfg.gp
+    if gp is None:
+        return {}
+    return gp.model_dump() if hasattr(gp, "model_dump") else dict(gp)
+
+
+def _derived_T(cfg, group: str) -> int:
+    if cfg.task == "gp":
+        return int(_gp_settings(cfg).get("steps", 1))
+    m = cfg.model
+    if group.startswith("reuse"):
+        return max(m.attn_reuse, m.mlp_reuse)
+    if m.attention == "cem" and m.mlp != "cem":
+        return m.attn_steps
+    if m.mlp == "cem" and m.attention != "cem":
+        return m.mlp_steps
+    return max(m.attn_steps, m.mlp_steps, m.attn_reuse, m.mlp_reuse)
+
+
+def _derived_precond(cfg) -> str:
+    if cfg.task == "gp":
+        return str(_gp_settings(cfg).get("precond", "none"))
+    m = cfg.model
+    if m.attention == "cem" and m.mlp == "cem":
+        return m.attn_precond if m.attn_precond == m.mlp_precond else f"{m.attn_precond}/{m.mlp_precond}"
+    if m.attention == "cem":
+        return m.attn_precond
+    if m.mlp == "cem":
+        return m.mlp_precond
+    return "none"
+
+
+def _scalar(v: Any) -> Any:
+    """Axis values as plain JSON scalars (lists and objects as their JSON text)."""
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def trial_row(trial, order: int) -> dict[str, Any]:
+    """The columns of one grid trial (``cemlab.sweeps.spec.Trial`` or anything with its fields)."""
+    cfg = trial.config
+    axes = {k: _scalar(v) for k, v in dict(trial.axes or {}).items()}
+    group = str(trial.group or ("gp" if cfg.task == "gp" else cfg.model.kind))
+    gp = _gp_settings(cfg)
+    row = {
+        "order": order,
+        "sweep": trial.sweep,
+        "figure": trial.figure,
+        "scale": trial.scale,
+        "trial_id": trial.trial_id,
+        "group": group,
+        "variant": trial.variant,
+        "size": str(trial.size),
+        "task": cfg.task,
+        "metric": metric_for_task(cfg.task),
+        "config_hash": trial.config_hash,
+        "lr": float(axes.get("lr", cfg.train.lr)),
+        "seed": int(axes.get("seed", cfg.train.seed)),
+        "T": int(axes.get("T", _derived_T(cfg, group))),
+        "precond": str(axes.get("precond", _derived_precond(cfg))),
+        "kq_diagonal": str(axes.get("kq_diagonal", cfg.model.kq_diagonal)),
+        "kernel": str(axes.get("kernel", gp.get("kernel", ""))),
+        "param_matched": bool(axes.get("param_matched", cfg.model.mlp_param_matched)),
+    }
+    cell_axes = {k: v for k, v in axes.items() if k != "seed"}
+    cell_axes.update(group=group, variant=row["variant"], size=row["size"], sweep=row["sweep"])
+    row["cell"] = json.dumps(cell_axes, sort_keys=True, default=str)
+    return row
+
+
+def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
+    """The grid's trials with the run that stands for each (see ``RunStore.best_run``)."""
+    rows = []
+    for i, t in enumerate(trials):
+        row = trial_row(t, i)
+        run = store.best_run(row["config_hash"])
+        row["status"] = run.status if run else MISSING
+        row["run_id"] = run.run_id if run else ""
+        row["run_name"] = run.run_name if run else ""
+        row["run_sweep"] = run.tags.get(schema.SWEEP, "") if run else ""
+        row["n_runs"] = len(store.runs_for_hash(row["config_hash"]))
+        value = run.metrics.get(row["metric"], math.nan) if run else math.nan
+        row["value"] = value if row["status"] == schema.STATUS_FINISHED else math.nan
+        for col, key in MODEL_FACTS.items():
+            row[col] = run.metrics.get(key, math.nan) if run else math.nan
+        rows.append(row)
+    columns = ["order", "sweep", "figure", "scale", "trial_id", "group", "variant", "size", "task", "metric",
+               "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched", "cell",
+               "status", "run_id", "run_name", "run_sweep", "n_runs", "value", *MODEL_FACTS]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _std(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else math.nan
+
+
+def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell (trials equal but for the seed), in grid order; see the module docstring."""
+    out = []
+    for cell, g in trials.groupby("cell", sort=False):
+        g = g.sort_values("order")
+        first = g.iloc[0]
+        finite = g["value"].to_numpy(dtype=float)
+        finite = finite[np.isfinite(finite)]
+        counts = g["status"].value_counts().to_dict()
+        row = {c: first[c] for c in CELL_COLUMNS}
+        row.update(
+            order=int(first["order"]),
+            cell=cell,
+            mean=float(finite.mean()) if len(finite) else math.nan,
+            std=_std(finite),
+            n=int(len(finite)),
+            n_expected=int(len(g)),
+            n_diverged=int(counts.get(schema.STATUS_DIVERGED, 0)),
+            n_failed=int(counts.get(schema.STATUS_FAILED, 0)),
+            n_running=int(counts.get(schema.STATUS_RUNNING, 0)),
+            n_missing=int(counts.get(MISSING, 0)),
+            seeds=" ".join(str(s) for s in g["seed"]),
+            run_ids=" ".join(r for r in g["run_id"] if r),
+        )
+        for col in MODEL_FACTS:
+            vals = g[col].to_numpy(dtype=float)
+            vals = vals[np.isfinite(vals)]
+            row[col] = float(vals.mean()) if len(vals) else math.nan
+        row["note"] = cell_note(row)
+        out.append(row)
+    cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "n_expected", "n_diverged", "n_failed", "n_running",
+            "n_missing", "note", *MODEL_FACTS, "seeds", "run_ids", "cell"]
+    df = pd.DataFrame(out, columns=cols)
+    return df.sort_values("order", kind="stable").reset_index(drop=True)
+
+
+def cell_note(row: dict[str, Any]) -> str:
+    """A short human note on a cell's completeness: '' when every seed finished."""
+    parts = []
+    if row["n"] < row["n_expected"]:
+        parts.append(f"{row['n']}/{row['n_expected']} seeds finished")
+    for key, word in (("n_diverged", "diverged"), ("n_failed", "failed"), ("n_running", "running"),
+                      ("n_missing", "missing")):
+        if row[key]:
+            parts.append(f"{row[key]} {word}")
+    return "; ".join(parts)
+
+
+def best_lr(cells: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """For each group of cells equal in ``by``, the cell with the lowest mean (its learning rate
+    is kept in ``lr``); groups without any finished cell keep their first cell (mean empty).
+
+    Used where a figure or a claim compares models at their best learning rate of the grid."""
+    rows = []
+    for _, g in cells.groupby(by, sort=False, dropna=False):
+        done = g[np.isfinite(g["mean"].to_numpy(dtype=float))]
+        pick = done.loc[done["mean"].idxmin()] if len(done) else g.iloc[0]
+        row = pick.to_dict()
+        row["n_lr"] = int(len(g))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    return df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
