@@ -237,6 +237,27 @@ def test_missing_path_and_empty_corpus_name_data_path(tmp_path):
         prepare_data(text_cfg(tmp_path / "empty.txt", cache), 300, 16)
 
 
+def test_fields_of_another_source_are_rejected():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"data\.path is only read with source='text'"):
+        DataConfig(path="corpus/")
+    with pytest.raises(ValidationError, match=r"data\.hf_max_documents is only read with source='hf'"):
+        DataConfig(source="text", path="corpus/", hf_max_documents=10)
+    with pytest.raises(ValidationError, match=r"use data\.hf_max_documents"):
+        DataConfig(source="hf", max_documents=10)
+
+
+def test_relative_paths_are_made_absolute_where_the_config_is_made(tmp_path, monkeypatch, texts):
+    write_text_folder(tmp_path / "corpus", texts[:40])
+    monkeypatch.chdir(tmp_path)
+    cfg = DataConfig(source="text", path="corpus", cache_dir="cache", val_fraction=0.2, test_fraction=0.2)
+    assert cfg.path == str(tmp_path / "corpus") and cfg.cache_dir == str(tmp_path / "cache")
+    monkeypatch.chdir(tmp_path / "corpus" / "sub")  # a Ray trial's working directory is elsewhere
+    b = prepare_data(cfg, 300, 16)
+    assert sum(b.stats["documents"].values()) == 40 and b.stats["cache_path"].startswith(str(tmp_path / "cache"))
+
+
 def test_split_too_small_names_seq_len_and_the_split(tmp_path, texts):
     write_text_folder(tmp_path / "corpus", texts[:30])
     cfg = text_cfg(tmp_path / "corpus", tmp_path / "cache")

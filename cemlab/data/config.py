@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Default ``max_chars`` of the embedded ``stdlib`` corpus. The non-test standard library of
 #: Python 3.11 holds about 12 M characters; 8 M of them give about 2.3 M tokens at the tiny
@@ -30,7 +31,8 @@ class DataConfig(BaseModel):
       - ``hf``: a Hugging Face dataset streamed with ``datasets`` (``hf_dataset`` is a hub name, or a
         local folder or file of JSONL / parquet / CSV records), e.g. SlimPajama for the paper scale.
 
-    Documents go to train / validation / test by a stable hash of their identity (the file's path,
+    Relative ``path`` and ``cache_dir`` are made absolute when the config is made (Ray trials run in
+    another working directory). Documents go to train / validation / test by a stable hash of their identity (the file's path,
     or a record's text) and ``split_seed``, so adding documents never moves the others.
     """
 
@@ -70,3 +72,21 @@ class DataConfig(BaseModel):
     split_seed: int = Field(default=0, description="Seed of the deterministic split by document.")
     seq_len: int | None = Field(default=None, ge=2, description="Packed sequence length; defaults to model.context_length.")
     cache_dir: str | None = Field(default=None, description="Token cache folder; defaults to <runs>/cache.")
+
+    @field_validator("path", "cache_dir")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        # Made absolute where the config is made: Ray trials run in another working directory.
+        return None if v is None else os.path.abspath(os.path.expanduser(v))
+
+    @model_validator(mode="after")
+    def _check_source_fields(self) -> "DataConfig":
+        # A field of another source would be silently ignored: say so instead.
+        if self.path is not None and self.source != "text":
+            raise ValueError(f"data.path is only read with source='text' (source is {self.source!r}); "
+                             f"set data.source='text' or remove data.path")
+        if self.hf_max_documents is not None and self.source != "hf":
+            raise ValueError("data.hf_max_documents is only read with source='hf'; use data.max_documents")
+        if self.max_documents is not None and self.source == "hf":
+            raise ValueError("data.max_documents is not read with source='hf'; use data.hf_max_documents")
+        return self
