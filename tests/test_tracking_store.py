@@ -214,18 +214,32 @@ def test_server_starts_is_reused_serves_the_store_and_stops(server_runs, tmp_pat
     assert MlflowClient(url2).get_run(run.info.run_id).data.metrics[schema.TEST_PPL] == 12.5
 
 
-@pytest.mark.slow
-def test_server_start_failure_quotes_the_log(server_runs):
+def test_server_refuses_a_port_in_use(server_runs):
     import socket
 
     from cemlab.tracking import server
-
-    # A port that is taken: the server exits and the error shows why.
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        with pytest.raises(server.ServerError, match=r"exited while starting; log .*server\.log"):
-            server.start_server(port=port, timeout=120)
-    assert server.running_server() is None
+        with pytest.raises(server.ServerError, match=rf"port {port} on 127.0.0.1 is in use"):
+            server.start_server(port=port)
+    assert server.running_server() is None and not server.state_path().exists()
+
+
+def test_server_that_exits_while_starting_is_reported_with_its_log(server_runs, monkeypatch):
+    """Whatever makes the server process exit (here a stand-in that fails like a broken store),
+    start_server retries on other ports, then raises quoting the log; nothing is recorded."""
+    from cemlab.tracking import server
+
+    calls = []
+
+    def failing_command(backend, artifacts, port):
+        calls.append(port)
+        return [sys.executable, "-c", f"print('cannot open store {backend}'); raise SystemExit(3)"]
+
+    monkeypatch.setattr(server, "_server_command", failing_command)
+    with pytest.raises(server.ServerError, match=r"exited while starting; log .*server\.log:\n(.|\n)*cannot open store"):
+        server.start_server(timeout=60)
+    assert len(calls) == 3 and server.running_server() is None and not server.state_path().exists()

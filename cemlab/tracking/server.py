@@ -126,6 +126,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _server_command(backend: str, artifacts: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+            "--artifacts-destination", str(artifacts), "--host", HOST, "--port", str(port), "--workers", "1"]
+
+
 def _log_tail(path: Path, n: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
@@ -145,12 +159,13 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
         backend = default_tracking_uri()
         artifacts = artifact_root()
         log_path = mlflow_dir() / LOG_FILE
+        if port is not None and not _port_free(port):
+            raise ServerError(f"port {port} on {HOST} is in use; choose another port or leave it out (a free one is picked)")
         last_error = ""
         for _ in range(1 if port else 3):
             p = port or _free_port()
             url = f"http://{HOST}:{p}"
-            cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-                   "--artifacts-destination", str(artifacts), "--host", HOST, "--port", str(p), "--workers", "1"]
+            cmd = _server_command(backend, artifacts, p)
             with open(log_path, "ab") as log:
                 log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
                 log.flush()
