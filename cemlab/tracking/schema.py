@@ -29,6 +29,7 @@ DIVERGED_STEP = "cemlab.diverged_step"    # optimizer step where the loss became
 GIT_COMMIT = "cemlab.git_commit"
 TASK = "cemlab.task"                      # lm | gp
 REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused from earlier sweeps (comma list)
+ERROR = "cemlab.error"                    # last line of the error of a failed run
 
 
 def axis_tag(axis: str) -> str:
@@ -41,6 +42,7 @@ STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
 STATUS_DIVERGED = "diverged"
 STATUS_FAILED = "failed"
+STATUS_INTERRUPTED = "interrupted"        # Ctrl-C / SIGTERM; `cemlab train --resume` continues it
 
 # --- metrics (history over ``step`` = optimizer step) ------------------------------------------
 TRAIN_LOSS = "train/loss"
@@ -49,6 +51,9 @@ TOKENS_SEEN = "train/tokens"
 TOKENS_PER_S = "train/tokens_per_s"
 FLOPS_PER_S = "train/model_flops_per_s"
 MFU = "train/mfu"
+GRAD_NORM = "train/grad_norm"             # gradient norm before clipping
+EXAMPLES_SEEN = "train/examples"          # GP study: examples seen (LM runs count tokens)
+EXAMPLES_PER_S = "train/examples_per_s"
 VAL_LOSS = "val/loss"
 VAL_PPL = "val/ppl"
 TEST_LOSS = "test/loss"
@@ -58,6 +63,7 @@ VAL_RMSE = "val/rmse"
 # Test-time recursion curve: test perplexity with the recursion steps changed at evaluation only;
 # logged as TEST_PPL_AT_STEPS with ``step`` = the number of recursion steps T'.
 TEST_PPL_AT_STEPS = "test/ppl_at_steps"
+TEST_RMSE_AT_STEPS = "test/rmse_at_steps"  # GP study: the same curve for RMSE
 
 
 def energy_metric(sublayer: str, layer: int) -> str:
@@ -68,14 +74,23 @@ def energy_metric(sublayer: str, layer: int) -> str:
     return f"energy/{sublayer}/L{layer}"
 
 
+def energy_drop_metric(sublayer: str, layer: int) -> str:
+    """E(before the first step) - E(after the last step) on the same fixed validation batch, logged
+    at each validation with ``step`` = optimizer step (> 0: the recursion descends its energy)."""
+    return f"energy/{sublayer}/L{layer}/final_drop"
+
+
 # Static model facts, logged once (step 0).
 PARAMS_TOTAL = "model/params_total"
 PARAMS_ATTENTION = "model/params_attention"
 PARAMS_MLP = "model/params_mlp"
 PARAMS_EMBEDDING = "model/params_embedding"
+PARAMS_HEAD = "model/params_head"
 FLOPS_PER_TOKEN = "model/flops_per_token"         # training FLOPs (fwd+bwd) per token
 FLOPS_PER_EXAMPLE = "model/flops_per_example"     # GP study (Table 3): forward FLOPs per example
 TOKEN_BUDGET = "train/token_budget"
+TOTAL_STEPS = "train/total_steps"                 # optimizer steps the budget asks for
+DATA_TRAIN_TOKENS = "data/train_tokens"           # size of the training split (tokens; GP: examples)
 
 # --- artifacts ---------------------------------------------------------------------------------
 CONFIG_ARTIFACT = "config.yaml"           # the resolved RunConfig

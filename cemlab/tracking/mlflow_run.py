@@ -1,0 +1,311 @@
+"""One cemlab run in MLflow: its readable name, tags, params, config artifact, buffered metrics,
+parent/child nesting and terminal status.
+
+Everything goes through an explicit ``MlflowClient`` for an explicit tracking URI (never the
+global ``mlflow.*`` fluent state), so that a Ray trial, a DDP rank or a test can log into the store
+it was given and nothing else. Only the process that owns a run (global rank zero) should hold a
+:class:`RunHandle`; the training code enforces that.
+
+Status conventions (``cemlab.status`` tag, see :mod:`cemlab.tracking.schema`, and MLflow's own run
+status beside it):
+
+============  ===================  ====================================================
+cemlab        MLflow               meaning
+============  ===================  ====================================================
+running       RUNNING              training (or killed hard before it could say so)
+finished      FINISHED             trained to the end, test metrics logged
+diverged      FINISHED             stopped on a NaN/inf loss at ``cemlab.diverged_step``: a result
+failed        FAILED               an error; the traceback's last line is in ``cemlab.error``
+interrupted   KILLED               stopped by Ctrl-C / SIGTERM; ``cemlab train --resume`` continues it
+============  ===================  ====================================================
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+from urllib.parse import unquote, urlparse
+
+import yaml
+
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mlflow import MlflowClient
+
+    from cemlab.config import RunConfig
+
+#: MLflow's limits for one ``log_batch`` call and for one param value.
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_VALUE = 6000
+
+_MLFLOW_STATUS = {
+    schema.STATUS_FINISHED: "FINISHED",
+    schema.STATUS_DIVERGED: "FINISHED",
+    schema.STATUS_FAILED: "FAILED",
+    schema.STATUS_INTERRUPTED: "KILLED",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and tags
+# ---------------------------------------------------------------------------------------------
+
+
+def format_lr(lr: float) -> str:
+    """``0.002 -> "2e-3"``, ``0.0005 -> "5e-4"``, ``0.0025 -> "2.5e-3"`` (short and exact)."""
+    mantissa, exponent = f"{lr:.6e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def size_label(cfg: "RunConfig") -> str:
+    """The size a person recognises: the preset name (``86m``, ``tiny``) or the dimensions."""
+    if cfg.task == "gp":
+        gp = gp_config(cfg)
+        return f"d{gp.latent_dim}" + (f"x{gp.n_layers}" if gp.n_layers > 1 else "")
+    m = cfg.model
+    return m.name or f"d{m.d_model}L{m.n_layers}"
+
+
+def model_kind(cfg: "RunConfig") -> str:
+    return "gp-cem" if cfg.task == "gp" else cfg.model.kind
+
+
+def run_name(cfg: "RunConfig") -> str:
+    """A name a person can read in the dashboard, e.g. ``cem-attn T2 dplr 86m lr2e-3``.
+
+    Parts: the model kind; for CEM sublayers the recursion steps (``T2``, or ``Ta2 Tm1`` when
+    attention and MLP differ), the preconditioner, the KQ diagonal, plain reuse (``reuse2``) and
+    parameter matching (``pm``); the size; the learning rate; the seed when it is not 0."""
+    t = cfg.train
+    if cfg.task == "gp":
+        gp = gp_config(cfg)
+        parts = ["gp", gp.kernel, f"T{gp.steps}"]
+        if gp.precond != "none":
+            parts.append(gp.precond)
+        parts += [size_label(cfg), f"lr{format_lr(t.lr)}"]
+        if gp.seed:
+            parts.append(f"data{gp.seed}")
+        if t.seed:
+            parts.append(f"s{t.seed}")
+        return " ".join(parts)
+    m = cfg.model
+    parts = [m.kind]
+    steps = {}
+    if m.attention == "cem":
+        steps["a"] = m.attn_steps
+    if m.mlp == "cem":
+        steps["m"] = m.mlp_steps
+    if len(set(steps.values())) == 1:
+        parts.append(f"T{next(iter(steps.values()))}")
+    elif steps:
+        parts.append(" ".join(f"T{k}{v}" for k, v in steps.items()))
+    precs = {p for p, used in ((m.attn_precond, m.attention == "cem"), (m.mlp_precond, m.mlp == "cem")) if used}
+    precs.discard("none")
+    parts += sorted(precs)
+    if m.kq_diagonal != "none":
+        parts.append(f"kq-{m.kq_diagonal}")
+    if m.exact_energy_gradient:
+        parts.append("exact")
+    reuse = max(m.attn_reuse, m.mlp_reuse)
+    if reuse > 1:
+        parts.append(f"reuse{reuse}")
+    if m.mlp_param_matched:
+        parts.append("pm")
+    parts += [size_label(cfg), f"lr{format_lr(t.lr)}"]
+    if t.seed:
+        parts.append(f"s{t.seed}")
+    return " ".join(parts)
+
+
+def gp_config(cfg: "RunConfig"):
+    """The validated ``GPConfig`` of a ``task: gp`` run (errors name ``gp.<field>``)."""
+    from pydantic import ValidationError
+
+    from cemlab.config import ConfigError, format_validation_error
+    from cemlab.gp import GPConfig
+
+    try:
+        return GPConfig.model_validate(cfg.gp or {})
+    except ValidationError as e:
+        text = format_validation_error(e, source="config").replace("  - ", "  - gp.")
+        raise ConfigError(text) from None
+
+
+def git_commit() -> str | None:
+    """The commit of the cemlab checkout this code runs from (None outside a git checkout)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def run_tags(cfg: "RunConfig", role: str = "train", parent_run_id: str | None = None) -> dict[str, str]:
+    """Tags of a training run: role, task, model kind, size, config hash, git commit, status, the
+    parent (nesting) and the config's own ``tracking.tags`` (which win)."""
+    tags = {
+        schema.ROLE: role,
+        schema.TASK: cfg.task,
+        schema.MODEL_KIND: model_kind(cfg),
+        schema.SIZE: size_label(cfg),
+        schema.CONFIG_HASH: cfg.hash(),
+        schema.STATUS: schema.STATUS_RUNNING,
+    }
+    commit = git_commit()
+    if commit:
+        tags[schema.GIT_COMMIT] = commit
+    parent = parent_run_id or cfg.tracking.parent_run_id
+    if parent:
+        tags[schema.PARENT_RUN_ID] = parent
+    tags.update({str(k): str(v) for k, v in cfg.tracking.tags.items()})
+    return tags
+
+
+# ---------------------------------------------------------------------------------------------
+# Experiments and runs
+# ---------------------------------------------------------------------------------------------
+
+
+def client_for(tracking_uri: str) -> "MlflowClient":
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def default_artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """For a ``sqlite:`` store, artifacts beside the database file (``<db folder>/artifacts/<name>``),
+    as an absolute ``file:`` URI; MLflow's own default would be ``./mlruns`` under whatever the
+    current directory is (a Ray trial's temporary folder). None for servers (they decide)."""
+    if not tracking_uri.startswith("sqlite:"):
+        return None
+    path = unquote(urlparse(tracking_uri).path)
+    if tracking_uri.startswith("sqlite:////"):
+        path = "/" + path.lstrip("/")
+    folder = Path(path).parent / "artifacts" / _safe_folder(experiment)
+    return folder.resolve().as_uri()
+
+
+def _safe_folder(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "default"
+
+
+def get_or_create_experiment(client: "MlflowClient", name: str, tracking_uri: str | None = None) -> str:
+    """The id of experiment ``name``, created when missing (tolerating a concurrent creator)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri or "", name))
+    except Exception:  # created by someone else in between
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def create_run(client: "MlflowClient", experiment_id: str, name: str, tags: dict[str, str],
+               parent_run_id: str | None = None) -> str:
+    """Start a run (status RUNNING) and return its id. ``parent_run_id`` nests it under a parent
+    (MLflow's ``mlflow.parentRunId`` tag); a sweep's parent run is made with this too, with
+    ``tags[cemlab.role] = "sweep"``."""
+    tags = dict(tags)
+    if parent_run_id:
+        tags[schema.PARENT_RUN_ID] = parent_run_id
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
+    return run.info.run_id
+
+
+def log_params(client: "MlflowClient", run_id: str, params: dict[str, Any]) -> None:
+    """Log params in batches within MLflow's limits (long values are cut, with a marker)."""
+    from mlflow.entities import Param
+
+    items = []
+    for k, v in params.items():
+        text = "None" if v is None else str(v)
+        if len(text) > MAX_PARAM_VALUE:
+            text = text[: MAX_PARAM_VALUE - 12] + "...[cut]"
+        items.append(Param(k, text))
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+
+def config_yaml(cfg: "RunConfig") -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def log_config(client: "MlflowClient", run_id: str, cfg: "RunConfig") -> None:
+    """The resolved config as the ``config.yaml`` artifact (loadable with ``load_run_config``)."""
+    client.log_text(run_id, config_yaml(cfg), schema.CONFIG_ARTIFACT)
+
+
+def finish_run(client: "MlflowClient", run_id: str, status: str, extra_tags: dict[str, str] | None = None) -> None:
+    """Set ``cemlab.status`` (and any extra tags), then MLflow's terminal status for it."""
+    for k, v in {schema.STATUS: status, **(extra_tags or {})}.items():
+        client.set_tag(run_id, k, str(v))
+    client.set_terminated(run_id, status=_MLFLOW_STATUS.get(status, "FAILED"))
+
+
+def reopen_run(client: "MlflowClient", run_id: str) -> None:
+    """Mark a run RUNNING again (resuming it after a crash or an interruption)."""
+    client.update_run(run_id, status="RUNNING")
+    client.set_tag(run_id, schema.STATUS, schema.STATUS_RUNNING)
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffered metrics
+# ---------------------------------------------------------------------------------------------
+
+
+class MetricBuffer:
+    """Collects metrics and writes them with ``log_batch`` (one database round trip per flush, not
+    one per value). ``flush_every_s`` bounds how stale the store can get.
+
+    On a resumed run, ``skip_logged(keys)`` first reads how far each metric's history already goes,
+    and values at or below that step are dropped: the steps replayed after a restart from a
+    checkpoint (which recompute the same values) are then logged once."""
+
+    def __init__(self, client: "MlflowClient", run_id: str, flush_every_s: float = 10.0):
+        self.client, self.run_id = client, run_id
+        self.flush_every_s = flush_every_s
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+        self._logged_upto: dict[str, int] = {}
+
+    def skip_logged(self, keys: Iterable[str] | None = None) -> None:
+        run = self.client.get_run(self.run_id)
+        for key in keys if keys is not None else run.data.metrics:
+            history = self.client.get_metric_history(self.run_id, key)
+            if history:
+                self._logged_upto[key] = max(int(m.step) for m in history)
+
+    def add(self, key: str, value: float, step: int) -> None:
+        if step <= self._logged_upto.get(key, -1):
+            return
+        from mlflow.entities import Metric
+
+        value = float(value)
+        # MLflow stores NaN but not +-inf in every backend; keep the information either way.
+        if math.isinf(value):
+            value = math.copysign(1.7976931348623157e308, value)
+        self._pending.append(Metric(key, value, int(time.time() * 1000), int(step)))
+
+    def add_many(self, metrics: dict[str, float], step: int) -> None:
+        for k, v in metrics.items():
+            self.add(k, v, step)
+
+    def maybe_flush(self) -> None:
+        if self._pending and time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for i in range(0, len(pending), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=pending[i : i + MAX_METRICS_PER_BATCH])
+        self._last_flush = time.monotonic()

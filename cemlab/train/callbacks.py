@@ -1,0 +1,131 @@
+"""Lightning callbacks of a cemlab run: the run callback (metrics, validation, checkpoints,
+progress reports) and the progress bar.
+
+:class:`RunCallback`, at the end of every optimizer step ``s`` (1-based), in this order:
+
+1. step metrics: training loss, learning rate, gradient norm, tokens seen, tokens/s and model
+   FLOPs/s over the last steps (validation and checkpoint time excluded), MFU when the device's
+   peak is known; buffered, written to MLflow in batches;
+2. every ``train.val_interval`` steps and at the last step: validation loss and perplexity (RMSE
+   for the GP task) on a fixed set of validation sequences, the energy drop of every CEM sublayer
+   on a fixed validation batch, and the ``report`` callback (the sweep runner forwards it to Tune);
+3. every ``train.checkpoint_every`` steps and at the last step: the metric buffer is flushed, then
+   ``last.ckpt`` and ``state.json`` are replaced atomically.
+
+Validation runs before the checkpoint of the same step, so a run resumed from that checkpoint
+neither repeats nor skips anything. MLflow is touched on global rank zero only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+
+from cemlab.tracking import schema
+from cemlab.train import checkpoint as ckpt
+from cemlab.train.data import eval_indices
+
+
+class RunCallback(L.Callback):
+    def __init__(self, *, plan, task, val_dataset, energy_batch, folder: Path, state: dict[str, Any],
+                 metrics=None, report: Callable[[dict[str, float]], None] | None = None,
+                 flops_per_unit: float, peak_flops: float | None, val_batches: int):
+        self.plan, self.task = plan, task
+        self.val_dataset = val_dataset
+        self.val_indices = eval_indices(len(val_dataset), val_batches * plan.micro_batch_size)
+        self.energy_batch = energy_batch
+        self.folder, self.state = folder, state
+        self.metrics = metrics                  # MetricBuffer on rank zero, else None
+        self.report = report
+        self.flops_per_unit, self.peak_flops = flops_per_unit, peak_flops
+        self.latest: dict[str, float] = {}      # last value of every metric, for reports and results
+        self._seen_step = -1
+        self._window: deque[tuple[float, int]] = deque(maxlen=20)
+        self._t_last = time.perf_counter()
+
+    # -- hooks --------------------------------------------------------------------------------
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._seen_step = trainer.global_step
+        self._t_last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._seen_step:
+            return  # a micro-batch within gradient accumulation
+        self._seen_step = step
+        self._log_step(trainer, pl_module, step)
+        if step % pl_module.cfg.train.val_interval == 0 or step == self.plan.total_steps:
+            self.validate(trainer, pl_module, step)
+        if step % pl_module.cfg.train.checkpoint_every == 0 or step == self.plan.total_steps:
+            self.checkpoint(trainer, step)
+        elif self.metrics is not None:
+            self.metrics.maybe_flush()
+        self._t_last = time.perf_counter()  # validation and checkpoint time are not training time
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _log_step(self, trainer, pl_module, step: int) -> None:
+        now = time.perf_counter()
+        self._window.append((now - self._t_last, self.plan.tokens_per_step))
+        dt = sum(d for d, _ in self._window)
+        rate = sum(n for _, n in self._window) / dt if dt > 0 else float("nan")
+        lm = self.task.kind == "lm"
+        values = {
+            schema.TRAIN_LOSS: pl_module.step_loss,
+            schema.LR: pl_module.step_lr,
+            (schema.TOKENS_SEEN if lm else schema.EXAMPLES_SEEN): step * self.plan.tokens_per_step,
+            (schema.TOKENS_PER_S if lm else schema.EXAMPLES_PER_S): rate,
+            schema.FLOPS_PER_S: rate * self.flops_per_unit,
+        }
+        if pl_module.grad_norm is not None:
+            values[schema.GRAD_NORM] = float(pl_module.grad_norm)
+        if self.peak_flops:
+            values[schema.MFU] = rate * self.flops_per_unit / (self.peak_flops * trainer.world_size)
+        self.latest.update(values)
+        self.latest["step"] = step
+        if self.metrics is not None:
+            self.metrics.add_many(values, step)
+
+    def validate(self, trainer, pl_module, step: int) -> None:
+        result = pl_module.evaluate(self.val_dataset, self.val_indices, self.plan.micro_batch_size)
+        values = {f"val/{k}": v for k, v in result.items()}
+        if trainer.is_global_zero and self.energy_batch is not None:
+            for (sub, layer), trace in pl_module.energy_trace(self.energy_batch).items():
+                values[schema.energy_drop_metric(sub, layer)] = float(trace[0] - trace[-1])
+        self.latest.update(values)
+        if self.metrics is not None:
+            self.metrics.add_many(values, step)
+        if self.report is not None and trainer.is_global_zero:
+            self.report(dict(self.latest))
+
+    def checkpoint(self, trainer, step: int) -> None:
+        if self.metrics is not None:
+            self.metrics.flush()
+        ckpt.save_checkpoint(trainer, self.folder)
+        if trainer.is_global_zero:
+            self.state.update(step=step, checkpoint=str(self.folder / ckpt.CHECKPOINT_NAME))
+            ckpt.write_state(self.folder, self.state)
+
+
+class ProgressBar(TQDMProgressBar):
+    """Lightning's bar over micro-batches, showing the training loss and tokens/s only."""
+
+    def __init__(self, run_callback: RunCallback, refresh_rate: int = 1):
+        super().__init__(refresh_rate=refresh_rate)
+        self.run_callback = run_callback
+
+    def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
+        latest = self.run_callback.latest
+        out: dict[str, Any] = {}
+        if "step" in latest:
+            out["step"] = int(latest["step"])
+        if latest.get(schema.TRAIN_LOSS) is not None:
+            out["loss"] = f"{latest[schema.TRAIN_LOSS]:.3f}"
+        for key, label in ((schema.TOKENS_PER_S, "tok/s"), (schema.EXAMPLES_PER_S, "ex/s")):
+            if key in latest:
+                out[label] = f"{latest[key]:,.0f}"
+        return out

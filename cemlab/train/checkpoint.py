@@ -1,0 +1,78 @@
+"""A run's checkpoint folder: ``last.ckpt`` (Lightning checkpoint) and ``state.json`` (which MLflow
+run it logs into, how far it got, and its result once it has one).
+
+Both are replaced atomically: written to a temporary file in the same folder, flushed to disk,
+then renamed over the old one (``os.replace``). A crash during a save leaves the previous file
+whole; a stray ``*.tmp`` file is ignored and overwritten by the next save.
+
+The folder is ``train.checkpoint_dir`` or ``<runs>/checkpoints/<config hash>``: the same config
+finds its own checkpoint again, which is what ``cemlab train --resume`` and a retried sweep trial
+rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cemlab import paths
+from cemlab.config import RunConfig
+
+CHECKPOINT_NAME = "last.ckpt"
+STATE_NAME = "state.json"
+
+
+def checkpoint_dir(cfg: RunConfig) -> Path:
+    if cfg.train.checkpoint_dir:
+        d = Path(cfg.train.checkpoint_dir).expanduser().resolve()
+    else:
+        d = paths.checkpoints_dir() / cfg.hash()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _fsync_and_replace(tmp: Path, target: Path) -> None:
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+    try:  # make the rename itself durable
+        fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def save_checkpoint(trainer, folder: Path) -> Path:
+    """Write ``last.ckpt`` atomically through ``trainer.save_checkpoint`` (call it on every rank:
+    Lightning gathers what it needs and writes on rank zero)."""
+    target = folder / CHECKPOINT_NAME
+    tmp = folder / f"{CHECKPOINT_NAME}.tmp"
+    trainer.save_checkpoint(tmp)
+    if trainer.is_global_zero:
+        _fsync_and_replace(tmp, target)
+    trainer.strategy.barrier("cemlab.save_checkpoint")
+    return target
+
+
+def read_state(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(folder: Path, state: dict[str, Any]) -> None:
+    tmp = folder / f"{STATE_NAME}.tmp"
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True, default=str))
+    _fsync_and_replace(tmp, folder / STATE_NAME)
+
+
+def clear(folder: Path) -> None:
+    """Forget a previous attempt (a fresh, not resumed, run of the same config)."""
+    for name in (CHECKPOINT_NAME, STATE_NAME, f"{CHECKPOINT_NAME}.tmp", f"{STATE_NAME}.tmp"):
+        (folder / name).unlink(missing_ok=True)
