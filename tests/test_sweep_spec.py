@@ -441,3 +441,19 @@ def test_plan_does_not_create_a_missing_store(runs_dir):
     plan = make_plan("scale_256m", "smoke")
     assert {r.status for r in plan.rows} == {"todo"}
     assert not (runs_dir / "mlflow" / "mlflow.db").exists()
+
+
+def test_plan_with_an_unreachable_server_fails_fast(monkeypatch, capsys):
+    import socket
+
+    from cemlab.cli import main
+
+    with socket.socket() as s:  # a port nobody serves
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    assert main(["plan", "scale_256m", "--scale", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert f"MLflow server at http://127.0.0.1:{port} does not answer" in err and "--no-store" in err
+    assert main(["plan", "scale_256m", "--scale", "smoke", "--no-store"]) == 0
+    assert "256m__llama__lr2e-3__s0" in capsys.readouterr().out

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cemlab.sweeps.plan import make_plan
     from cemlab.sweeps.spec import SweepError, list_sweeps, load_sweep
+    from cemlab.tracking.store import StoreError
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     if not 0 < args.mfu <= 1:
@@ -75,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)
+        return 2
+    except StoreError as e:
+        print(f"cemlab plan: {e}; or pass --no-store", file=sys.stderr)
         return 2
 
     if args.json:

@@ -182,9 +182,10 @@ def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" 
     rows = [acct.row(t) for t in trials]
     store = None
     if read_store:
-        from cemlab.tracking.store import get_client, store_exists, tracking_uri
+        from cemlab.tracking.store import check_reachable, get_client, store_exists, tracking_uri
 
         if client is None and store_exists():
+            check_reachable()
             client = get_client()
         if client is not None:
             store = client.tracking_uri

@@ -242,8 +242,8 @@ class Trial:
 
 
 def sweeps_dir() -> Path:
-    """The project's sweep folder: ``$CEMLAB_SWEEPS_DIR``, else ``./sweeps``, else the ``sweeps``
-    folder of the repository this package lives in."""
+    """The project's sweep folder: ``$CEMLAB_SWEEPS_DIR``, else ``./sweeps`` when it holds a
+    ``scales.yaml``, else the ``sweeps`` folder of the repository this package lives in."""
     env = os.environ.get("CEMLAB_SWEEPS_DIR")
     if env:
         return Path(env).expanduser().resolve()
@@ -617,6 +617,8 @@ def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
     """Field names valid at ``loc`` inside ``model`` (for 'did you mean' hints)."""
     node = model
     for part in loc:
+        if part.isdigit():  # an index into a list of models: stay at the item type
+            continue
         if node is None or not hasattr(node, "model_fields") or part not in node.model_fields:
             return []
         ann = node.model_fields[part].annotation

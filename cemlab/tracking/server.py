@@ -23,13 +23,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking.store import artifact_root, default_tracking_uri
+from cemlab.tracking.store import artifact_root, default_tracking_uri, healthy
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -99,15 +97,6 @@ def _pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
-
-
-def healthy(url: str, timeout: float = 2.0) -> bool:
-    """True when an MLflow server answers ``GET <url>/health`` with 200."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def running_server() -> ServerInfo | None:

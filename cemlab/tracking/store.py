@@ -17,6 +17,8 @@ the runs of given hashes in all experiments, :func:`finished_run_for` the one to
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -62,6 +64,28 @@ def store_exists(uri: str | None = None) -> bool:
     if not is_local_sqlite(uri):
         return True
     return Path(uri.removeprefix("sqlite:///")).is_file()
+
+
+class StoreError(RuntimeError):
+    """The MLflow store cannot be reached; the message says which one and what to do."""
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    """True when an MLflow server answers ``GET <url>/health`` with 200."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def check_reachable(uri: str | None = None) -> None:
+    """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` is a server that
+    does not answer."""
+    uri = uri or tracking_uri()
+    if uri.startswith(("http://", "https://")) and not healthy(uri, timeout=5.0):
+        raise StoreError(f"the MLflow server at {uri} does not answer (GET /health); start it, or unset "
+                         f"MLFLOW_TRACKING_URI to use the project's store under ./runs")
 
 
 def get_client(uri: str | None = None) -> "MlflowClient":
