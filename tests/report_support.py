@@ -39,7 +39,7 @@ axes: {size: [s1, s2], seed: [0]}
 variants:
   - {group: llama, label: llama}
   - {group: cem-mlp, label: cem-mlp, set: {model.mlp: cem}}
-  - {group: cem-mlp, label: cem-mlp param-matched, set: {model.mlp: cem, model.mlp_param_matched: true}}
+  - {group: cem-mlp-pm, label: cem-mlp param-matched, set: {model.mlp: cem, model.mlp_param_matched: true}}
 """,
     "recursion_ablation": """\
 figure: "Fig 2c+2d"
@@ -80,7 +80,7 @@ axes: {size: [s1], seed: [0]}
 variants:
   - {group: reuse-mlp, label: "reuse T{T}", set: {model.mlp_reuse: "{T}"}, axes: {T: [1, 2]}}
   - {group: cem-mlp, label: "cem-mlp T{T}", set: {model.mlp: cem, model.mlp_steps: "{T}"}, axes: {T: [1, 2]}}
-  - group: cem-mlp
+  - group: cem-mlp-pm
     label: "cem-mlp param-matched T{T}"
     set: {model.mlp: cem, model.mlp_steps: "{T}", model.mlp_param_matched: true}
     axes: {T: [1, 2]}
@@ -125,8 +125,11 @@ class RunWriter:
     def experiment(self, name: str) -> str:
         if name not in self._experiments:
             exp = self.client.get_experiment_by_name(name)
+            # a server chooses its artifact location; a sqlite store gets one under artifact_root
+            location = None if self.client.tracking_uri.startswith("http") else \
+                (self.artifact_root / name.replace("/", "_")).as_uri()
             self._experiments[name] = exp.experiment_id if exp else self.client.create_experiment(
-                name, artifact_location=(self.artifact_root / name.replace("/", "_")).as_uri())
+                name, artifact_location=location)
         return self._experiments[name]
 
     def parent(self, sweep: str, scale: str = "smoke") -> str:
@@ -165,8 +168,107 @@ def lm_metrics(ppl: float, params: float = 1e6, tokens: float = 2e4) -> dict[str
             schema.FLOPS_PER_TOKEN: 6 * params, schema.TOKEN_BUDGET: tokens}
 
 
-def nan() -> float:
-    return math.nan
+# ----------------------------------------------------------------------------------------------
+# The test scenario: crafted outcomes for every trial of the test sweeps
+# ----------------------------------------------------------------------------------------------
+
+# Values by (sweep, trial label parts). Shared configs (the Llama baselines, plain reuse at T=1)
+# are written once, by the first sweep that has them, and reused by hash.
+ATTN = {("s1", "llama"): [30.0, 31.0, 32.5], ("s1", "cem-attn"): [30.5, 31.5, "diverged"],
+        ("s2", "llama"): [25.0, 25.5, 26.0], ("s2", "cem-attn"): [25.8, "missing", 26.3]}
+MLP = {("s1", "cem-mlp"): 33.0, ("s1", "cem-mlp param-matched"): 32.0,
+       ("s2", "cem-mlp"): 27.5, ("s2", "cem-mlp param-matched"): 28.0}
+RECURSION = {"cem-attn T1 diag": 31.0, "cem-attn T1 dplr": 31.1, "cem-attn T2 diag": 29.5, "cem-attn T2 dplr": 28.9,
+             "cem-mlp T1 diag": 33.0, "cem-mlp T1 dplr": 32.9, "cem-mlp T2 diag": 32.0, "cem-mlp T2 dplr": 31.2}
+# "none" has the config of recursion_ablation's "cem-attn T1 diag" (31.0): that run is reused
+KQ = {"none": 99.0, "shared": 30.2, "per_head": 30.0}
+REUSE = {"reuse T2": 29.9, "cem-mlp T2": 32.0, "cem-mlp param-matched T2": 31.0}
+GP = {("rbf", 1): [0.30, 0.32], ("rbf", 2): [0.25, 0.27], ("rbf", 4): [0.22, 0.24], ("rbf", 8): [0.23, 0.25],
+      ("gibbs", 1): [0.40, 0.42], ("gibbs", 2): [0.35, 0.37], ("gibbs", 4): [0.33, 0.35], ("gibbs", 8): [0.30, 0.32]}
+LR_OPT = {"llama": (30.0, 1.5e-3), "cem": (29.6, 3.5e-3)}
+
+
+def lr_curve(group: str, lr: float, seed: int) -> float:
+    base, opt = LR_OPT[group]
+    return base + 8 * (math.log10(lr) - math.log10(opt)) ** 2 + (0.1 if seed else -0.1)
+
+
+def params_of(trial) -> float:
+    # a made-up but distinct parameter count per size and family
+    return {"s1": 1.0e6, "s2": 2.0e6, "": 5e4}[trial.size] * {"cem-attn": 0.9, "cem-mlp": 0.8, "cem": 0.7}.get(
+        trial.group, 1.0) * (1.2 if trial.config.model.mlp_param_matched else 1.0)
+
+
+def value_of(trial):
+    """The crafted outcome of a trial: a float (finished), 'diverged', 'failed' or 'missing'."""
+    a, s = trial.axes, trial.size
+    seed = a["seed"]
+    if trial.sweep == "attention_replacement":
+        return ATTN[(s, trial.variant)][seed]
+    if trial.sweep == "mlp_replacement":
+        return MLP[(s, trial.variant)]
+    if trial.sweep == "recursion_ablation":
+        return ATTN[("s1", "llama")][0] if trial.group == "llama" else RECURSION[trial.variant]
+    if trial.sweep == "lr_sweep":
+        if trial.group == "cem" and a["lr"] == 8e-3 and seed == 1:
+            return "diverged"
+        return lr_curve(trial.group, a["lr"], seed)
+    if trial.sweep == "kq_diagonal":
+        return KQ[a["kq"]]
+    if trial.sweep == "reuse_vs_recursion_mlp":
+        return REUSE[trial.variant]
+    if trial.sweep == "gp_recursion":
+        if a["kernel"] == "gibbs" and a["T"] == 8 and seed == 1:
+            return "failed"
+        return GP[(a["kernel"], a["T"])][seed]
+    raise AssertionError(trial)
+
+
+def energy_history(T: int, seed: int) -> list[tuple[int, float]]:
+    return [(t, 5.0 - 0.7 * t - 0.1 * seed) for t in range(T + 1)]
+
+
+def populate(uri: str, artifact_root: Path, order: list[str]) -> dict[str, object]:
+    """Write every trial of the sweeps in ``order`` (shared configs once). Returns hash -> value."""
+    from cemlab.sweeps.spec import load_sweep
+
+    w = RunWriter(uri, artifact_root)
+    written: dict[str, object] = {}
+    for name in order:
+        parent = w.parent(name)
+        for t in load_sweep(name).expand("smoke"):
+            if t.config_hash in written:
+                continue
+            v = value_of(t)
+            written[t.config_hash] = v
+            if v == "missing":
+                continue
+            if isinstance(v, str):
+                metrics = {schema.PARAMS_TOTAL: params_of(t)}
+                if v == "diverged":
+                    metrics[schema.TEST_PPL] = math.nan
+                w.trial(t, status=v, metrics=metrics, parent_id=parent)
+                continue
+            if t.task == "gp":
+                metrics = {schema.TEST_RMSE: v, schema.PARAMS_TOTAL: params_of(t),
+                           schema.FLOPS_PER_EXAMPLE: 1000.0 * t.axes["T"]}
+            else:
+                metrics = lm_metrics(v, params=params_of(t))
+            hist = {}
+            if name == "recursion_ablation":
+                T = t.axes.get("T", 1)
+                sub = "attn" if t.group == "cem-attn" else "mlp"
+                if t.group != "llama":
+                    hist[schema.energy_metric(sub, 0)] = energy_history(T, 0)
+                    hist[schema.energy_metric(sub, 1)] = [(s, e - 1.0) for s, e in energy_history(T, 0)]
+                hist[schema.TRAIN_LOSS] = [(s, 6.0 - 0.01 * s) for s in range(0, 300, 10)]
+                hist[schema.VAL_PPL] = [(s, v + 100.0 / (1 + s)) for s in (50, 100, 150)]
+            w.trial(t, metrics=metrics, histories=hist, parent_id=parent)
+    return written
+
+
+ORDER = ["attention_replacement", "mlp_replacement", "recursion_ablation", "lr_sweep", "kq_diagonal",
+         "reuse_vs_recursion_mlp", "gp_recursion"]
 
 
 def migrated_store(template: Path, path: Path) -> str:

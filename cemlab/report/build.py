@@ -90,7 +90,6 @@ class ReportContext:
         self.sweep, self.scale, self.store, self.grids = sweep, scale, store, grids
         self._trials: dict[str, pd.DataFrame] = {}
         self._cells: dict[str, pd.DataFrame] = {}
-        self._records = None
 
     def trials(self, sweep: str | None = None) -> pd.DataFrame:
         name = sweep or self.sweep
@@ -116,7 +115,7 @@ class ReportContext:
         lrs = set(cells["lr"])
         for size in dict.fromkeys(cells["size"]):
             own = self.cells()
-            cand = own[(own["group"] == "llama") & (own["size"] == size)]
+            cand = own[(own["family"] == "llama") & (own["size"] == size)]
             source = self.sweep
             if cand.empty or not np.isfinite(cand["mean"].to_numpy(dtype=float)).any():
                 best = None
@@ -124,7 +123,7 @@ class ReportContext:
                     if name == self.sweep:
                         continue
                     c = self.cells(name)
-                    c = c[(c["group"] == "llama") & (c["size"] == size) & c["lr"].isin(lrs)]
+                    c = c[(c["family"] == "llama") & (c["size"] == size) & c["lr"].isin(lrs)]
                     if c.empty or not np.isfinite(c["mean"].to_numpy(dtype=float)).any():
                         continue
                     if best is None or c["n"].max() > best[1]["n"].max():
@@ -139,9 +138,7 @@ class ReportContext:
         return out
 
     def metric_keys(self, run_id: str) -> list[str]:
-        if self._records is None:
-            self._records = {r.run_id: r for r in self.store.trial_runs()}
-        rec = self._records.get(run_id)
+        rec = self.store.record(run_id)
         return sorted(rec.metrics) if rec else []
 
     def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -175,14 +172,23 @@ def count_runs(sweep: str, scale: str | None, store: RunStore, grids: SweepGrids
     return sum(1 for t in grids.trials(sweep, scale) if store.runs_for_hash(t.config_hash))
 
 
+def _grids_at(sweeps: list[str], scales: list[str], grids: SweepGrids) -> dict[tuple[str, str], list]:
+    out = {}
+    for sweep in sweeps:
+        for scale in scales:
+            try:
+                out[(sweep, scale)] = grids.trials(sweep, scale)
+            except ValueError:  # the sweep cannot be expanded at this scale
+                continue
+    return out
+
+
 def choose_scale(sweep: str, store: RunStore, grids: SweepGrids) -> str:
     """The scale with the most grid trials that have a run; the default scale if none has any."""
+    found = _grids_at([sweep], grids.scales(), grids)
+    store.prefetch(t.config_hash for trials in found.values() for t in trials)
     best, best_n = grids.default_scale, 0
-    for scale in grids.scales():
-        try:
-            trials = grids.trials(sweep, scale)
-        except ValueError:  # the sweep cannot be expanded at this scale
-            continue
+    for (_, scale), trials in found.items():
         n = sum(1 for t in trials if store.runs_for_hash(t.config_hash))
         if n > best_n:
             best, best_n = scale, n
@@ -288,8 +294,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
     banner = None
     if counts["runs"] == 0:
-        where = "the MLflow store is empty or does not exist yet" if ctx.store.absent or not ctx.store.trial_runs() \
-            else "none of its runs matches this sweep's grid"
+        where = "none of its runs matches this sweep's grid" if ctx.store.has_runs() \
+            else "the MLflow store is empty or does not exist yet"
         banner = (f"No runs of sweep '{ctx.sweep}' at scale '{ctx.scale}' were found in {ctx.store.uri} ({where}). "
                   f"Run `cemlab sweep {ctx.sweep} --scale {ctx.scale}` first; the {counts['trials']} expected "
                   f"trials are listed below.")
@@ -341,6 +347,8 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
     else:
         grids.figure(sweep)
     scale = scale or choose_scale(sweep, store, grids)
+    # one store lookup for every sweep's trials at this scale (claims and baselines read them)
+    store.prefetch(t.config_hash for trials in _grids_at(grids.names(), [scale], grids).values() for t in trials)
     ctx = ReportContext(sweep, scale, store, grids)
     return make_report(ctx, report_dir(sweep, out), publish=publish)
 

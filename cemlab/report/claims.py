@@ -143,11 +143,11 @@ def _sizes(df: pd.DataFrame) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 def _attn_gaps(data: ClaimData, missing: list[str]) -> dict[str, tuple[float, float, float]]:
-    cells = data.at_best_lr("attention_replacement", ["group", "variant", "size"])
+    cells = data.at_best_lr("attention_replacement", ["family", "variant", "size"])
     out = {}
     for size in _sizes(cells):
-        llama = _value(cells, missing, f"attention_replacement {size} llama", size=size, group="llama")
-        cem = _value(cells, missing, f"attention_replacement {size} cem-attn", size=size, group="cem-attn")
+        llama = _value(cells, missing, f"attention_replacement {size} llama", size=size, family="llama")
+        cem = _value(cells, missing, f"attention_replacement {size} cem-attn", size=size, family="cem-attn")
         if math.isfinite(llama) and math.isfinite(cem):
             out[size] = (llama, cem, cem / llama - 1)
     return out
@@ -161,7 +161,7 @@ def rule_attn_small_cost(data: ClaimData):
 
 
 def _mlp_cells(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("mlp_replacement", ["group", "variant", "size", "param_matched"])
+    return data.at_best_lr("mlp_replacement", ["family", "variant", "size", "param_matched"])
 
 
 def rule_mlp_loses_more(data: ClaimData):
@@ -170,8 +170,8 @@ def rule_mlp_loses_more(data: ClaimData):
     cells = _mlp_cells(data)
     checks = []
     for size in _sizes(cells):
-        llama = _value(cells, missing, f"mlp_replacement {size} llama", size=size, group="llama")
-        cem = _value(cells, missing, f"mlp_replacement {size} cem-mlp", size=size, group="cem-mlp",
+        llama = _value(cells, missing, f"mlp_replacement {size} llama", size=size, family="llama")
+        cem = _value(cells, missing, f"mlp_replacement {size} cem-mlp", size=size, family="cem-mlp",
                      param_matched=False)
         if not (math.isfinite(llama) and math.isfinite(cem)):
             continue
@@ -189,8 +189,8 @@ def rule_param_matching_recovers(data: ClaimData):
     cells = _mlp_cells(data)
     checks = []
     for size in _sizes(cells):
-        dim = _value(cells, missing, f"{size} cem-mlp dim-matched", size=size, group="cem-mlp", param_matched=False)
-        par = _value(cells, missing, f"{size} cem-mlp param-matched", size=size, group="cem-mlp", param_matched=True)
+        dim = _value(cells, missing, f"{size} cem-mlp dim-matched", size=size, family="cem-mlp", param_matched=False)
+        par = _value(cells, missing, f"{size} cem-mlp param-matched", size=size, family="cem-mlp", param_matched=True)
         if math.isfinite(dim) and math.isfinite(par):
             checks.append(Check(size, par < dim, f"{size}: dim-matched {_v(dim)}, param-matched {_v(par)} "
                                                  f"({_pct(par / dim - 1)})"))
@@ -198,20 +198,20 @@ def rule_param_matching_recovers(data: ClaimData):
 
 
 def _recursion_cells(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("recursion_ablation", ["group", "variant", "size", "T", "precond"])
+    return data.at_best_lr("recursion_ablation", ["family", "variant", "size", "T", "precond"])
 
 
 def rule_t2_beats_t1(data: ClaimData):
     missing: list[str] = []
     cells = _recursion_cells(data)
-    cem = cells[cells["group"].isin(["cem-attn", "cem-mlp"])] if not cells.empty else cells
+    cem = cells[cells["family"].isin(["cem-attn", "cem-mlp"])] if not cells.empty else cells
     checks = []
     if cem.empty:
         return checks, missing
-    for (group, size, precond), _ in cem.groupby(["group", "size", "precond"], sort=False):
+    for (group, size, precond), _ in cem.groupby(["family", "size", "precond"], sort=False):
         label = f"{group} {size} {precond}"
-        t1 = _value(cem, missing, f"{label} T=1", group=group, size=size, precond=precond, T=1)
-        t2 = _value(cem, missing, f"{label} T=2", group=group, size=size, precond=precond, T=2)
+        t1 = _value(cem, missing, f"{label} T=1", family=group, size=size, precond=precond, T=1)
+        t2 = _value(cem, missing, f"{label} T=2", family=group, size=size, precond=precond, T=2)
         if math.isfinite(t1) and math.isfinite(t2):
             checks.append(Check(label, t2 < t1, f"{label}: T=1 {_v(t1)}, T=2 {_v(t2)} ({_pct(t2 / t1 - 1)})"))
     return checks, missing
@@ -227,12 +227,12 @@ def rule_precond_t2_not_t1(data: ClaimData):
     above the T=1 effect)."""
     missing: list[str] = []
     cells = _recursion_cells(data)
-    cem = cells[cells["group"].isin(["cem-attn", "cem-mlp"])] if not cells.empty else cells
+    cem = cells[cells["family"].isin(["cem-attn", "cem-mlp"])] if not cells.empty else cells
     effects: dict[int, list[float]] = {1: [], 2: []}
     texts = []
     if cem.empty:
         return [], missing
-    for (group, size, T), g in cem.groupby(["group", "size", "T"], sort=False):
+    for (group, size, T), g in cem.groupby(["family", "size", "T"], sort=False):
         if int(T) not in effects:
             continue
         present = [p for p in PRECOND_ORDER if p in set(g["precond"])]
@@ -261,8 +261,8 @@ def rule_cem_attn_t2_beats_llama(data: ClaimData):
     cells = _recursion_cells(data)
     checks = []
     for size in _sizes(cells):
-        llama = _value(cells, missing, f"{size} llama", size=size, group="llama")
-        t2 = cells[(cells["size"] == size) & (cells["group"] == "cem-attn") & (cells["T"] == 2)]
+        llama = _value(cells, missing, f"{size} llama", size=size, family="llama")
+        t2 = cells[(cells["size"] == size) & (cells["family"] == "cem-attn") & (cells["T"] == 2)]
         cem = _value(t2, missing, f"{size} cem-attn T=2", size=size)
         if math.isfinite(llama) and math.isfinite(cem):
             pre = t2.loc[t2["mean"].idxmin(), "precond"]
@@ -277,7 +277,7 @@ def _optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, object]]
     out: dict[str, dict[str, object]] = {}
     for size in _sizes(cells):
         for family in ("llama", "cem"):
-            g = cells[(cells["size"] == size) & (cells["group"] == family)]
+            g = cells[(cells["size"] == size) & (cells["family"] == family)]
             if g.empty:
                 missing.append(f"lr_sweep {size} {family}: not in the grid")
                 continue
@@ -338,11 +338,11 @@ def rule_full_cem_higher_lr(data: ClaimData):
 
 def rule_256m(data: ClaimData):
     missing: list[str] = []
-    cells = data.at_best_lr("scale_256m", ["group", "variant", "size"])
+    cells = data.at_best_lr("scale_256m", ["family", "variant", "size"])
     checks = []
     for size in _sizes(cells):
-        llama = _value(cells, missing, f"{size} llama", size=size, group="llama")
-        cem = _value(cells, missing, f"{size} cem", size=size, group="cem")
+        llama = _value(cells, missing, f"{size} llama", size=size, family="llama")
+        cem = _value(cells, missing, f"{size} cem", size=size, family="cem")
         if math.isfinite(llama) and math.isfinite(cem):
             checks.append(Check(size, cem <= llama * (1 + MATCH_TOL),
                                 f"{size}: Llama {_v(llama)}, full CEM {_v(cem)} ({_pct(cem / llama - 1)})"))
@@ -350,7 +350,7 @@ def rule_256m(data: ClaimData):
 
 
 def _kq(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("kq_diagonal", ["group", "variant", "size", "kq_diagonal"])
+    return data.at_best_lr("kq_diagonal", ["family", "variant", "size", "kq_diagonal"])
 
 
 def rule_kq_matters(data: ClaimData):

@@ -120,7 +120,7 @@ def _errorbar(ax, x, mean, std, **kw):
 
 def _cell_columns(df: pd.DataFrame, extra: list[str] = ()) -> pd.DataFrame:
     """The CSV columns every figure's data shares."""
-    cols = ["size", "group", "variant", *extra, "lr", "mean", "std", "n", "n_expected", "note",
+    cols = ["size", "family", "group", "variant", *extra, "lr", "mean", "std", "n", "n_expected", "note",
             "params_total", "token_budget"]
     cols = list(dict.fromkeys(c for c in cols if c in df.columns))
     return df[cols].reset_index(drop=True)
@@ -130,10 +130,10 @@ def _cell_columns(df: pd.DataFrame, extra: list[str] = ()) -> pd.DataFrame:
 # Fig. 2a / 2b: replacing a sublayer
 # ----------------------------------------------------------------------------------------------
 
-def _replacement(ctx, fid: str, groups: tuple[str, ...], title: str, caption: str) -> Figure | None:
+def _replacement(ctx, fid: str, families: tuple[str, ...], title: str, caption: str) -> Figure | None:
     cells = ctx.cells()
-    cells = cells[cells["group"].isin(("llama",) + groups)]
-    cem = cells[cells["group"] != "llama"]
+    cells = cells[cells["family"].isin(("llama",) + families)]
+    cem = cells[cells["family"] != "llama"]
     if cem.empty:
         return None
     cells = _lr_reduced(cells, ["group", "variant", "size", "param_matched"])
@@ -142,24 +142,24 @@ def _replacement(ctx, fid: str, groups: tuple[str, ...], title: str, caption: st
     data["baseline_mean"] = [base.get(s, {}).get("mean", math.nan) for s in data["size"]]
     data["delta"] = data["mean"] - data["baseline_mean"]
     data["rel_delta"] = data["delta"] / data["baseline_mean"]
-    data.loc[data["group"] == "llama", ["baseline_mean", "delta", "rel_delta"]] = math.nan
+    data.loc[data["family"] == "llama", ["baseline_mean", "delta", "rel_delta"]] = math.nan
     csv = _cell_columns(data, ["param_matched", "params_attention", "params_mlp"])
     csv[["baseline_mean", "delta", "rel_delta"]] = data[["baseline_mean", "delta", "rel_delta"]].to_numpy()
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    llama = data[data["group"] == "llama"]
+    llama = data[data["family"] == "llama"]
     # baselines borrowed from another sweep also appear
     for size, b in base.items():
         if size not in set(llama["size"]) and _finite(b.get("mean")):
             llama = pd.concat([llama, pd.DataFrame([{**b, "size": size}])], ignore_index=True)
-    for _, c in data[data["group"] != "llama"].iterrows():
+    for _, c in data[data["family"] != "llama"].iterrows():
         b = base.get(c["size"])
         if b and all(_finite(v) for v in (c["mean"], c["params_total"], b.get("mean"), b.get("params_total"))):
             ax.plot([b["params_total"] / 1e6, c["params_total"] / 1e6], [b["mean"], c["mean"]],
                     color="#bbbbbb", lw=1, zorder=1)
     styles = [(llama, "Llama", LLAMA_COLOR, "D")]
-    others = data[data["group"] != "llama"]
+    others = data[data["family"] != "llama"]
     styles.append((others[~others["param_matched"]], "CEM (dim-matched)", CEM_COLOR, "o"))
     if others["param_matched"].any():
         styles.append((others[others["param_matched"]], "CEM (param-matched)", MATCHED_COLOR, "^"))
@@ -199,9 +199,9 @@ def fig2b(ctx) -> Figure | None:
 # Fig. 2c / 2d: recursion x preconditioner
 # ----------------------------------------------------------------------------------------------
 
-def _recursion(ctx, fid: str, group: str, title: str, caption: str) -> Figure | None:
+def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure | None:
     cells = ctx.cells()
-    cem = cells[cells["group"] == group]
+    cem = cells[cells["family"] == family]
     if cem.empty:
         return None
     cem = _lr_reduced(cem, ["variant", "size", "T", "precond"])
@@ -264,13 +264,14 @@ def lr_optima(cells: pd.DataFrame) -> pd.DataFrame:
         opt = akima_optimum(g["lr"].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float))
         params = g["params_total"].to_numpy(dtype=float)
         params = params[np.isfinite(params)]
-        rows.append(dict(group=group, variant=variant, size=size, n_lr=int(len(g)), n_points=opt.n_points,
+        rows.append(dict(family=g["family"].iloc[0], group=group, variant=variant, size=size, n_lr=int(len(g)),
+                         n_points=opt.n_points,
                          params_total=float(params.mean()) if len(params) else math.nan,
                          optimum_lr=opt.lr, optimum_log10_lr=opt.log10_lr, optimum_ppl=opt.value,
                          bracketed=opt.bracketed,
                          note="" if opt.bracketed else ("no finished runs" if opt.n_points == 0 else
                                                        "optimum at the edge of the grid: not bracketed")))
-    return pd.DataFrame(rows, columns=["group", "variant", "size", "n_lr", "n_points", "params_total",
+    return pd.DataFrame(rows, columns=["family", "group", "variant", "size", "n_lr", "n_points", "params_total",
                                        "optimum_lr", "optimum_log10_lr", "optimum_ppl", "bracketed", "note"])
 
 
@@ -284,8 +285,10 @@ def fig3a(ctx) -> Figure | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.8, 4.6))
     groups = list(dict.fromkeys(cells["group"]))
-    # other families than Llama and CEM take colours from the cycle
-    colors = {g: {"llama": LR_LLAMA_COLOR, "cem": CEM_COLOR}.get(g, CYCLE[i % len(CYCLE)]) for i, g in enumerate(groups)}
+    family = dict(zip(cells["group"], cells["family"]))
+    # families other than Llama and full CEM take colours from the cycle
+    colors = {g: {"llama": LR_LLAMA_COLOR, "cem": CEM_COLOR}.get(family[g], CYCLE[i % len(CYCLE)])
+              for i, g in enumerate(groups)}
     for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
         g = g.sort_values("lr")
         marker = SIZE_MARKERS[sizes.index(size) % len(SIZE_MARKERS)]
@@ -329,7 +332,7 @@ KQ_ORDER = ["none", "shared", "per_head"]
 
 def fig3b(ctx) -> Figure | None:
     cells = ctx.cells()
-    cem = cells[cells["group"] != "llama"]
+    cem = cells[cells["family"] != "llama"]
     if cem.empty or cem["kq_diagonal"].nunique() < 2:
         return None
     cem = _lr_reduced(cem, ["variant", "size", "kq_diagonal"])
@@ -369,7 +372,7 @@ def fig3b(ctx) -> Figure | None:
 
 def reuse_setting(row, attention: bool) -> str:
     """The setting of a cell in Fig. 3c (MLP) / Fig. 4 (attention)."""
-    if row["group"] == "llama" or str(row["group"]).startswith("reuse"):
+    if row["family"] == "llama" or str(row["family"]).startswith("reuse"):
         return "plain reuse"
     if attention:
         return "CEM"
@@ -405,7 +408,7 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     settings.sort(key=lambda s: order.index(s) if s in order else len(order))
     sizes = list(dict.fromkeys(gains["size"]))
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(2.2 * len(settings) * max(1, len(sizes)) / 2 + 2.5, 4.2))
+    fig, ax = plt.subplots(figsize=(max(5.8, 1.1 * len(settings) * len(sizes) + 2.5), 4.2))
     x0 = 0
     ticks, labels = [], []
     for setting in settings:

@@ -12,9 +12,10 @@ Two tables (pandas DataFrames) carry every report:
 
 Nothing is invented: a cell without a finished seed has an empty mean and says why in ``note``.
 
-The columns that figures and claims select on (``lr``, ``seed``, ``T``, ``precond``,
+The columns that figures and claims select on (``family``, ``lr``, ``seed``, ``T``, ``precond``,
 ``kq_diagonal``, ``kernel``, ``param_matched``) come from the trial's axes when the sweep names
-them, otherwise from its resolved ``RunConfig``.
+them, otherwise from its resolved ``RunConfig``; ``group`` and ``variant`` are the sweep file's
+own names (legend labels).
 """
 
 from __future__ import annotations
@@ -44,13 +45,28 @@ MODEL_FACTS = {
 }
 
 #: Columns that identify a cell (with ``cell``, the JSON of the axes without the seed).
-CELL_COLUMNS = ["sweep", "figure", "scale", "group", "variant", "size", "task", "metric", "lr", "T",
+CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size", "task", "metric", "lr", "T",
                 "precond", "kq_diagonal", "kernel", "param_matched"]
 
 
 def metric_for_task(task: str) -> str:
     """The paper's main metric: test perplexity for language models, test RMSE for the GP study."""
     return schema.TEST_RMSE if task == "gp" else schema.TEST_PPL
+
+
+def family_of(cfg, group: str) -> str:
+    """The model family figures and claims select on, from the config (sweep files may name their
+    groups freely, e.g. ``cem-mlp-pm``): ``gp``, ``reuse-attn``/``reuse-mlp`` (plain reuse; at
+    T=1 the config is Llama's, so the group tells), else ``llama``, ``cem-attn``, ``cem-mlp``, ``cem``."""
+    if cfg.task == "gp":
+        return "gp"
+    m = cfg.model
+    if m.kind == "llama":
+        if m.attn_reuse > 1 or (group.startswith("reuse") and "attn" in group):
+            return "reuse-attn"
+        if m.mlp_reuse > 1 or group.startswith("reuse"):
+            return "reuse-mlp"
+    return m.kind
 
 
 def _gp_settings(cfg) -> dict[str, Any]:
@@ -105,6 +121,7 @@ def trial_row(trial, order: int) -> dict[str, Any]:
         "figure": trial.figure,
         "scale": trial.scale,
         "trial_id": trial.trial_id,
+        "family": family_of(cfg, group),
         "group": group,
         "variant": trial.variant,
         "size": str(trial.size),
@@ -141,7 +158,7 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
         for col, key in MODEL_FACTS.items():
             row[col] = run.metrics.get(key, math.nan) if run else math.nan
         rows.append(row)
-    columns = ["order", "sweep", "figure", "scale", "trial_id", "group", "variant", "size", "task", "metric",
+    columns = ["order", "sweep", "figure", "scale", "trial_id", "family", "group", "variant", "size", "task", "metric",
                "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched", "cell",
                "status", "run_id", "run_name", "run_sweep", "n_runs", "value", *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
