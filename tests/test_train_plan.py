@@ -4,6 +4,7 @@ names, atomic checkpoint files, config errors."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from cemlab.config import ConfigError, ModelConfig, RunConfig, load_run_config
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.plan import decay_groups, lr_factor, make_plan
-from cemlab.tracking.mlflow_run import default_artifact_location, format_lr, run_name
+from cemlab.tracking.mlflow_run import format_lr, run_name
 
 
 def llama_params(d, layers, d_mlp, vocab):
@@ -170,12 +171,6 @@ def test_run_names_are_readable():
     assert [format_lr(x) for x in (2e-3, 5e-4, 2.5e-3, 8e-3, 1.0)] == ["2e-3", "5e-4", "2.5e-3", "8e-3", "1e0"]
 
 
-def test_sqlite_store_artifacts_go_beside_the_database(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow/mlflow.db"
-    assert default_artifact_location(uri, "cemlab/x") == (tmp_path / "mlflow" / "artifacts" / "cemlab_x").as_uri()
-    assert default_artifact_location("http://127.0.0.1:5000", "x") is None
-
-
 class _FakeTrainer:
     """Stands in for ``lightning.Trainer`` in the atomic-save test: writes ``payload``, optionally
     crashing half way through the file."""
@@ -191,7 +186,7 @@ class _FakeTrainer:
 
         self.strategy = _S()
 
-    def save_checkpoint(self, path):
+    def save_checkpoint(self, path, weights_only=None):
         with open(path, "wb") as fh:
             fh.write(self.payload[: len(self.payload) // 2])
             if self.crash:
@@ -216,3 +211,12 @@ def test_checkpoint_save_is_atomic(tmp_path):
     assert ckpt.read_state(tmp_path) == {"step": 3}
     (tmp_path / ckpt.STATE_NAME).write_text("{not json")
     assert ckpt.read_state(tmp_path) is None
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_example_configs_validate_and_plan(path):
+    cfg = load_run_config(path)
+    plan = make_plan(cfg)
+    assert plan.total_steps >= 1 and plan.budget > 0
+    assert run_name(cfg)

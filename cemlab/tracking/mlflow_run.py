@@ -3,7 +3,7 @@ parent/child nesting and terminal status.
 
 Everything goes through an explicit ``MlflowClient`` for an explicit tracking URI (never the
 global ``mlflow.*`` fluent state), so that a Ray trial, a DDP rank or a test can log into the store
-it was given and nothing else. Only the process that owns a run (global rank zero) should hold a
+it was given and nothing else. Store location, clients and experiments: ``cemlab.tracking.store``. Only the process that owns a run (global rank zero) should hold a
 :class:`RunHandle`; the training code enforces that.
 
 Status conventions (``cemlab.status`` tag, see :mod:`cemlab.tracking.schema`, and MLflow's own run
@@ -22,12 +22,10 @@ interrupted   KILLED               stopped by Ctrl-C / SIGTERM; ``cemlab train -
 
 from __future__ import annotations
 
-import math
 import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
-from urllib.parse import unquote, urlparse
 
 import yaml
 
@@ -173,43 +171,6 @@ def run_tags(cfg: "RunConfig", role: str = "train", parent_run_id: str | None = 
 # ---------------------------------------------------------------------------------------------
 
 
-def client_for(tracking_uri: str) -> "MlflowClient":
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
-def default_artifact_location(tracking_uri: str, experiment: str) -> str | None:
-    """For a ``sqlite:`` store, artifacts beside the database file (``<db folder>/artifacts/<name>``),
-    as an absolute ``file:`` URI; MLflow's own default would be ``./mlruns`` under whatever the
-    current directory is (a Ray trial's temporary folder). None for servers (they decide)."""
-    if not tracking_uri.startswith("sqlite:"):
-        return None
-    path = unquote(urlparse(tracking_uri).path)
-    if tracking_uri.startswith("sqlite:////"):
-        path = "/" + path.lstrip("/")
-    folder = Path(path).parent / "artifacts" / _safe_folder(experiment)
-    return folder.resolve().as_uri()
-
-
-def _safe_folder(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "default"
-
-
-def get_or_create_experiment(client: "MlflowClient", name: str, tracking_uri: str | None = None) -> str:
-    """The id of experiment ``name``, created when missing (tolerating a concurrent creator)."""
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri or "", name))
-    except Exception:  # created by someone else in between
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
-
-
 def create_run(client: "MlflowClient", experiment_id: str, name: str, tags: dict[str, str],
                parent_run_id: str | None = None) -> str:
     """Start a run (status RUNNING) and return its id. ``parent_run_id`` nests it under a parent
@@ -290,11 +251,7 @@ class MetricBuffer:
             return
         from mlflow.entities import Metric
 
-        value = float(value)
-        # MLflow stores NaN but not +-inf in every backend; keep the information either way.
-        if math.isinf(value):
-            value = math.copysign(1.7976931348623157e308, value)
-        self._pending.append(Metric(key, value, int(time.time() * 1000), int(step)))
+        self._pending.append(Metric(key, float(value), int(time.time() * 1000), int(step)))
 
     def add_many(self, metrics: dict[str, float], step: int) -> None:
         for k, v in metrics.items():

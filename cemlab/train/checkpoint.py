@@ -52,7 +52,7 @@ def save_checkpoint(trainer, folder: Path) -> Path:
     Lightning gathers what it needs and writes on rank zero)."""
     target = folder / CHECKPOINT_NAME
     tmp = folder / f"{CHECKPOINT_NAME}.tmp"
-    trainer.save_checkpoint(tmp)
+    trainer.save_checkpoint(tmp, weights_only=False)  # optimizer, schedule and loops too
     if trainer.is_global_zero:
         _fsync_and_replace(tmp, target)
     trainer.strategy.barrier("cemlab.save_checkpoint")

@@ -142,7 +142,7 @@ class CEMLabModule(L.LightningModule):
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "numpy": np.random.get_state(),
+                "numpy": _numpy_state_to_safe(np.random.get_state()),
                 "python": random.getstate(),
             },
         }
@@ -160,5 +160,17 @@ class CEMLabModule(L.LightningModule):
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        np.random.set_state(rng["numpy"])
+        np.random.set_state(_numpy_state_from_safe(rng["numpy"]))
         random.setstate(rng["python"])
+
+
+# Checkpoints hold only types that ``torch.load(weights_only=True)`` accepts (Lightning loads them
+# that way): numpy's RNG state travels as a tensor and plain numbers.
+def _numpy_state_to_safe(state) -> dict:
+    name, keys, pos, has_gauss, cached = state
+    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached": float(cached)}
+
+
+def _numpy_state_from_safe(d: dict):
+    return (d["name"], d["keys"].numpy().astype(np.uint32), d["pos"], d["has_gauss"], d["cached"])

@@ -78,13 +78,9 @@ class RunResult:
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
     """``uri``, else ``$MLFLOW_TRACKING_URI``, else the project's store."""
-    if uri:
-        return uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
     from cemlab.tracking.store import tracking_uri
 
-    return tracking_uri()
+    return uri or tracking_uri()
 
 
 def _rank_world(cfg: RunConfig) -> tuple[int, int]:
@@ -93,7 +89,7 @@ def _rank_world(cfg: RunConfig) -> tuple[int, int]:
     return rank, world
 
 
-def _accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
+def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
     import torch
 
     t = cfg.train
@@ -109,13 +105,9 @@ def _accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
 def _peak_flops(accelerator: str) -> float | None:
     if accelerator != "gpu":
         return None
-    import torch
+    from cemlab.hardware import peak_flops
 
-    try:
-        from cemlab.hardware import peak_flops
-    except ImportError:  # the hardware table is not part of this build
-        return None
-    return peak_flops(torch.cuda.get_device_name())
+    return peak_flops()
 
 
 def _progress_bar(cfg: RunConfig, override: bool | None) -> bool:
@@ -146,6 +138,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     from cemlab.train.plan import make_plan
     from cemlab.train.tasks import make_task, test_recursion_list
     from cemlab.tracking import mlflow_run as mr
+    from cemlab.tracking import store
 
     t0 = time.perf_counter()
     cfg = run_config if isinstance(run_config, RunConfig) else RunConfig.model_validate(run_config)
@@ -154,7 +147,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     zero = rank == 0
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    accelerator, precision = _accelerator_and_precision(cfg)
+    accelerator, precision = accelerator_and_precision(cfg)
     plan = make_plan(cfg, world)
     data = load_task_data(cfg, plan)
     L.seed_everything(cfg.train.seed, workers=False, verbose=False)
@@ -181,7 +174,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     uri = client = run_id = metrics = None
     if zero:
         uri = resolve_tracking_uri(tracking_uri)
-        client = mr.client_for(uri)
+        client = store.get_client(uri)
         run_id = _reusable_run(client, state, uri)
         if run_id is not None:
             mr.reopen_run(client, run_id)
@@ -189,7 +182,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             metrics.skip_logged()
         else:
             parent = parent_run_id or cfg.tracking.parent_run_id
-            experiment_id = mr.get_or_create_experiment(client, cfg.tracking.experiment, uri)
+            experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
             tags = mr.run_tags(cfg, role=role or ("trial" if parent else "train"), parent_run_id=parent)
             run_id = mr.create_run(client, experiment_id, name, tags)
             mr.log_params(client, run_id, flatten(cfg))
@@ -208,11 +201,15 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     log.info("%s: %s %s=%s steps=%d (%d x %d per step)%s", name, task.kind, task.unit, f"{plan.tokens:,}",
              plan.total_steps, plan.batch_size, plan.seq_len, f", resuming from {ckpt_path}" if resumed else "")
 
+    def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
+        if client is not None:
+            try:
+                metrics.flush()
+            finally:
+                mr.finish_run(client, run_id, status, extra_tags)
+
     # -- Lightning -----------------------------------------------------------------------------
     position = DataPosition()
-    module = CEMLabModule(cfg, task, plan, position)
-    sampler = StepBatchSampler(len(data.train), plan, cfg.train.seed, rank, position)
-    loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=accelerator == "gpu")
     val_idx = eval_indices(len(data.val), cfg.train.val_batches * plan.micro_batch_size)
     energy_batch = _energy_batch(data.val, val_idx, task) if task.recursion_T() is not None else None
     callback = RunCallback(
@@ -222,25 +219,13 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         val_batches=cfg.train.val_batches,
     )
     show_bar = _progress_bar(cfg, progress_bar) and zero
-    with _quiet_lightning():
-        trainer = L.Trainer(
-            accelerator=accelerator, devices=cfg.train.devices, precision=precision,
-            max_steps=plan.total_steps, max_epochs=1, accumulate_grad_batches=plan.accumulation,
-            gradient_clip_val=cfg.train.grad_clip, limit_val_batches=0, num_sanity_val_steps=0,
-            logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=show_bar,
-            callbacks=[callback] + ([ProgressBar(callback)] if show_bar else []),
-            use_distributed_sampler=False, default_root_dir=str(folder),
-        )
-
-    def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
-        if client is not None:
-            try:
-                metrics.flush()
-            finally:
-                mr.finish_run(client, run_id, status, extra_tags)
-
     try:
-        with _quiet_lightning():
+        module = CEMLabModule(cfg, task, plan, position)
+        sampler = StepBatchSampler(len(data.train), plan, cfg.train.seed, rank, position)
+        loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=accelerator == "gpu")
+        trainer = build_trainer(cfg, plan, accelerator, precision,
+                                [callback] + ([ProgressBar(callback)] if show_bar else []), folder, show_bar)
+        with quiet_lightning():
             trainer.fit(module, train_dataloaders=loader, ckpt_path=str(ckpt_path) if ckpt_path else None)
     except Diverged as e:
         result = RunResult(
@@ -286,6 +271,23 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         if report is not None:
             report(dict(callback.latest))
     return result
+
+
+def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callbacks: list, folder,
+                  progress_bar: bool):
+    """The ``lightning.Trainer`` of a run: one epoch of ``plan.total_steps`` optimizer steps over the
+    resumable loader; validation, checkpoints and logging come from cemlab's callbacks, so
+    Lightning's own loops for them, its loggers and its checkpointing are off."""
+    import lightning as L
+
+    with quiet_lightning():
+        return L.Trainer(
+            accelerator=accelerator, devices=cfg.train.devices, precision=precision,
+            max_steps=plan.total_steps, max_epochs=1, accumulate_grad_batches=plan.accumulation,
+            gradient_clip_val=cfg.train.grad_clip, limit_val_batches=0, num_sanity_val_steps=0,
+            logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress_bar,
+            callbacks=callbacks, use_distributed_sampler=False, default_root_dir=str(folder),
+        )
 
 
 def _reusable_run(client, state: dict | None, uri: str) -> str | None:
@@ -352,7 +354,7 @@ def _finite(d: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not math.isnan(v)}
 
 
-class _quiet_lightning:
+class quiet_lightning:
     """Silence Lightning's start-up chatter and the two warnings that do not apply here: the
     training loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a
     memory map in the main process on purpose."""
@@ -386,4 +388,4 @@ def describe(cfg: RunConfig, world_size: int = 1) -> dict[str, Any]:
     return {"run_name": cfg.tracking.run_name or run_name(cfg), "config_hash": cfg.hash(), **plan.to_dict()}
 
 
-__all__ = ["RunResult", "train", "resolve_tracking_uri", "describe"]
+__all__ = ["RunResult", "train", "build_trainer", "accelerator_and_precision", "quiet_lightning", "resolve_tracking_uri", "describe"]

@@ -1,0 +1,223 @@
+"""Training-loop benchmark: cemlab's Lightning training step against a bare PyTorch loop, and the
+data start-up of a second run (token cache hit).
+
+    cemlab bench train [CONFIG.yaml] [key=value ...] [--steps 30] [--warmup 5] [--rounds 3] [--csv out.csv]
+
+Both loops train the same model (same seed and initialisation) on the same batches (the run's
+resumable sampler over the packed training split) with the same optimizer, schedule, clipping,
+gradient accumulation and precision, and read the loss back once per optimizer step. The
+Lightning side is exactly what ``cemlab train`` runs (``CEMLabModule``, ``RunCallback`` with its
+per-step metrics, the run's ``Trainer`` settings), minus MLflow writes. Rounds alternate between
+the two loops (fresh model each time) and the median round is reported, which keeps the ratio
+honest on a shared machine. Timing covers optimizer steps ``warmup+1 .. warmup+steps``.
+
+Data start-up: two fresh processes prepare the run's data (``cemlab.bench.data``); the first may
+build the cache, the second is a hit; both are printed (seconds inside ``prepare_data``).
+
+Default config: ``configs/default.yaml`` when it exists in the current directory, else the
+built-in defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_CONFIG = Path("configs/default.yaml")
+
+
+def _setup(cfg, total_steps: int):
+    """The plan (capped at ``total_steps``) and the data shared by both loops."""
+    from cemlab.train.data import load_task_data
+    from cemlab.train.plan import make_plan
+
+    plan = make_plan(cfg.model_copy(update={"train": cfg.train.model_copy(update={"max_steps": total_steps})}))
+    return plan, load_task_data(cfg, plan)
+
+
+def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> float:
+    """Seconds per optimizer step of a hand-written loop doing the same work."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cemlab.train.data import DataPosition, StepBatchSampler
+    from cemlab.train.plan import decay_groups, lr_factor
+    from cemlab.train.tasks import make_task
+
+    t = cfg.train
+    torch.manual_seed(t.seed)
+    device = torch.device("cuda" if accelerator == "gpu" else "cpu")
+    task = make_task(cfg)
+    model = task.model.to(device).train()
+    forward = torch.compile(model) if t.compile else model
+    decay, no_decay = decay_groups(model)
+    params = dict(model.named_parameters())
+    opt = torch.optim.AdamW([{"params": [params[n] for n in decay], "weight_decay": t.weight_decay},
+                             {"params": [params[n] for n in no_decay], "weight_decay": 0.0}],
+                            lr=t.lr, betas=tuple(t.betas), eps=t.eps, fused=True if device.type == "cuda" else None)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, plan.total_steps, plan.warmup_steps, t.final_lr_factor))
+    sampler = StepBatchSampler(len(data.train), plan, t.seed, 0, DataPosition())
+    loader = iter(DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=device.type == "cuda"))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    t0 = None
+    for step in range(plan.total_steps):
+        if step == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        total = torch.zeros((), device=device)
+        for _ in range(plan.accumulation):
+            x, y = next(loader)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with autocast:
+                loss = task.loss(forward(x), y)
+            (loss / plan.accumulation).backward()
+            total += loss.detach()
+        if not math.isfinite(float(total / plan.accumulation)):
+            raise RuntimeError("the bare loop diverged")
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    return (time.perf_counter() - t0) / (plan.total_steps - warmup)
+
+
+def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> float:
+    """Seconds per optimizer step of ``cemlab train``'s Lightning loop (no MLflow)."""
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cemlab.train.callbacks import RunCallback
+    from cemlab.train.data import DataPosition, StepBatchSampler
+    from cemlab.train.module import CEMLabModule
+    from cemlab.train.run import quiet_lightning, build_trainer
+    from cemlab.train.tasks import make_task
+
+    class StepClock(L.Callback):
+        def __init__(self):
+            self.times: dict[int, float] = {}
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step not in self.times:
+                if accelerator == "gpu":
+                    torch.cuda.synchronize()
+                self.times[trainer.global_step] = time.perf_counter()
+
+    t = cfg.train
+    # Validation and checkpoints only after the timed window (at the last step).
+    quiet = cfg.model_copy(update={"train": t.model_copy(update={
+        "val_interval": plan.total_steps + 1, "checkpoint_every": plan.total_steps + 1})})
+    torch.manual_seed(t.seed)
+    task = make_task(quiet)
+    position = DataPosition()
+    module = CEMLabModule(quiet, task, plan, position)
+    loader = DataLoader(data.train, batch_sampler=StepBatchSampler(len(data.train), plan, t.seed, 0, position),
+                        num_workers=0, pin_memory=accelerator == "gpu")
+    clock = StepClock()
+    with tempfile.TemporaryDirectory() as folder:
+        callback = RunCallback(plan=plan, task=task, val_dataset=data.val, energy_batch=None, folder=Path(folder),
+                               state={}, metrics=None, report=None,
+                               flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=None,
+                               val_batches=1)
+        trainer = build_trainer(quiet, plan, accelerator, precision, [clock, callback], folder, False)
+        with quiet_lightning():
+            trainer.fit(module, train_dataloaders=loader)
+    last = plan.total_steps - 1
+    return (clock.times[last] - clock.times[warmup]) / (last - warmup)
+
+
+def data_startup(cfg) -> list[tuple[bool, float, float]]:
+    """(cache hit, seconds in prepare_data, process wall seconds) of two fresh processes."""
+    from cemlab.bench.data import run_once
+    from cemlab.train.plan import seq_len_of
+
+    spec = {"data": cfg.data.model_dump(mode="json"), "vocab_size": cfg.model.vocab_size, "seq_len": seq_len_of(cfg)}
+    out = []
+    for _ in range(2):
+        stats, wall = run_once(spec)
+        out.append((bool(stats["cache_hit"]), float(stats["seconds"]), wall))
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="run config YAML (default: configs/default.yaml if present)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--steps", type=int, default=30, help="timed optimizer steps per round (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed optimizer steps first (default 5)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of (bare, Lightning) (default 3)")
+    p.add_argument("--no-data", action="store_true", help="skip the data start-up measurement")
+    p.add_argument("--csv", help="also write the results to this CSV file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cemlab bench train", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    from cemlab.config import ConfigError, load_run_config
+
+    config = args.config or (str(DEFAULT_CONFIG) if DEFAULT_CONFIG.is_file() else None)
+    overrides = list(args.overrides)
+    if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
+        config, overrides = None, [config, *overrides]
+    try:
+        cfg = load_run_config(config, overrides)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"cemlab bench train: {e}", file=sys.stderr)
+        return 2
+
+    import torch
+
+    from cemlab.train.run import accelerator_and_precision
+
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    accelerator, precision = accelerator_and_precision(cfg)
+    plan, data = _setup(cfg, args.warmup + args.steps + 1)
+    device = torch.cuda.get_device_name() if accelerator == "gpu" else f"cpu ({torch.get_num_threads()} threads)"
+    print(f"config: {config or 'built-in defaults'} {' '.join(overrides)}".rstrip())
+    print(f"model: {cfg.model.kind} d{cfg.model.d_model} L{cfg.model.n_layers} vocab {cfg.model.vocab_size}; "
+          f"batch {plan.batch_size} x {plan.seq_len} tokens, micro-batch {plan.micro_batch_size} "
+          f"(accumulation {plan.accumulation}); {precision} on {device}; compile={cfg.train.compile}")
+    bare, light = [], []
+    for r in range(args.rounds):
+        bare.append(bare_loop(cfg, plan, data, args.warmup, accelerator, precision))
+        light.append(lightning_loop(cfg, plan, data, args.warmup, accelerator, precision))
+        print(f"  round {r + 1}: bare {plan.tokens_per_step / bare[-1]:,.0f} tok/s, "
+              f"lightning {plan.tokens_per_step / light[-1]:,.0f} tok/s")
+    b, lt = statistics.median(bare), statistics.median(light)
+    overhead = lt / b - 1
+    rows = [("bare PyTorch loop", plan.tokens_per_step / b, b * 1e3),
+            ("cemlab Lightning step", plan.tokens_per_step / lt, lt * 1e3)]
+    print(f"\n{'loop':<24}{'tokens/s':>12}{'ms/step':>10}")
+    for name, tps, ms in rows:
+        print(f"{name:<24}{tps:>12,.0f}{ms:>10.1f}")
+    print(f"Lightning overhead: {overhead * 100:+.1f}% per optimizer step (median of {args.rounds} rounds; target <= 10%)")
+    startup = [] if args.no_data else data_startup(cfg)
+    for i, (hit, seconds, wall) in enumerate(startup, 1):
+        print(f"data start-up, run {i}: {'cache hit' if hit else 'cache miss'}: {seconds:.2f}s in prepare_data "
+              f"({wall:.1f}s for the whole process)")
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["measure", "value", "unit"])
+            for name, tps, ms in rows:
+                w.writerow([f"{name} tokens/s", f"{tps:.1f}", "tokens/s"])
+            w.writerow(["lightning overhead", f"{overhead:.4f}", "fraction"])
+            for i, (hit, seconds, wall) in enumerate(startup, 1):
+                w.writerow([f"data start-up run {i} ({'hit' if hit else 'miss'})", f"{seconds:.3f}", "s"])
+        print(f"wrote {args.csv}")
+    print(json.dumps({"bare_tokens_per_s": rows[0][1], "lightning_tokens_per_s": rows[1][1], "overhead": overhead}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
