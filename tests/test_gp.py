@@ -20,7 +20,9 @@ from pydantic import ValidationError
 from torch.utils.flop_counter import FlopCounterMode
 
 from cemlab.gp import GPConfig, GPSamplingError, make_gp_data, rmse
-from cemlab.gp.data import cholesky_with_jitter, kernel_matrix, posterior_mean_rmse, sample_observations
+from cemlab.gp.data import (
+    cholesky_with_jitter, kernel_matrix, load_gp_data, posterior_mean_rmse, sample_observations,
+)
 from cemlab.models.cem import CEMMLP
 from cemlab.models.gp import GPRegressor, count_parameters, flops_per_example
 
@@ -177,6 +179,21 @@ def test_data_deterministic_per_seed_and_shapes():
     assert not torch.allclose(a.train.x[:50], a.val.x)
 
 
+def test_cache_returns_the_same_draw(tmp_path):
+    cfg = GPConfig(kernel="gibbs", n_train=200, n_val=40, n_test=60, seed=5)
+    first = load_gp_data(cfg, cache_root=tmp_path)
+    fresh = make_gp_data(cfg)
+    again = load_gp_data(cfg.model_copy(update={"steps": 4, "latent_dim": 8}), cache_root=tmp_path)
+    assert len(list(tmp_path.glob("*/data.pt"))) == 1  # model settings do not change the data key
+    for split in ("train", "val", "test"):
+        for t in ("x", "y", "f"):
+            assert torch.equal(getattr(getattr(first, split), t), getattr(getattr(fresh, split), t))
+            assert torch.equal(getattr(getattr(again, split), t), getattr(getattr(fresh, split), t))
+    assert again.meta["oracle_test_rmse"] == pytest.approx(posterior_mean_rmse(cfg, fresh))
+    load_gp_data(cfg.model_copy(update={"seed": 6}), cache_root=tmp_path)
+    assert len(list(tmp_path.glob("*/data.pt"))) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # (c) bad input fails, naming the field
 # ---------------------------------------------------------------------------------------------
@@ -207,9 +224,12 @@ def test_cholesky_retries_with_more_jitter_then_fails_clearly():
     # Slightly indefinite (smallest eigenvalue -1e-5): fixed by a larger jitter, which is reported.
     q, _ = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
     k = q @ torch.diag(torch.tensor([-1e-5, 0.5, 1.0, 1.5, 2.0], dtype=torch.float64)) @ q.T
-    factor, used = cholesky_with_jitter(k, scale=1.0, jitter=1e-6)
+    work = k.clone()
+    factor, used = cholesky_with_jitter(work, scale=1.0, jitter=1e-6)
     assert used == pytest.approx(1e-4)
-    torch.testing.assert_close(factor @ factor.T, k + used * torch.eye(5, dtype=torch.float64))
+    jittered = k + used * torch.eye(5, dtype=torch.float64)
+    torch.testing.assert_close(factor @ factor.T, jittered)
+    torch.testing.assert_close(work, jittered)  # the jitter went onto the diagonal in place, once
     # Clearly indefinite: a GPSamplingError that says what to change.
     bad = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float64)
     with pytest.raises(GPSamplingError, match="lengthscale"):
@@ -321,7 +341,8 @@ def one_thread():
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["rbf", "gibbs"])
 def test_trained_regressor_beats_mean_and_linear_fit(kernel, one_thread):
-    cfg = GPConfig(kernel=kernel, steps=2, seed=0)
+    # A quarter of the default training set (a faster draw); the default model, T = 2.
+    cfg = GPConfig(kernel=kernel, n_train=2048, n_val=256, n_test=1024, lengthscale=1.5, steps=2, seed=0)
     data = make_gp_data(cfg)
     start = time.perf_counter()
     model = train_plain(cfg, data, steps=400)

@@ -11,7 +11,7 @@ minute on one CPU core (see ``cemlab/gp/data.py`` for the data, ``cemlab/models/
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -40,17 +40,17 @@ class GPConfig(BaseModel):
         "varies with the first input coordinate).",
     )
     n_inputs: int = Field(default=10, ge=1, description="Input dimension (paper: 10).")
-    n_train: int = Field(default=2048, ge=2, description="Training examples.")
-    n_val: int = Field(default=512, ge=1, description="Validation examples.")
+    n_train: int = Field(default=8192, ge=2, description="Training examples.")
+    n_val: int = Field(default=1024, ge=1, description="Validation examples.")
     n_test: int = Field(default=1024, ge=1, description="Test examples.")
     signal_std: float = Field(default=1.0, gt=0, description="Prior standard deviation sigma_f of f(x).")
     noise_std: float = Field(default=0.1, ge=0, description="Standard deviation of the Gaussian observation noise.")
     lengthscale: float = Field(
-        default=1.5,
+        default=2.0,
         gt=0,
         description="RBF lengthscale l; for 'gibbs' the geometric mean l0 of the input-dependent lengthscale. "
-        "1.5 on [-1,1]^10 (typical distance 2.6) gives a clearly non-linear function that 2048 examples "
-        "still pin down (a linear fit barely beats the mean; the exact GP posterior gets far below it).",
+        "2.0 on [-1,1]^10 (typical distance 2.6) gives a clearly non-linear function that 8192 examples "
+        "pin down well (the exact GP posterior gets close to the noise level).",
     )
     lengthscale_ratio: float = Field(
         default=4.0,
@@ -83,6 +83,20 @@ class GPConfig(BaseModel):
     precond_rank: int = Field(default=16, ge=1, description="Rank R of the dplr preconditioner (paper C.4: 16 for MLPs).")
     norm_eps: float = Field(default=1e-6, gt=0, description="RMSNorm epsilon inside the CEM layers.")
     init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of the CEM layer weights.")
+
+    #: The fields that determine the data draw (the rest configure the model).
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = (
+        "kernel", "n_inputs", "n_train", "n_val", "n_test", "signal_std", "noise_std", "lengthscale",
+        "lengthscale_ratio", "jitter", "seed",
+    )
+
+    def data_dict(self) -> dict[str, Any]:
+        """The data-defining settings (``DATA_FIELDS``; ``lengthscale_ratio`` only for 'gibbs'):
+        equal dicts give identical data, so this keys the data cache."""
+        d = {k: getattr(self, k) for k in self.DATA_FIELDS}
+        if self.kernel != "gibbs":
+            d.pop("lengthscale_ratio")
+        return d
 
     @property
     def n_total(self) -> int:
