@@ -259,6 +259,7 @@ def populate(uri: str, artifact_root: Path, order: list[str]) -> dict[str, objec
                 T = t.axes.get("T", 1)
                 sub = "attn" if t.group == "cem-attn" else "mlp"
                 if t.group != "llama":
+                    hist[schema.TEST_PPL_AT_STEPS] = [(k, v + abs(k - T)) for k in range(1, 2 * T + 1)]
                     hist[schema.energy_metric(sub, 0)] = energy_history(T, 0)
                     hist[schema.energy_metric(sub, 1)] = [(s, e - 1.0) for s, e in energy_history(T, 0)]
                 hist[schema.TRAIN_LOSS] = [(s, 6.0 - 0.01 * s) for s in range(0, 300, 10)]

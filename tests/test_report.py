@@ -221,6 +221,9 @@ def test_energy_and_training_csvs(scenario):
     assert set(tr["metric"]) == {schema.TRAIN_LOSS, schema.VAL_PPL}
     assert (tr[tr["metric"] == schema.TRAIN_LOSS].groupby("run_id").size() == 30).all()
     assert (out / "energy.png").stat().st_size > 0 and (out / "training.pdf").stat().st_size > 0
+    tt = pd.read_csv(out / "test_time_recursion.csv")
+    one = tt[tt["variant"] == "cem-mlp T2 diag"].set_index("test_T")["value"]
+    assert one.to_dict() == {k: RECURSION["cem-mlp T2 diag"] + abs(k - 2) for k in (1, 2, 3, 4)}
 
 
 EXPECTED_VERDICTS = {

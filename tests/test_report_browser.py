@@ -79,8 +79,8 @@ def test_report_page_renders(browser, tmp_path, monkeypatch):
     browser.get(result.index_html.as_uri())
     wait_for(lambda: browser.execute_script("return document.readyState") == "complete", what="page load")
     images = browser.find_elements(By.TAG_NAME, "img")
-    assert [Path(i.get_attribute("src")).name for i in images] == [f"{f}.png" for f in ("fig2c", "fig2d", "energy",
-                                                                                         "training")]
+    assert [Path(i.get_attribute("src")).name for i in images] == [f"{f}.png" for f in (
+        "fig2c", "fig2d", "energy", "test_time_recursion", "training")]
     for img in images:
         width = wait_for(lambda: browser.execute_script(
             "return arguments[0].complete && arguments[0].naturalWidth", img), 30, f"image {img.get_attribute('src')}")

@@ -31,7 +31,7 @@ from cemlab.report import claims as claims_mod
 from cemlab.report import figures as figs
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.report.runs import RunStore, default_tracking_uri
-from cemlab.report.table import MISSING, aggregate, best_lr, join_trials
+from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -226,17 +226,14 @@ def _remove_stale(out_dir: Path, written: set[str]) -> None:
 
 
 def _counts(trials: pd.DataFrame) -> dict[str, int]:
+    """Trials in the grid, with a run, per status (every status present), reused from other sweeps."""
     st = trials["status"].value_counts().to_dict()
-    return {
-        "trials": int(len(trials)),
-        "runs": int((trials["status"] != MISSING).sum()),
-        schema.STATUS_FINISHED: int(st.get(schema.STATUS_FINISHED, 0)),
-        schema.STATUS_DIVERGED: int(st.get(schema.STATUS_DIVERGED, 0)),
-        schema.STATUS_FAILED: int(st.get(schema.STATUS_FAILED, 0)),
-        schema.STATUS_RUNNING: int(st.get(schema.STATUS_RUNNING, 0)),
-        MISSING: int(st.get(MISSING, 0)),
-        "reused": int(((trials["run_sweep"] != "") & (trials["run_sweep"] != trials["sweep"])).sum()),
-    }
+    counts = {"trials": int(len(trials)), "runs": int((trials["status"] != MISSING).sum()),
+              schema.STATUS_FINISHED: int(st.pop(schema.STATUS_FINISHED, 0))}
+    counts.update({s: int(st.pop(s, 0)) for s in NOT_FINISHED})
+    counts.update({s: int(n) for s, n in sorted(st.items())})
+    counts["reused"] = int(((trials["run_sweep"] != "") & (trials["run_sweep"] != trials["sweep"])).sum())
+    return counts
 
 
 def _run_link(uri: str, run) -> str:
@@ -302,9 +299,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     summary = [
         ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale), ("MLflow store", ctx.store.uri),
         ("parent run", _run_link(ctx.store.uri, parent) if parent else "none (report not logged to MLflow)"),
-        ("trials", f"{counts['trials']} in the grid, {counts[schema.STATUS_FINISHED]} finished, "
-                   f"{counts[schema.STATUS_DIVERGED]} diverged, {counts[schema.STATUS_FAILED]} failed, "
-                   f"{counts[schema.STATUS_RUNNING]} running, {counts[MISSING]} missing"),
+        ("trials", f"{counts['trials']} in the grid: " + ", ".join(
+            f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),

@@ -89,9 +89,9 @@ def _print_result(r) -> None:
               f"first. Page: {r.index_html}")
         return
     verdicts = ", ".join(f"{v.id}: {v.verdict}" for v in r.verdicts) or "no claims"
-    print(f"{r.sweep} [{r.scale}]: {c['finished']}/{c['trials']} trials finished "
-          f"({c['diverged']} diverged, {c['failed']} failed, {c['running']} running, {c['missing']} missing); "
-          f"figures: {', '.join(r.figures) or 'none'}")
+    others = ", ".join(f"{n} {s}" for s, n in c.items() if s not in ("trials", "runs", "reused", "finished") and n)
+    print(f"{r.sweep} [{r.scale}]: {c['finished']}/{c['trials']} trials finished"
+          f"{' (' + others + ')' if others else ''}; figures: {', '.join(r.figures) or 'none'}")
     print(f"  claims: {verdicts}")
     print(f"  report: {r.index_html}")
     if r.parent_run_id:

@@ -17,7 +17,8 @@ fig3c/4    plain layer reuse vs CEM recursion, gain from T=1 to T=2 (MLP / atten
 table3     GP study: parameters, FLOPs per example, test RMSE mean +- std; RMSE vs T
 =========  ================================================================================
 
-and for every sweep: ``energy`` (energy after each recursion step), ``training`` (curves) and
+and for every sweep: ``energy`` (energy after each recursion step), ``test_time_recursion``
+(test metric with the recursion steps changed at evaluation only), ``training`` (curves) and
 ``params`` (parameters and FLOPs per cell).
 
 Where a sweep has several learning rates and a figure compares models (all but fig3a), each model
@@ -539,6 +540,52 @@ def energy(ctx) -> Figure | None:
         {"energy": data}, fig)
 
 
+def test_time(ctx) -> Figure | None:
+    """Test metric with the recursion steps changed at evaluation only (``test/*_at_steps``)."""
+    trials = ctx.trials()
+    rows = []
+    for _, t in trials[trials["status"] == schema.STATUS_FINISHED].iterrows():
+        keys = ctx.metric_keys(t["run_id"])
+        for key in (schema.TEST_PPL_AT_STEPS, schema.TEST_RMSE_AT_STEPS):
+            if key in keys:
+                for steps, value in ctx.history(t["run_id"], key):
+                    rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
+                                     run_id=t["run_id"], trained_T=t["T"], metric=key, test_T=steps, value=value))
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    if data.groupby("run_id")["test_T"].nunique().max() < 2:
+        return None
+    metrics = list(dict.fromkeys(data["metric"]))
+    plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.6 * len(metrics), 3.9), squeeze=False)
+    many_lr = trials["lr"].nunique() > 1
+    for ax, metric in zip(axes[0], metrics):
+        d = data[data["metric"] == metric]
+        for i, (cell, g) in enumerate(d.groupby("cell", sort=False)):
+            curve = g.groupby("test_T")["value"].mean()
+            first = g.iloc[0]
+            color = CYCLE[i % len(CYCLE)]
+            label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if many_lr else "")
+            ax.plot(curve.index, curve.values, "-o", ms=3, color=color, label=label)
+            if first["trained_T"] in curve.index:  # the recursion steps it was trained with
+                ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=color)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("recursion steps at test time T'")
+        ax.set_ylabel(metric.replace("_at_steps", "") + " (mean over seeds)")
+        ax.grid(alpha=0.3)
+        if d["cell"].nunique() <= 16:
+            ax.legend(fontsize=7)
+    fig.suptitle("Test-time recursion")
+    fig.tight_layout()
+    return Figure("test_time_recursion", "Test-time recursion", (
+        "Test metric when only the number of recursion steps at evaluation is changed (the model is trained "
+        "with T steps, squares). A new dimension for test-time compute (paper sec. 5.2)."),
+        {"test_time_recursion": data.drop(columns=["cell"])}, fig)
+
+
 def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
     if len(points) <= limit:
         return points
@@ -603,4 +650,5 @@ PAPER_FIGURES: dict[str, Callable] = {
     "fig3c": fig3c, "fig4": fig4, "table3": table3,
 }
 #: Figures every sweep's report tries.
-GENERIC_FIGURES: dict[str, Callable] = {"energy": energy, "training": training, "params": params}
+GENERIC_FIGURES: dict[str, Callable] = {"energy": energy, "test_time_recursion": test_time, "training": training,
+                                        "params": params}

@@ -32,6 +32,9 @@ from cemlab.tracking import schema
 
 #: Status of a grid trial with no run in the store.
 MISSING = "missing"
+#: Statuses other than finished, each counted per cell (``n_<status>``); any other status a run
+#: may carry is still named in the cell's note.
+NOT_FINISHED = (schema.STATUS_DIVERGED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED, schema.STATUS_RUNNING, MISSING)
 
 #: Static model facts copied from a run's metrics into the tables.
 MODEL_FACTS = {
@@ -185,10 +188,7 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             std=_std(finite),
             n=int(len(finite)),
             n_expected=int(len(g)),
-            n_diverged=int(counts.get(schema.STATUS_DIVERGED, 0)),
-            n_failed=int(counts.get(schema.STATUS_FAILED, 0)),
-            n_running=int(counts.get(schema.STATUS_RUNNING, 0)),
-            n_missing=int(counts.get(MISSING, 0)),
+            **{f"n_{status}": int(counts.get(status, 0)) for status in NOT_FINISHED},
             seeds=" ".join(str(s) for s in g["seed"]),
             run_ids=" ".join(r for r in g["run_id"] if r),
         )
@@ -196,23 +196,24 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             vals = g[col].to_numpy(dtype=float)
             vals = vals[np.isfinite(vals)]
             row[col] = float(vals.mean()) if len(vals) else math.nan
-        row["note"] = cell_note(row)
+        row["note"] = cell_note(row, counts)
         out.append(row)
-    cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "n_expected", "n_diverged", "n_failed", "n_running",
-            "n_missing", "note", *MODEL_FACTS, "seeds", "run_ids", "cell"]
+    cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "n_expected", *(f"n_{s}" for s in NOT_FINISHED),
+            "note", *MODEL_FACTS, "seeds", "run_ids", "cell"]
     df = pd.DataFrame(out, columns=cols)
     return df.sort_values("order", kind="stable").reset_index(drop=True)
 
 
-def cell_note(row: dict[str, Any]) -> str:
-    """A short human note on a cell's completeness: '' when every seed finished."""
+def cell_note(row: dict[str, Any], counts: dict[str, int]) -> str:
+    """A short human note on a cell's completeness: '' when every seed finished with its metric."""
     parts = []
     if row["n"] < row["n_expected"]:
         parts.append(f"{row['n']}/{row['n_expected']} seeds finished")
-    for key, word in (("n_diverged", "diverged"), ("n_failed", "failed"), ("n_running", "running"),
-                      ("n_missing", "missing")):
-        if row[key]:
-            parts.append(f"{row[key]} {word}")
+    for status, k in counts.items():
+        if status != schema.STATUS_FINISHED:
+            parts.append(f"{k} {status}")
+    if row["n"] < counts.get(schema.STATUS_FINISHED, 0):
+        parts.append(f"{counts[schema.STATUS_FINISHED] - row['n']} finished without {row['metric']}")
     return "; ".join(parts)
 
 
