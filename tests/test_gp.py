@@ -144,7 +144,7 @@ def test_splits_come_from_one_function():
     cfg = GPConfig(n_train=512, n_val=64, n_test=256, lengthscale=2.5, noise_std=0.05)
     data = make_gp_data(cfg)
     baseline = rmse(torch.full_like(data.test.y, float(data.train.y.mean())), data.test.y)
-    posterior = posterior_mean_rmse(cfg, data)
+    posterior = posterior_mean_rmse(cfg, data, ("test",))["test"]
     assert posterior < 0.35 * baseline
     # ... and no regressor beats the noise floor on average: RMSE^2 >= noise variance, up to chance.
     se_var = cfg.noise_std**2 * math.sqrt(2.0 / cfg.n_test)
@@ -189,7 +189,9 @@ def test_cache_returns_the_same_draw(tmp_path):
         for t in ("x", "y", "f"):
             assert torch.equal(getattr(getattr(first, split), t), getattr(getattr(fresh, split), t))
             assert torch.equal(getattr(getattr(again, split), t), getattr(getattr(fresh, split), t))
-    assert again.meta["oracle_test_rmse"] == pytest.approx(posterior_mean_rmse(cfg, fresh))
+    reference = posterior_mean_rmse(cfg, fresh)
+    assert again.meta["oracle_test_rmse"] == pytest.approx(reference["test"])
+    assert again.meta["oracle_val_rmse"] == pytest.approx(reference["val"])
     load_gp_data(cfg.model_copy(update={"seed": 6}), cache_root=tmp_path)
     assert len(list(tmp_path.glob("*/data.pt"))) == 2
 

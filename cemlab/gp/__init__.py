@@ -2,13 +2,15 @@
 
 - ``GPConfig`` (``cemlab.gp.config``): kernel, sizes, noise, lengthscales, seed, and the regressor's
   latent width, layers, recursion steps T, step size and preconditioner.
-- ``make_gp_data(cfg)`` (``cemlab.gp.data``): one function drawn from a GP prior (``rbf`` or the
+- ``make_gp_data(cfg)`` / ``load_gp_data(cfg)`` (cached; ``cemlab.gp.data``): one function drawn from a GP prior (``rbf`` or the
   non-stationary ``gibbs`` kernel) at 10-dimensional inputs, with noise, split train/val/test.
 - The regressor itself is ``cemlab.models.gp.GPRegressor`` (pure PyTorch, the language models' CEM MLP).
 """
 
 from cemlab.gp.config import GPConfig
-from cemlab.gp.data import GPData, GPSamplingError, GPSplit, kernel_matrix, make_gp_data, posterior_mean_rmse, rmse
+from cemlab.gp.data import (
+    GPData, GPSamplingError, GPSplit, kernel_matrix, load_gp_data, make_gp_data, posterior_mean_rmse, rmse,
+)
 
-__all__ = ["GPConfig", "GPData", "GPSplit", "GPSamplingError", "kernel_matrix", "make_gp_data",
+__all__ = ["GPConfig", "GPData", "GPSplit", "GPSamplingError", "kernel_matrix", "load_gp_data", "make_gp_data",
            "posterior_mean_rmse", "rmse"]

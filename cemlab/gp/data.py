@@ -203,19 +203,23 @@ def rmse(pred: Tensor, target: Tensor) -> float:
     return math.sqrt(float((diff * diff).mean()))
 
 
-def posterior_mean_rmse(cfg: GPConfig, data: GPData, split: str = "test") -> float:
-    """Test RMSE (against the noisy ``y``) of the exact GP posterior mean given the training split,
-    with the true kernel and noise: the Bayes-optimal predictor, a floor no regressor beats on average.
+def posterior_mean_rmse(cfg: GPConfig, data: GPData, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:
+    """RMSE (against the noisy ``y``) of the exact GP posterior mean given the training split, with
+    the true kernel and noise, on each of ``splits``: the Bayes-optimal predictor for this prior,
+    a floor no regressor beats on average.
 
-    ``mean = K_*t (K_tt + s^2 I)^-1 y_t``, solved by Cholesky in float64."""
-    train, target = data.train, getattr(data, split)
+    ``mean = K_*t (K_tt + s^2 I)^-1 y_t``, one Cholesky factorisation in float64 for all splits."""
+    train = data.train
     k_tt = kernel_matrix(cfg, train.x)
     k_tt.diagonal().add_(cfg.noise_std**2)
     factor, _ = cholesky_with_jitter(k_tt, cfg.signal_std**2, cfg.jitter)
     del k_tt
     alpha = torch.cholesky_solve(train.y.to(torch.float64)[:, None], factor)
-    mean = kernel_matrix(cfg, target.x, train.x) @ alpha
-    return rmse(mean[:, 0], target.y)
+    out = {}
+    for name in splits:
+        target = getattr(data, name)
+        out[name] = rmse((kernel_matrix(cfg, target.x, train.x) @ alpha)[:, 0], target.y)
+    return out
 
 
 def load_gp_data(cfg: GPConfig, cache_root: str | Path | None = None, oracle: bool = True) -> GPData:
@@ -232,8 +236,8 @@ def load_gp_data(cfg: GPConfig, cache_root: str | Path | None = None, oracle: bo
             if not _complete(entry, oracle):
                 data = make_gp_data(cfg)
                 if oracle:
-                    data.meta["oracle_val_rmse"] = posterior_mean_rmse(cfg, data, "val")
-                    data.meta["oracle_test_rmse"] = posterior_mean_rmse(cfg, data, "test")
+                    for name, value in posterior_mean_rmse(cfg, data, ("val", "test")).items():
+                        data.meta[f"oracle_{name}_rmse"] = value
                 build = new_build_dir(root, key)
                 tensors = {f"{name}.{t}": getattr(getattr(data, name), t)
                            for name in ("train", "val", "test") for t in ("x", "y", "f")}
