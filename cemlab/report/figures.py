@@ -464,6 +464,8 @@ def table3(ctx) -> Figure | None:
                          rmse_mean=c["mean"], rmse_std=c["std"], n=c["n"], n_expected=c["n_expected"],
                          note=c["note"]))
     table = pd.DataFrame(rows)
+    if (table["size"] == "").all():  # GP sweeps have no model sizes
+        table = table.drop(columns=["size"])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.6, 4.0))
     for i, (kernel, g) in enumerate(table.groupby("kernel", sort=False)):
@@ -639,6 +641,8 @@ def params(ctx) -> Figure | None:
     table = cells[[c for c in cols if c in cells.columns]]
     if not np.isfinite(table["params_total"].to_numpy(dtype=float)).any():
         return None
+    # columns no cell has (a GP sweep has no sizes, attention or token budget)
+    table = table[[c for c in table.columns if not (table[c].isna() | (table[c] == "")).all()]]
     return Figure("params", "Parameters and FLOPs", (
         "Parameters (total, attention, MLP, embedding), training FLOPs per token and token budget of each cell, "
         "as logged by its runs (empty: no run logged them)."), {"params": table}, None, show_tables=["params"])

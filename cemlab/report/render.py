@@ -28,6 +28,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #444; max-width: 900px; }
 .small { font-size: 0.85em; color: #555; }
+.scroll { overflow-x: auto; }
 """
 
 
@@ -84,7 +85,8 @@ def _html_table(df: pd.DataFrame, verdict_col: str | None = None) -> str:
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(fmt(v))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>"
+    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(rows)
+            + "\n</tbody>\n</table></div>")
 
 
 def _md_cell(v) -> str:
