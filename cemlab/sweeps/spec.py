@@ -358,12 +358,11 @@ def _check_templates(spec: SweepSpec) -> None:
                 raise SweepError(
                     f"{src}: {where}.{key}: template names unknown axis {sorted(unknown)}; "
                     f"use one of {sorted(known)} or add the axis to this variant's axes")
-        for k in v.set:
-            path = tuple(k.split("."))
+        for path, _ in _leaves(_nest(v.set, src)):
             for axis, target in AXIS_TARGETS.items():
                 if axis in top and path == target:
-                    raise SweepError(f"{src}: {where}.set.{k} conflicts with the top-level '{axis}' axis, "
-                                     f"which sets {'.'.join(target)}; remove one of them")
+                    raise SweepError(f"{src}: {where}.set.{'.'.join(path)} conflicts with the top-level '{axis}' "
+                                     f"axis, which sets {'.'.join(target)}; remove one of them")
         used_in_set = _template_names(v.set)
         used_in_label = _template_names(v.label)
         for axis in v.axes:
@@ -465,7 +464,7 @@ def format_lr(lr: float) -> str:
 
 def _slug(text: str) -> str:
     s = re.sub(r"\s+", "_", text.strip())
-    s = re.sub(r"[^A-Za-z0-9._=+-]", "-", s)
+    s = re.sub(r"[^A-Za-z0-9._-]", "-", s)
     return s.strip("_-") or "x"
 
 

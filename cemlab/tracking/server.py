@@ -129,6 +129,15 @@ def _server_command(backend: str, artifacts: Path, port: int) -> list[str]:
             "--artifacts-destination", str(artifacts), "--host", HOST, "--port", str(port), "--workers", "1"]
 
 
+def _server_env() -> dict[str, str]:
+    """The server's environment. MLflow 3 also starts a job runner with about ten worker
+    processes for its GenAI features by default; cemlab uses none of them, and on a small
+    machine they cost seconds of start-up and CPU that trials need (set the variable to override)."""
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    return env
+
+
 def _log_tail(path: Path, n: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
@@ -159,7 +168,7 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
                 log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
                 log.flush()
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=mlflow_dir(), start_new_session=True)
+                                        cwd=mlflow_dir(), start_new_session=True, env=_server_env())
             _STARTED[proc.pid] = proc
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and proc.poll() is None:
