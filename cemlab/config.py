@@ -218,6 +218,7 @@ class RunConfig(StrictModel):
 HASH_EXCLUDE = {"tracking", ("model", "name"), ("model", "checkpoint_recursion"), ("train", "progress_bar"),
                 ("train", "compile"), ("train", "checkpoint_dir"), ("train", "val_interval"),
                 ("train", "checkpoint_every"), ("train", "num_threads"), ("train", "test_recursion_steps"),
+                ("train", "devices"), ("train", "accelerator"),
                 ("data", "cache_dir")}
 
 
