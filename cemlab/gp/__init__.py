@@ -2,8 +2,9 @@
 
 - ``GPConfig`` (``cemlab.gp.config``): kernel, sizes, noise, lengthscales, seed, and the regressor's
   latent width, layers, recursion steps T, step size and preconditioner.
-- ``make_gp_data(cfg)`` / ``load_gp_data(cfg)`` (cached; ``cemlab.gp.data``): one function drawn from a GP prior (``rbf`` or the
-  non-stationary ``gibbs`` kernel) at 10-dimensional inputs, with noise, split train/val/test.
+- ``make_gp_data(cfg)``, or ``load_gp_data(cfg)`` through a disk cache (``cemlab.gp.data``): one
+  function drawn from a GP prior (``rbf`` or the non-stationary ``gibbs`` kernel) at
+  10-dimensional inputs, with noise, split train/val/test.
 - The regressor itself is ``cemlab.models.gp.GPRegressor`` (pure PyTorch, the language models' CEM MLP).
 """
 

@@ -35,10 +35,10 @@ targets ``y`` so that a report can give the noise-free error too. ``posterior_me
 error of the exact GP posterior mean (the Bayes-optimal predictor for this prior) as a reference.
 
 **Cost and caching.** At the default sizes (10240 points) the draw is one 10240 x 10240 float64
-Cholesky (0.8 GB per matrix, about 2 GB peak, 10-30 s on one core) and the posterior-mean reference
-another of 8192. ``load_gp_data`` does both once per data setting (``GPConfig.data_dict``) and keeps
-the result under the runs folder's cache, shared safely by concurrent trials (file lock, atomic
-rename; ``cemlab.data.cache``).
+Cholesky (0.8 GB per matrix, 1.9 GB peak) and the posterior-mean reference another of 8192: about
+35-60 s together on one busy CPU core. ``load_gp_data`` does both once per data setting
+(``GPConfig.data_dict``) and keeps the result under the runs folder's cache, shared safely by
+concurrent trials (file lock, atomic rename; ``cemlab.data.cache``).
 """
 
 from __future__ import annotations
