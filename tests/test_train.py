@@ -147,7 +147,7 @@ def test_killed_run_resumes_to_the_same_result(env, runs_dir, tmp_path):
     assert resumed.resumed and resumed.run_id == killed_run and resumed.status == "finished"
     for key in ("train/loss", "val/loss", "test/loss", "test/ppl"):
         assert resumed.metrics[key] == pytest.approx(whole.metrics[key], rel=1e-6, abs=0), key
-    print(f"\nresume: final train loss {resumed.metrics['train/loss']!r} vs {whole.metrics['train/loss']!r}, "
+    print(f"\nresume: killed after the checkpoint of step {state['step']} of 30; final train loss {resumed.metrics['train/loss']!r} vs {whole.metrics['train/loss']!r}, "
           f"test ppl {resumed.metrics['test/ppl']!r} vs {whole.metrics['test/ppl']!r}")
 
     client = env["client"]
@@ -296,10 +296,17 @@ def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
         "train": {"batch_size": 64, "micro_batch_size": 64, "tokens": 19200, "val_interval": 100,
                   "num_threads": 1},
     })
-    result = train(cfg, tracking_uri=env["uri"], resume=False)
+    from cemlab.tracking.mlflow_run import create_run
+    from cemlab.tracking.store import ensure_experiment
+
     client = env["client"]
+    parent = create_run(client, ensure_experiment("cemlab/gp_test", client), "gp sweep", {schema.ROLE: "sweep"})
+    result = train(cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"experiment": "cemlab/gp_test"})}),
+                   tracking_uri=env["uri"], resume=False, parent_run_id=parent)
     run = client.get_run(result.run_id)
     assert run.data.tags[schema.TASK] == "gp" and run.info.run_name == "gp rbf T2 d32 lr2e-3"
+    assert run.data.tags[schema.PARENT_RUN_ID] == parent and run.data.tags[schema.ROLE] == "trial"
+    assert run.info.experiment_id == client.get_run(parent).info.experiment_id
     assert [s for s, _ in history(client, result.run_id, schema.VAL_RMSE)] == [100, 200, 300]
     assert [s for s, _ in history(client, result.run_id, schema.TEST_RMSE_AT_STEPS)] == [1, 2, 3, 4]
     assert [s for s, _ in history(client, result.run_id, schema.energy_metric("mlp", 0))] == [0, 1, 2]

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         print(f"cemlab train: {e or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if result.run_id is None:  # a DDP rank other than zero: rank zero reports
+        return EXIT_DIVERGED if result.diverged else EXIT_OK
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     m = result.metrics

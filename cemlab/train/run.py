@@ -198,8 +198,10 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
                  "total_steps": plan.total_steps, "plan": plan.to_dict()}
         ckpt.write_state(folder, state)
     resumed = ckpt_path is not None
-    log.info("%s: %s %s=%s steps=%d (%d x %d per step)%s", name, task.kind, task.unit, f"{plan.tokens:,}",
-             plan.total_steps, plan.batch_size, plan.seq_len, f", resuming from {ckpt_path}" if resumed else "")
+    if zero:
+        log.info("%s: %s %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind, task.unit,
+                 f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
+                 f", resuming from {ckpt_path}" if resumed else "", run_id)
 
     def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
         if client is not None:
@@ -237,7 +239,8 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         finish(schema.STATUS_DIVERGED, {schema.DIVERGED_STEP: str(e.step)})
         if zero:
             ckpt.write_state(folder, {**state, "status": schema.STATUS_DIVERGED, "result": result.to_dict()})
-        log.warning("%s diverged at step %d (loss %s)", name, e.step, e.loss)
+        if zero:
+            log.warning("%s diverged at step %d (loss %s)", name, e.step, e.loss)
         return result
     except (KeyboardInterrupt, SystemExit) as e:  # Lightning turns Ctrl-C into SystemExit(1)
         finish(schema.STATUS_INTERRUPTED)

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from cemlab.config import RunConfig
 from cemlab.tracking import schema
@@ -155,7 +154,3 @@ def test_recursion_list(cfg: RunConfig, T: int | None) -> list[int]:
         raise ConfigError(f"train.test_recursion_steps={steps}: every entry must be >= 1")
     return sorted({int(s) for s in steps})
 
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module under a ``torch.compile`` wrapper."""
-    return getattr(model, "_orig_mod", model)
