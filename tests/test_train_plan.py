@@ -64,6 +64,8 @@ def test_plan_errors_name_the_fields():
         make_plan(RunConfig(task="gp", gp={"kernel": "matern"}))
     with pytest.raises(ConfigError, match="micro_batch_size"):
         load_run_config(None, ["train.batch_size=10", "train.micro_batch_size=4"])
+    with pytest.raises(ConfigError, match="train.test_recursion_steps"):
+        load_run_config(None, ["train.test_recursion_steps=[0, 2]"])
 
 
 def test_schedule_warmup_then_cosine_to_the_final_factor():

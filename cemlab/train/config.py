@@ -23,7 +23,8 @@ class TrainConfig(BaseModel):
     micro_batch_size: int = Field(default=8, ge=1, description="Sequences per forward pass; the rest is gradient accumulation.")
     tokens: Literal["chinchilla"] | int = Field(
         default="chinchilla",
-        description="'chinchilla': 20 tokens per parameter of the matched Llama baseline; or a number of tokens.",
+        description="'chinchilla': 20 tokens per parameter of the matched Llama baseline; or a number of tokens. "
+        "For task='gp' the unit is one example (and 'chinchilla' counts the regressor's own parameters).",
     )
     max_steps: int | None = Field(default=None, ge=1, description="Cap on optimizer steps (overrides the token budget when smaller).")
     seed: int = Field(default=0, description="Seed of initialisation, data order and dropout.")
@@ -37,12 +38,21 @@ class TrainConfig(BaseModel):
     test_recursion_steps: list[int] | None = Field(
         default=None, description="Recursion steps tried at test time only (CEM); None: 1..2T."
     )
+    # Also: the environment variable CEMLAB_INJECT_NAN_STEP=k makes the loss of optimizer step k
+    # NaN (a test hook for divergence handling; not a field, so it never enters the config hash).
     checkpoint_every: int = Field(default=100, ge=1, description="Save a checkpoint every this many optimizer steps.")
     checkpoint_dir: str | None = Field(default=None, description="Checkpoint folder; defaults to <runs>/checkpoints/<hash>.")
     num_threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: leave as is).")
     progress_bar: bool | None = Field(default=None, description="Show a progress bar (None: when interactive).")
     accelerator: Literal["auto", "cpu", "gpu"] = Field(default="auto", description="Lightning accelerator.")
     devices: int = Field(default=1, ge=1, description="Devices (processes) for DDP.")
+
+    @field_validator("test_recursion_steps")
+    @classmethod
+    def _steps(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or min(v) < 1):
+            raise ValueError(f"test_recursion_steps={v} must be a non-empty list of steps >= 1 (or null for 1..2T)")
+        return v
 
     @field_validator("micro_batch_size")
     @classmethod
