@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cemlab.data.config import DataConfig
+from cemlab.gp.config import GPConfig
 from cemlab.train.config import TrainConfig
 
 SublayerKind = Literal["llama", "cem"]
@@ -191,7 +192,7 @@ class RunConfig(StrictModel):
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    gp: dict[str, Any] | None = Field(default=None, description="GP study settings (task='gp'), see cemlab.gp.")
+    gp: GPConfig | None = Field(default=None, description="GP study settings (task='gp'), see cemlab.gp.config.")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -204,6 +205,14 @@ class RunConfig(StrictModel):
                 raise ValueError(f"model.preset={name!r} is unknown; choose one of {sorted(PRESETS)}")
             return {**PRESETS[name], "name": name, **v}
         return v
+
+    @model_validator(mode="after")
+    def _task_settings(self) -> "RunConfig":
+        if self.task == "gp" and self.gp is None:
+            raise ValueError("task='gp' needs a gp: section (kernel, latent_dim, steps, ...; see cemlab.gp.config.GPConfig)")
+        if self.task == "lm" and self.gp is not None:
+            raise ValueError("a gp: section needs task='gp' (it is ignored by language-model runs)")
+        return self
 
     def hash(self) -> str:
         return config_hash(self)
