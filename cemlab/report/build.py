@@ -95,7 +95,7 @@ class ReportContext:
         name = sweep or self.sweep
         if name not in self._trials:
             if sweep is None or name in self.grids.names():
-                grid = self.grids.trials(name, self.scale)
+                grid = self.grids.trials(name, self.scale)  # a broken sweep file raises SweepError
             else:
                 grid = []  # a claim names a sweep this project does not have
             self._trials[name] = join_trials(grid, self.store)
@@ -260,9 +260,9 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     made: list[str] = []
     if counts["runs"]:
         ids = [i for i in figs.figure_ids(figure_tag) if i in figs.PAPER_FIGURES] or SWEEP_FIGURES.get(ctx.sweep, [])
-        builders = [(i, figs.PAPER_FIGURES[i]) for i in figs.PAPER_FIGURES if i in ids]
-        for fid, build in builders + list(figs.GENERIC_FIGURES.items()):
-            f = build(ctx)
+        builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in ids] + list(figs.GENERIC_FIGURES.values())
+        for builder in builders:
+            f = builder(ctx)
             if f is None:
                 continue
             files = []

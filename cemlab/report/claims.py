@@ -119,7 +119,8 @@ class ClaimData:
 
 
 def _value(df: pd.DataFrame, missing: list[str], label: str, **where) -> float:
-    """The mean of the single cell of ``df`` matching ``where``; NaN (and a note) if unavailable."""
+    """The seed mean of the cell of ``df`` matching ``where`` (the lowest if several match, e.g. one
+    per learning rate); NaN, and a note in ``missing``, when none has a finished run."""
     d = df
     for k, v in where.items():
         d = d[d[k] == v]
