@@ -288,7 +288,6 @@ def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
     RMSE of predicting the training mean, and equal to a recomputation from the checkpoint."""
     from cemlab.gp import make_gp_data
     from cemlab.models.gp import build_gp_model
-    from cemlab.tracking.mlflow_run import gp_config
     from cemlab.train import train
 
     cfg = RunConfig.model_validate({
@@ -312,12 +311,12 @@ def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
     assert [s for s, _ in history(client, result.run_id, schema.energy_metric("mlp", 0))] == [0, 1, 2]
     assert run.data.metrics[schema.FLOPS_PER_EXAMPLE] > 0 and schema.EXAMPLES_PER_S in run.data.metrics
 
-    data = make_gp_data(gp_config(cfg))
+    data = make_gp_data(cfg.gp)
     mean_rmse = float(((data.test.y - data.train.y.mean()) ** 2).mean().sqrt())
     rmse = run.data.metrics[schema.TEST_RMSE]
     assert rmse < 0.6 * mean_rmse
     state = torch.load(Path(result.checkpoint_dir) / "last.ckpt", map_location="cpu", weights_only=True)
-    model = build_gp_model(gp_config(cfg))
+    model = build_gp_model(cfg.gp)
     model.load_state_dict({k.removeprefix("model."): v for k, v in state["state_dict"].items()})
     with torch.no_grad():
         direct = float(((model.eval()(data.test.x).double() - data.test.y.double()) ** 2).mean().sqrt())

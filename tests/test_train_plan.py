@@ -61,7 +61,7 @@ def test_plan_errors_name_the_fields():
     with pytest.raises(ConfigError, match=r"data.seq_len=256 exceeds model.context_length=128"):
         make_plan(RunConfig(model={"preset": "nano"}, data={"seq_len": 256}))
     with pytest.raises(ConfigError, match=r"gp.kernel"):
-        make_plan(RunConfig(task="gp", gp={"kernel": "matern"}))
+        make_plan(load_run_config(None, ["task=gp", "gp.kernel=matern"]))
     with pytest.raises(ConfigError, match="micro_batch_size"):
         load_run_config(None, ["train.batch_size=10", "train.micro_batch_size=4"])
     with pytest.raises(ConfigError, match="train.test_recursion_steps"):

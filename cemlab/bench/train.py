@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     plan, data = _setup(cfg, args.warmup + args.steps + 1)
     device = torch.cuda.get_device_name() if accelerator == "gpu" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"config: {config or 'built-in defaults'} {' '.join(overrides)}".rstrip())
-    print(f"model: {cfg.model.kind} d{cfg.model.d_model} L{cfg.model.n_layers} vocab {cfg.model.vocab_size}; "
+    from cemlab.tracking.mlflow_run import run_name
+
+    print(f"run: {run_name(cfg)}; "
           f"batch {plan.batch_size} x {plan.seq_len} tokens, micro-batch {plan.micro_batch_size} "
           f"(accumulation {plan.accumulation}); {precision} on {device}; compile={cfg.train.compile}")
     bare, light = [], []

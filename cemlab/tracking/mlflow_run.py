@@ -3,8 +3,8 @@ parent/child nesting and terminal status.
 
 Everything goes through an explicit ``MlflowClient`` for an explicit tracking URI (never the
 global ``mlflow.*`` fluent state), so that a Ray trial, a DDP rank or a test can log into the store
-it was given and nothing else. Store location, clients and experiments: ``cemlab.tracking.store``. Only the process that owns a run (global rank zero) should hold a
-:class:`RunHandle`; the training code enforces that.
+it was given and nothing else. Only the process that owns a run (global rank zero) logs into it;
+the training code enforces that. Store location, clients and experiments: ``cemlab.tracking.store``.
 
 Status conventions (``cemlab.status`` tag, see :mod:`cemlab.tracking.schema`, and MLflow's own run
 status beside it):
@@ -15,7 +15,7 @@ cemlab        MLflow               meaning
 running       RUNNING              training (or killed hard before it could say so)
 finished      FINISHED             trained to the end, test metrics logged
 diverged      FINISHED             stopped on a NaN/inf loss at ``cemlab.diverged_step``: a result
-failed        FAILED               an error; the traceback's last line is in ``cemlab.error``
+failed        FAILED               an error; its type and message are in ``cemlab.error``
 interrupted   KILLED               stopped by Ctrl-C / SIGTERM; ``cemlab train --resume`` continues it
 ============  ===================  ====================================================
 """
@@ -64,7 +64,7 @@ def format_lr(lr: float) -> str:
 def size_label(cfg: "RunConfig") -> str:
     """The size a person recognises: the preset name (``86m``, ``tiny``) or the dimensions."""
     if cfg.task == "gp":
-        gp = gp_config(cfg)
+        gp = cfg.gp
         return f"d{gp.latent_dim}" + (f"x{gp.n_layers}" if gp.n_layers > 1 else "")
     m = cfg.model
     return m.name or f"d{m.d_model}L{m.n_layers}"
@@ -82,7 +82,7 @@ def run_name(cfg: "RunConfig") -> str:
     parameter matching (``pm``); the size; the learning rate; the seed when it is not 0."""
     t = cfg.train
     if cfg.task == "gp":
-        gp = gp_config(cfg)
+        gp = cfg.gp
         parts = ["gp", gp.kernel, f"T{gp.steps}"]
         if gp.precond != "none":
             parts.append(gp.precond)
@@ -119,20 +119,6 @@ def run_name(cfg: "RunConfig") -> str:
     if t.seed:
         parts.append(f"s{t.seed}")
     return " ".join(parts)
-
-
-def gp_config(cfg: "RunConfig"):
-    """The validated ``GPConfig`` of a ``task: gp`` run (errors name ``gp.<field>``)."""
-    from pydantic import ValidationError
-
-    from cemlab.config import ConfigError, format_validation_error
-    from cemlab.gp import GPConfig
-
-    try:
-        return GPConfig.model_validate(cfg.gp or {})
-    except ValidationError as e:
-        text = format_validation_error(e, source="config").replace("  - ", "  - gp.")
-        raise ConfigError(text) from None
 
 
 def git_commit() -> str | None:

@@ -32,6 +32,9 @@ from cemlab.train.data import eval_indices
 
 
 class RunCallback(L.Callback):
+    """Step metrics, validation, reports and checkpoints of one run (see the module docstring).
+    ``latest`` holds the last value of every metric (the result and the progress bar read it)."""
+
     def __init__(self, *, plan, task, val_dataset, energy_batch, folder: Path, state: dict[str, Any],
                  metrics=None, report: Callable[[dict[str, float]], None] | None = None,
                  flops_per_unit: float, peak_flops: float | None, val_batches: int):

@@ -114,9 +114,7 @@ def load_task_data(cfg: RunConfig, plan: TrainPlan) -> TaskData:
     task). Bad input raises ``cemlab.data.DataError`` / ``ConfigError`` before any training."""
     if cfg.task == "gp":
         from cemlab.gp import make_gp_data
-        from cemlab.tracking.mlflow_run import gp_config
-
-        d = make_gp_data(gp_config(cfg))
+        d = make_gp_data(cfg.gp)
         return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
                         TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
     from cemlab.data import PackedDataset, prepare_data

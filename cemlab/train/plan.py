@@ -75,9 +75,7 @@ def budget_parameters(cfg: RunConfig) -> int:
     with torch.device("meta"):
         if cfg.task == "gp":
             from cemlab.models.gp import build_gp_model, count_parameters
-            from cemlab.tracking.mlflow_run import gp_config
-
-            return count_parameters(build_gp_model(gp_config(cfg)))["total"]
+            return count_parameters(build_gp_model(cfg.gp))["total"]
         from cemlab.models import build_model, count_parameters
 
         return count_parameters(build_model(cfg.model.matched_baseline()))["total"]

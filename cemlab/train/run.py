@@ -175,7 +175,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     if zero:
         uri = resolve_tracking_uri(tracking_uri)
         client = store.get_client(uri)
-        run_id = _reusable_run(client, state, uri)
+        run_id = _reusable_run(client, state)
         if run_id is not None:
             mr.reopen_run(client, run_id)
             metrics = mr.MetricBuffer(client, run_id)
@@ -293,14 +293,18 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
         )
 
 
-def _reusable_run(client, state: dict | None, uri: str) -> str | None:
-    """The MLflow run of an interrupted attempt, when it is in this store."""
-    if not state or not state.get("run_id") or state.get("tracking_uri") != uri:
+def _reusable_run(client, state: dict | None) -> str | None:
+    """The MLflow run of an interrupted attempt, when this store has it. The store is asked, not
+    the URI compared: a sweep resumed after its driver died reaches the same store through a
+    new local server on another port."""
+    if not state or not state.get("run_id"):
         return None
     try:
-        client.get_run(state["run_id"])
-    except Exception:  # deleted, or another store
-        log.warning("run %s of %s is not in %s; logging into a new run", state["run_id"], state, uri)
+        alive = client.get_run(state["run_id"]).info.lifecycle_stage == "active"
+    except Exception:  # another store
+        alive = False
+    if not alive:
+        log.warning("run %s is not in this MLflow store (or deleted); logging into a new run", state["run_id"])
         return None
     return state["run_id"]
 

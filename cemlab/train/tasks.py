@@ -93,10 +93,8 @@ class GPTask:
 
     def __init__(self, cfg: RunConfig):
         from cemlab.models.gp import build_gp_model
-        from cemlab.tracking.mlflow_run import gp_config
-
         self.cfg = cfg
-        self.gp = gp_config(cfg)
+        self.gp = cfg.gp
         self.model = build_gp_model(self.gp)
 
     @staticmethod
