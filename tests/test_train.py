@@ -135,10 +135,12 @@ def test_killed_run_resumes_to_the_same_result(env, runs_dir, tmp_path):
         if state.get("step", 0) >= 10:
             break
         time.sleep(0.05)
+    time.sleep(0.5)  # a few steps past the checkpoint: they are lost and computed again
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stderr.close()
+    state = json.loads(state_file.read_text())
     assert 10 <= state["step"] < 30
     killed_run = state["run_id"]
     assert env["client"].get_run(killed_run).info.status == "RUNNING"  # killed: nobody said otherwise
@@ -321,3 +323,24 @@ def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
     with torch.no_grad():
         direct = float(((model.eval()(data.test.x).double() - data.test.y.double()) ** 2).mean().sqrt())
     assert rmse == pytest.approx(direct, rel=1e-5)
+
+
+def test_metric_buffer_logs_each_step_once_after_a_restart(env):
+    """A resumed run replays the steps after its checkpoint; values already in the store are not
+    logged twice, later ones are."""
+    from cemlab.tracking.mlflow_run import MetricBuffer, create_run
+
+    client = env["client"]
+    run_id = create_run(client, client.get_experiment_by_name("cemlab").experiment_id, "buffer", {})
+    first = MetricBuffer(client, run_id)
+    for step in range(1, 6):
+        first.add("train/loss", 10.0 - step, step)
+    first.add("val/loss", 3.0, 4)
+    first.flush()
+    again = MetricBuffer(client, run_id)
+    again.skip_logged()
+    for step in range(3, 9):
+        again.add_many({"train/loss": 10.0 - step, "val/loss": 2.0}, step)
+    again.flush()
+    assert history(client, run_id, "train/loss") == [(s, 10.0 - s) for s in range(1, 9)]
+    assert history(client, run_id, "val/loss") == [(4, 3.0), (5, 2.0), (6, 2.0), (7, 2.0), (8, 2.0)]
