@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 CEMLAB := $(VENV)/bin/cemlab
 SWEEP ?= recursion_ablation
 SCALE ?= tiny
+CONFIG ?= configs/default.yaml
 PYTEST_ARGS ?=
 # The install is redone when pyproject.toml changes.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.txt 2>/dev/null | sha1sum | cut -c1-10)
