@@ -26,6 +26,21 @@ Sweep file schema (every mapping forbids unknown keys)::
     scales:                         # per-scale axis values (replace the file's values at that scale)
       tiny: {size: [86m, 108m], lr: [2.0e-3]}
 
+Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` then)::
+
+    search: optuna
+    optuna:
+      lr: [5.0e-4, 8.0e-3]          # log-uniform range [low, high]
+      samples: {smoke: 3, tiny: 6, paper: 12}   # trials per grid cell (or one number for every scale)
+      metric: val/loss              # what ASHA and Optuna compare (reported at every validation), min
+      grace_period: 1               # validations every trial gets before ASHA may stop it
+      reduction_factor: 2           # ASHA keeps about 1/reduction_factor of the trials at each rung
+
+Every other axis stays a grid: the runner gives each grid cell its own Optuna searcher and ASHA
+scheduler (Tune's ``OptunaSearch`` takes no grid axes and never prunes). ``expand`` returns one
+trial per cell at the range's geometric centre, which is also the searcher's first point;
+:func:`trial_with_lr` makes the trial of a sampled learning rate (same naming, its own hash).
+
 A value that is exactly ``"{T}"`` becomes the axis value itself (an int stays an int); a template
 inside a longer string is formatted. Config layers, later wins: scale ``<task>.base`` < the size's
 ``model``/``train`` < sweep ``base`` < variant ``set`` < the axes (lr, seed) < tracking names.
@@ -38,8 +53,10 @@ config) raises :class:`SweepError` naming the file, the key path and the fix, be
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import itertools
+import math
 import os
 import re
 import string
@@ -60,6 +77,7 @@ TOP_AXES = ("size", "lr", "seed")
 AXIS_TARGETS = {"lr": ("train", "lr"), "seed": ("train", "seed")}
 
 Scalar = bool | int | float | str
+SearchKind = Literal["grid", "optuna"]
 
 
 class SweepError(ValueError):
@@ -166,6 +184,47 @@ class Variant(_Strict):
         return v
 
 
+class LrSearch(_Strict):
+    """``search: optuna``: Optuna samples each grid cell's learning rate log-uniformly in ``lr``
+    (``samples`` trials per cell), and Tune's ASHA scheduler stops the worse trials early, comparing
+    ``metric`` at every validation."""
+
+    lr: tuple[float, float] = Field(description="Log-uniform range [low, high] of train.lr.")
+    samples: int | dict[str, int] = Field(description="Trials per grid cell: a number, or one per scale name.")
+    metric: str = Field(default="val/loss", min_length=1, description="Metric reported at each validation.")
+    mode: Literal["min", "max"] = Field(default="min", description="Whether lower or higher metric is better.")
+    grace_period: int = Field(default=1, ge=1, description="Validations before ASHA may stop a trial.")
+    reduction_factor: float = Field(default=2, gt=1, description="ASHA keeps ~1/reduction_factor per rung.")
+    seed: int = Field(default=0, description="Seed of Optuna's sampler.")
+
+    @field_validator("lr")
+    @classmethod
+    def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < v[0] < v[1]:
+            raise ValueError(f"lr must be [low, high] with 0 < low < high, got {list(v)}")
+        return v
+
+    @field_validator("samples")
+    @classmethod
+    def _samples(cls, v: int | dict[str, int]) -> int | dict[str, int]:
+        counts = v.values() if isinstance(v, dict) else [v]
+        if not counts or any(n < 1 for n in counts):
+            raise ValueError(f"samples must be >= 1 (per scale), got {v}")
+        return v
+
+    def center(self) -> float:
+        """The geometric centre of the range, to 3 significant digits: the first point tried."""
+        return round_lr(math.sqrt(self.lr[0] * self.lr[1]))
+
+    def samples_at(self, scale: str) -> int | None:
+        return self.samples.get(scale) if isinstance(self.samples, dict) else self.samples
+
+
+def round_lr(lr: float) -> float:
+    """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
+    return float(f"{lr:.3g}")
+
+
 class SweepSpec(_Strict):
     """One sweep file. Load it with :func:`load_sweep`; ``expand(scale)`` gives the trials."""
 
@@ -177,11 +236,21 @@ class SweepSpec(_Strict):
     axes: Axes = Field(default_factory=Axes)
     variants: list[Variant] = Field(min_length=1)
     scales: dict[str, dict[str, list[Scalar]]] = Field(default_factory=dict)
+    search: SearchKind = Field(default="grid", description="grid, or optuna (learning rate searched per cell).")
+    optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
 
     _path: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> "SweepSpec":
+        if self.search == "optuna":
+            if self.optuna is None:
+                raise ValueError("search: optuna needs an 'optuna' block, e.g. optuna: {lr: [5.0e-4, 8.0e-3], samples: 6}")
+            if self.axes.lr is not None:
+                raise ValueError("axes.lr: with search: optuna the learning rate is searched in optuna.lr; "
+                                 "remove axes.lr (or use search: grid)")
+        elif self.optuna is not None:
+            raise ValueError("optuna: this block is only read with search: optuna; add search: optuna or remove it")
         if self.task == "lm" and self.axes.size is None:
             raise ValueError("axes.size is missing: a language-model sweep lists its sizes, e.g. size: [86m, 108m]")
         if self.task == "gp" and self.axes.size is not None:
@@ -234,6 +303,7 @@ class Trial:
     config_hash: str     # config.hash(): equal for identical trials of different sweeps
     task: str = "lm"
     resources: Resources = field(default_factory=Resources)
+    search: LrSearch | None = None   # search: optuna: this cell's settings (samples resolved for the scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,6 +557,14 @@ def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
     hashes: dict[str, str] = {}
     sizes = top.get("size", [None])
     lrs = top.get("lr", [None])
+    search = None
+    if spec.search == "optuna":
+        samples = spec.optuna.samples_at(scale_name)
+        if samples is None:
+            raise SweepError(f"{src}: optuna.samples gives no number for scale {scale_name!r}; add "
+                             f"{scale_name}: N to it or give one number for every scale")
+        search = spec.optuna.model_copy(update={"samples": samples})
+        lrs = [spec.optuna.center()]
     seeds = top["seed"]
     for size in sizes:
         for vi, variant in enumerate(spec.variants):
@@ -500,7 +578,7 @@ def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
                             values["lr"] = lr
                         values.update(seed=seed, **own_values)
                         trial = _make_trial(spec, scale_name, scale, task_scale, vi, variant, values,
-                                            src, scales_src, gp_model)
+                                            src, scales_src, gp_model, search)
                         if trial.trial_id in ids:
                             raise SweepError(
                                 f"{src}: variants[{vi}].label: two trials get the id {trial.trial_id!r} at scale "
@@ -517,8 +595,18 @@ def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
     return trials
 
 
+def _trial_id(size: str | None, label: str, values: dict[str, Any]) -> str:
+    """``<size>__<label>__lr<lr>__s<seed>``: readable, filesystem-safe, unique within a sweep."""
+    parts = ([size] if size is not None else []) + [_slug(label)]
+    if "lr" in values:
+        parts.append(f"lr{format_lr(values['lr'])}")
+    parts.append(f"s{values['seed']}")
+    return "__".join(parts)
+
+
 def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, vi: int,
-                variant: Variant, values: dict[str, Any], src: str, scales_src: str, gp_model) -> Trial:
+                variant: Variant, values: dict[str, Any], src: str, scales_src: str, gp_model,
+                search: LrSearch | None = None) -> Trial:
     where = f"variants[{vi}] (group {variant.group})"
     label = _render(variant.label, values)
     size = values.get("size")
@@ -547,11 +635,7 @@ def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: 
             provenance[path] = name
 
     # Trial id and tracking names (tracking is left out of the config hash).
-    parts = ([size] if size is not None else []) + [_slug(label)]
-    if "lr" in values:
-        parts.append(f"lr{format_lr(values['lr'])}")
-    parts.append(f"s{values['seed']}")
-    trial_id = "__".join(parts)
+    trial_id = _trial_id(size, label, values)
     axes: dict[str, Any] = {"size": size} if size is not None else {}
     axes.update(group=variant.group, variant=label)
     if "lr" in values:
@@ -563,6 +647,8 @@ def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: 
             schema.TASK: spec.task, schema.ROLE: "trial"}
     if size is not None:
         tags[schema.SIZE] = size
+    if search is not None:  # every sampled trial of this cell keeps the cell's id here
+        tags[schema.SEARCH_CELL] = trial_id
     for k, v in axes.items():
         if k not in ("group", "variant"):
             tags[schema.axis_tag(k)] = str(v)
@@ -591,7 +677,21 @@ def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: 
         config.tracking.tags[schema.MODEL_KIND] = config.model.kind
     return Trial(sweep=spec.name, figure=spec.figure, scale=scale_name, trial_id=trial_id, group=variant.group,
                  variant=label, size=size or "", axes=axes, config=config, config_hash=h, task=spec.task,
-                 resources=task_scale.resources)
+                 resources=task_scale.resources, search=search)
+
+
+def trial_with_lr(trial: Trial, lr: float) -> Trial:
+    """The trial of ``trial``'s grid cell at learning rate ``lr`` (an Optuna sample): the same
+    config with ``train.lr = lr``, and the id, tags and hash that ``expand`` would give it."""
+    lr = float(lr)
+    axes = {**trial.axes, "lr": lr}
+    trial_id = _trial_id(trial.size or None, trial.variant, axes)
+    config = trial.config.model_copy(deep=True)
+    config.train.lr = lr
+    h = config.hash()
+    config.tracking.run_name = trial_id
+    config.tracking.tags.update({schema.TRIAL_ID: trial_id, schema.axis_tag("lr"): str(lr), schema.CONFIG_HASH: h})
+    return dataclasses.replace(trial, trial_id=trial_id, axes=axes, config=config, config_hash=h)
 
 
 def _gp_config_model():

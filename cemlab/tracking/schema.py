@@ -30,6 +30,9 @@ GIT_COMMIT = "cemlab.git_commit"
 TASK = "cemlab.task"                      # lm | gp
 REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused from earlier sweeps (comma list)
 ERROR = "cemlab.error"                    # last line of the error of a failed run
+STOPPED_STEP = "cemlab.stopped_step"      # optimizer step at which the scheduler (ASHA) stopped a trial
+SEARCH_CELL = "cemlab.search_cell"        # search: optuna: trial id of the grid cell whose lr was searched
+LOG_FILE = "cemlab.log_file"              # a sweep trial's log file (stdout, stderr, logging of its process)
 
 
 def axis_tag(axis: str) -> str:
@@ -43,6 +46,7 @@ STATUS_FINISHED = "finished"
 STATUS_DIVERGED = "diverged"
 STATUS_FAILED = "failed"
 STATUS_INTERRUPTED = "interrupted"        # Ctrl-C / SIGTERM; `cemlab train --resume` continues it
+STATUS_STOPPED = "stopped"                # stopped early by the sweep's scheduler (ASHA): a result, not a failure
 
 # --- metrics (history over ``step`` = optimizer step) ------------------------------------------
 TRAIN_LOSS = "train/loss"

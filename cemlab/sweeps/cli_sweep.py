@@ -1,0 +1,54 @@
+"""``cemlab sweep SWEEP --scale S``: run a sweep's grid with Ray Tune, every trial in MLflow.
+
+See ``cemlab.sweeps.runner`` for what happens. Exit codes: 0 every trial has a result (finished,
+diverged, stopped early by ASHA, or already in the store); 1 at least one trial failed after its
+retries (the others ran; the failures and their log files are listed); 2 the sweep could not
+start (bad sweep file or scale, unreachable MLflow server, resources the Ray cluster lacks);
+3 the trials are fine but the report could not be built; 130 interrupted (Ctrl-C or SIGTERM):
+rerun the same command to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cemlab.sweeps.spec import DEFAULT_SCALE
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep", help="sweep name (a file in sweeps/) or path to a sweep file")
+    parser.add_argument("--scale", default=DEFAULT_SCALE, help=f"smoke | tiny | paper (default {DEFAULT_SCALE})")
+    parser.add_argument("--retries", type=int, default=1,
+                        help="times a failing trial is retried from its last checkpoint (default 1)")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="CPUs of the local Ray runtime (default: all of this machine's; ignored with RAY_ADDRESS)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="token cache folder shared by the trials (default <runs>/cache)")
+    parser.add_argument("--no-report", action="store_true", help="do not build the sweep's report at the end")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain progress lines instead of a live table (the default when not a terminal)")
+    parser.add_argument("--interval", type=float, default=30.0,
+                        help="seconds between summary lines in plain mode (default 30)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from cemlab.sweeps.runner import EXIT_USAGE, run_sweep
+    from cemlab.sweeps.spec import SweepError
+    from cemlab.tracking.server import ServerError
+    from cemlab.tracking.store import StoreError
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    if args.cpus is not None and args.cpus < 1:
+        print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = run_sweep(args.sweep, args.scale, retries=args.retries, cpus=args.cpus, cache_dir=args.cache_dir,
+                           report=not args.no_report, console=console, live=False if args.plain else None,
+                           interval=args.interval)
+    except (SweepError, StoreError, ServerError, ValueError) as e:
+        print(f"cemlab sweep: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return result.exit_code

@@ -1,0 +1,312 @@
+"""The sweep's progress: one table for all trials, live in a terminal, plain lines otherwise.
+
+:class:`SweepProgress` holds one :class:`Row` per trial (grid order) and is fed by the driver:
+trials skipped because the store already has them (``reused`` from another sweep, ``done`` in an
+earlier invocation of this one), and, through :class:`TuneCallback` (a ``ray.tune.Callback``
+running in the driver), Tune's events: start, each validation report (step, loss, validation
+perplexity), retries, completion, errors.
+
+:class:`ProgressDisplay` shows it: in a terminal a ``rich.live.Live`` table redrawn in place
+(twice a second; long sweeps show running and failed trials and summarise the rest); otherwise
+(CI, a log file) one line per change of a trial's status and a summary line every
+``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ray.tune import Callback
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from cemlab.sweeps import trainable as tr
+from cemlab.tracking import schema
+
+QUEUED = "queued"
+RUNNING = "running"
+RETRYING = "retrying"
+REUSED = "reused"      # the store had a finished run of this config from another sweep invocation
+DONE = "done"          # finished in an earlier invocation of this sweep (same parent run)
+#: Statuses a trial ends with (besides REUSED and DONE): finished, diverged, stopped, failed.
+FINAL = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED,
+         schema.STATUS_INTERRUPTED, REUSED, DONE)
+STYLE = {schema.STATUS_FINISHED: "green", DONE: "green", REUSED: "cyan", schema.STATUS_DIVERGED: "yellow",
+         schema.STATUS_STOPPED: "magenta", schema.STATUS_FAILED: "bold red", schema.STATUS_INTERRUPTED: "red",
+         RUNNING: "bold blue", RETRYING: "bold yellow", QUEUED: "dim"}
+#: Axes shown in the table's "axes" column (size and variant have their own columns).
+_HIDDEN_AXES = ("size", "group", "variant")
+
+
+@dataclass
+class Row:
+    """One trial in the table."""
+
+    trial_id: str
+    variant: str
+    size: str
+    axes: str
+    status: str = QUEUED
+    step: int = 0
+    total: int = 0
+    loss: float = math.nan
+    val_ppl: float = math.nan
+    test_ppl: float = math.nan
+    run_id: str = ""
+    attempts: int = 0
+    started: float | None = None
+    ended: float | None = None
+    seconds: float | None = None      # training time the trial itself measured
+    note: str = ""                    # error message, log path, what was reused
+
+    @property
+    def elapsed(self) -> float | None:
+        if self.started is None:
+            return self.seconds
+        return (self.ended or time.time()) - self.started
+
+
+def key_axes(axes: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in axes.items() if k not in _HIDDEN_AXES)
+
+
+def _short(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _num(x: float, fmt: str = "{:.3f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class SweepProgress:
+    """The state of every trial of one sweep invocation (thread-safe)."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.rows: dict[str, Row] = {}
+        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.spec.Trial
+        self.lock = threading.Lock()
+        self.events: list[str] = []          # status changes not yet printed (plain mode)
+        self.started = time.time()
+
+    # -- updates ------------------------------------------------------------------------------
+    def add(self, trial) -> Row:
+        with self.lock:
+            row = self.rows.get(trial.trial_id)
+            if row is None:
+                row = Row(trial.trial_id, trial.variant, trial.size or "-", key_axes(trial.axes))
+                self.rows[trial.trial_id] = row
+                self.trials[trial.trial_id] = trial
+            return row
+
+    def set_status(self, trial_id: str, status: str, note: str = "", **values: Any) -> None:
+        with self.lock:
+            row = self.rows[trial_id]
+            changed = row.status != status
+            row.status = status
+            if note or changed:
+                row.note = note
+            for k, v in values.items():
+                setattr(row, k, v)
+            now = time.time()
+            if status == RUNNING and row.started is None:
+                row.started = now
+            if status in FINAL and row.started is not None:
+                row.ended = now
+            if changed:
+                self.events.append(self._event_line(row))
+
+    def update(self, trial_id: str, result: dict[str, Any]) -> None:
+        """A result reported by the trial (see ``cemlab.sweeps.trainable``)."""
+        with self.lock:
+            row = self.rows[trial_id]
+            row.step = int(result.get(tr.STEP_KEY, row.step) or row.step)
+            row.total = int(result.get(tr.TOTAL_KEY, row.total) or row.total)
+            row.run_id = str(result.get(tr.RUN_ID_KEY) or row.run_id)
+            for attr, key in (("loss", schema.TRAIN_LOSS), ("val_ppl", schema.VAL_PPL), ("test_ppl", schema.TEST_PPL)):
+                if isinstance(result.get(key), (int, float)):
+                    setattr(row, attr, float(result[key]))
+            if isinstance(result.get(tr.SECONDS_KEY), (int, float)):
+                row.seconds = float(result[tr.SECONDS_KEY])
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            out: dict[str, int] = {}
+            for row in self.rows.values():
+                out[row.status] = out.get(row.status, 0) + 1
+            return out
+
+    # -- rendering ----------------------------------------------------------------------------
+    def _event_line(self, row: Row) -> str:
+        parts = [time.strftime("%H:%M:%S"), f"{row.status:<11}", row.trial_id]
+        if row.status in (schema.STATUS_FINISHED, DONE, REUSED) and not math.isnan(row.test_ppl):
+            parts.append(f"test ppl {row.test_ppl:.2f}")
+        if row.status in FINAL and row.elapsed is not None and row.status not in (REUSED, DONE):
+            parts.append(f"in {_duration(row.elapsed)}")
+        if row.note:
+            parts.append(f"({row.note})")
+        return "  ".join(parts)
+
+    def take_events(self) -> list[str]:
+        with self.lock:
+            events, self.events = self.events, []
+            return events
+
+    def summary(self) -> str:
+        counts = self.counts()
+        total = sum(counts.values())
+        ended = sum(n for s, n in counts.items() if s in FINAL)
+        order = [RUNNING, RETRYING, QUEUED, schema.STATUS_FINISHED, DONE, REUSED, schema.STATUS_DIVERGED,
+                 schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED]
+        parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+        return f"{self.title}: {ended}/{total} trials done ({', '.join(parts)}), {_duration(time.time() - self.started)}"
+
+    def running_lines(self) -> list[str]:
+        with self.lock:
+            return [f"  {r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val ppl {_num(r.val_ppl, '{:.2f}')}"
+                    for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
+
+    def table(self, max_rows: int | None = None) -> Table:
+        """The table (all rows; with ``max_rows``, running/failed/retrying first and the rest
+        summarised in the caption)."""
+        with self.lock:
+            rows = list(self.rows.values())
+        shown = rows
+        if max_rows is not None and len(rows) > max_rows:
+            active = [r for r in rows if r.status in (RUNNING, RETRYING, schema.STATUS_FAILED)]
+            recent = sorted((r for r in rows if r.status in FINAL and r not in active and r.ended),
+                            key=lambda r: r.ended, reverse=True)
+            keep = {id(r) for r in (active + recent)[:max_rows]}
+            shown = [r for r in rows if id(r) in keep]
+        table = Table(title=self.title, caption=self.summary(), expand=False, title_justify="left",
+                      caption_justify="left")
+        for col, justify in (("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"),
+                             ("status", "left"), ("step", "right"), ("loss", "right"), ("val ppl", "right"),
+                             ("test ppl", "right"), ("time", "right")):
+            table.add_column(col, justify=justify, no_wrap=col != "trial", overflow="fold")
+        for r in shown:
+            step = f"{r.step}/{r.total}" if r.total else (str(r.step) if r.step else "-")
+            status = r.status + (f" ({r.attempts - 1} retries)" if r.attempts > 1 else "")
+            table.add_row(r.trial_id, r.variant, r.size, r.axes, Text(status, style=STYLE.get(r.status, "")),
+                          step, _num(r.loss), _num(r.val_ppl, "{:.2f}"), _num(r.test_ppl, "{:.2f}"),
+                          _duration(r.elapsed))
+        return table
+
+    def failures(self) -> list[Row]:
+        with self.lock:
+            return [r for r in self.rows.values() if r.status == schema.STATUS_FAILED]
+
+
+class ProgressDisplay:
+    """Shows a :class:`SweepProgress` while the sweep runs (a context manager)."""
+
+    def __init__(self, progress: SweepProgress, console: Console, live: bool | None = None, interval: float = 30.0):
+        self.progress, self.console = progress, console
+        self.live = console.is_terminal if live is None else live
+        self.interval = interval
+        self._live: Live | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _renderable(self):
+        height = self.console.size.height
+        return self.progress.table(max_rows=max(5, height - 8))
+
+    def __enter__(self) -> "ProgressDisplay":
+        if self.live:
+            self._live = Live(console=self.console, refresh_per_second=2, get_renderable=self._renderable,
+                              transient=False, redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+        else:
+            self._thread = threading.Thread(target=self._plain_loop, name="cemlab-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _plain_loop(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(1.0):
+            self._print_events()
+            if time.monotonic() - last >= self.interval:
+                last = time.monotonic()
+                self.console.print(self.progress.summary(), highlight=False)
+                for line in self.progress.running_lines():
+                    self.console.print(line, highlight=False)
+
+    def _print_events(self) -> None:
+        for line in self.progress.take_events():
+            self.console.print(line, highlight=False)
+
+    def __exit__(self, *exc) -> bool:
+        if self._live is not None:
+            self._live.update(self.progress.table())
+            self._live.stop()
+        else:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            self._print_events()
+        return False
+
+
+class TuneCallback(Callback):
+    """Tune events -> table rows (runs in the driver). ``resolve`` maps a Tune config to its
+    cemlab trial. Tune pickles its callbacks with the experiment state: the copy is inert."""
+
+    def __init__(self, progress: SweepProgress, resolve: Callable[[dict], Any], log_dir: str = ""):
+        self.progress, self.resolve, self.log_dir = progress, resolve, log_dir
+        self.by_tune_id: dict[str, str] = {}
+        self.errors: dict[str, str] = {}      # cemlab trial id -> Tune's error file
+
+    def __getstate__(self) -> dict:
+        return {"progress": None, "resolve": None, "log_dir": "", "by_tune_id": {}, "errors": {}}
+
+    def _id(self, trial) -> str | None:
+        if self.progress is None:
+            return None
+        if trial.trial_id not in self.by_tune_id:
+            t = self.resolve(trial.config)
+            self.progress.add(t)
+            self.by_tune_id[trial.trial_id] = t.trial_id
+        return self.by_tune_id[trial.trial_id]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        tid = self._id(trial)
+        if tid is not None:
+            self.progress.set_status(tid, RUNNING, attempts=self.progress.rows[tid].attempts + 1)
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self.on_trial_start(iteration, trials, trial, **info)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        tid = self._id(trial)
+        if tid is not None:
+            self.progress.update(tid, result)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        tid = self._id(trial)
+        if tid is not None:
+            self.progress.set_status(tid, RETRYING, note="retrying from its last checkpoint")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        tid = self._id(trial)
+        if tid is not None:
+            self.errors[tid] = str(getattr(trial, "error_file", "") or "")
+            self.progress.set_status(tid, schema.STATUS_FAILED, note=f"log {self.log_dir}/{tid}.log")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        tid = self._id(trial)
+        if tid is not None:
+            self.progress.set_status(tid, (trial.last_result or {}).get(tr.STATUS_KEY) or schema.STATUS_STOPPED)

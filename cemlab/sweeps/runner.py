@@ -1,0 +1,718 @@
+"""Running a sweep with Ray Tune, every trial in MLflow: what ``cemlab sweep`` does.
+
+``run_sweep(name, scale)``:
+
+1. expands the sweep file at the scale (``cemlab.sweeps.spec``; every config error is raised here,
+   before anything starts);
+2. opens the MLflow store the trials will share: ``$MLFLOW_TRACKING_URI``, or one local
+   ``mlflow server`` on the project's sqlite store, started or reused
+   (``cemlab.tracking.server.shared_tracking_uri``); trials get its URL and never open the sqlite
+   file (../shared/DESIGN.md section 4). The driver creates the sweep's experiment
+   ``cemlab/<sweep>`` and a *parent run* (``cemlab.role=sweep``, tags sweep, figure, scale); when
+   the latest parent run of this sweep and scale did not finish (the driver died, was interrupted,
+   or trials failed), it is reopened instead, so a rerun continues the same invocation;
+3. decides per trial from the store, by config hash (the source of truth, not Tune's state):
+   a trial with a finished or diverged run anywhere in the store is not run again (``done`` when
+   that run is a child of this parent, ``reused`` otherwise: the shared Llama baselines; reused run
+   ids are recorded on the parent as ``cemlab.reused_from``). Every other trial runs with
+   ``train(resume=True)``: an interrupted or failed one continues from its checkpoint in its own
+   MLflow run. Runs of the trial under this parent that its checkpoint does not point to (a crash
+   between creating a run and recording it) are deleted, so MLflow holds each trial once;
+4. runs the trials with Ray Tune (``cemlab.sweeps.trainable.run_trial``): local Ray with the
+   machine's CPUs (or ``cpus``), or the cluster at ``$RAY_ADDRESS``; each trial asks for its
+   scale's resources, so the CPUs are split between concurrent trials. A failing trial is retried
+   ``retries`` times (Tune ``FailureConfig``) from its last checkpoint; if it still fails it is
+   recorded as failed and the others go on. A grid is one Tuner (storage
+   ``<runs>/ray/<sweep>-<scale>``). With ``search: optuna`` each grid cell is its own Tuner with an
+   ``OptunaSearch`` over the learning rate and an ``ASHAScheduler`` (Tune's ``OptunaSearch`` takes
+   no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result);
+5. shows one progress table (``cemlab.sweeps.progress``); trials log to
+   ``<runs>/logs/<sweep>-<scale>/<trial>.log``;
+6. finishes the parent run (``finished``, or ``failed`` when a trial failed), writes
+   ``<runs>/logs/<sweep>-<scale>/summary.json`` and builds the sweep's report
+   (``cemlab.report.build_report``).
+
+Driver death: Ray's processes share the driver's fate (its trial processes end with it); Ctrl-C
+and SIGTERM stop the trials, mark their runs ``interrupted`` and the parent run too. Rerunning
+the same command resumes (step 3).
+
+Exit codes (:attr:`SweepResult.exit_code`): 0 every trial has a result (finished, diverged,
+stopped early, done or reused); 1 at least one trial failed (after its retries); 2 the sweep
+could not start (bad sweep file or scale, store unreachable, resources the cluster cannot give);
+3 the trials are fine but the report could not be built; 130 interrupted (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cemlab.sweeps import progress as pg
+from cemlab.sweeps import trainable as tr
+from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, SweepSpec, Trial, load_sweep, sweeps_dir
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+    from rich.console import Console
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REPORT = 3
+EXIT_INTERRUPTED = 130
+
+#: Statuses of a trial's run that are a result: never run again.
+RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED)
+#: With ``search: optuna``, a trial stopped early by ASHA is a result too.
+SEARCH_RESULT_STATUSES = RESULT_STATUSES + (schema.STATUS_STOPPED,)
+#: Seconds the driver waits for a stopped trial's process to end before marking its run.
+STOP_WAIT_S = 30.0
+
+log = logging.getLogger("cemlab.sweeps")
+
+
+@dataclass
+class TrialOutcome:
+    """How one trial of the sweep ended in this invocation."""
+
+    trial: Trial
+    status: str                    # finished | diverged | stopped | failed | interrupted | reused | done
+    run_id: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float | None = None   # training time measured by the trial (train's RunResult.seconds)
+    wall: float | None = None      # wall time in this invocation, from start to end (process start-up too)
+    attempts: int = 0
+    resumed: bool = False          # the last attempt continued from a checkpoint
+    log_path: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class SearchOutcome:
+    """One Optuna-searched grid cell: how many trials ran in this invocation, which ASHA stopped."""
+
+    cell: str
+    samples: int
+    ran: list[str] = field(default_factory=list)          # trial ids run now
+    stopped: list[str] = field(default_factory=list)      # of those, stopped early by ASHA
+    iterations: dict[str, int] = field(default_factory=dict)  # trial id -> reports (training_iteration)
+
+
+@dataclass
+class SweepResult:
+    """What ``run_sweep`` did."""
+
+    sweep: str
+    scale: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    parent_reopened: bool
+    outcomes: list[TrialOutcome]
+    searches: list[SearchOutcome] = field(default_factory=list)
+    reused_run_ids: list[str] = field(default_factory=list)
+    report: Path | None = None
+    report_error: str | None = None
+    interrupted: bool = False
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            out[o.status] = out.get(o.status, 0) + 1
+        return out
+
+    @property
+    def failed(self) -> list[TrialOutcome]:
+        return [o for o in self.outcomes if o.status == schema.STATUS_FAILED]
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.failed:
+            return EXIT_FAILED
+        if self.report_error:
+            return EXIT_REPORT
+        return EXIT_OK
+
+    def dashboard_url(self) -> str:
+        """The parent run in the MLflow UI (a server), else the store's URI."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_run_id}"
+        return self.tracking_uri
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray
+# ---------------------------------------------------------------------------------------------
+
+
+def connect_ray(cpus: int | None = None) -> bool:
+    """Join the cluster at ``$RAY_ADDRESS``, or start local Ray with ``cpus`` (default: all of
+    this machine's). Returns True when this call started or joined Ray (and should shut it down);
+    an already initialised Ray (a test, a notebook) is used as it is."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    common = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False, **common)
+    return True
+
+
+def _quiet_tune() -> None:
+    """Tune prints nothing (the sweep has its own table) and leaves Ctrl-C to the driver."""
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    for name in ("ray.tune", "ray.train", "ray.air"):  # failures are reported by the sweep itself
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def check_resources(trials: list[Trial], scale: str) -> None:
+    """Refuse, before anything runs, trials that the Ray cluster can never place."""
+    import ray
+
+    if not trials:
+        return
+    res = trials[0].resources
+    where = f"{sweeps_dir() / 'scales.yaml'}: {scale}.{trials[0].task}.resources"
+    if res.workers > 1:
+        raise SweepError(f"{where} gives each trial {res.workers} workers; multi-worker (DDP) trials need "
+                         f"the Ray Train trial runner, which this build does not have yet; set workers: 1")
+    total = ray.cluster_resources()
+    have_cpu, have_gpu = total.get("CPU", 0), total.get("GPU", 0)
+    if res.cpus > have_cpu or res.gpus > have_gpu:
+        raise SweepError(f"{where} asks {res.cpus:g} CPUs and {res.gpus:g} GPUs per trial, but this Ray cluster has "
+                         f"{have_cpu:g} CPUs and {have_gpu:g} GPUs; lower the resources, use another --scale, "
+                         f"or set RAY_ADDRESS to a cluster that has them")
+
+
+# ---------------------------------------------------------------------------------------------
+# MLflow: parent run, what is done, tidying a trial's runs
+# ---------------------------------------------------------------------------------------------
+
+
+def open_parent_run(client: "MlflowClient", experiment_id: str, spec: SweepSpec, scale: str,
+                    n_trials: int) -> tuple[str, bool]:
+    """The parent run of this invocation: the latest one of this sweep and scale when it did not
+    finish (reopened), else a new one. Returns (run id, reopened)."""
+    from cemlab.tracking import mlflow_run as mr
+    from cemlab.tracking.store import run_status
+
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{schema.ROLE}` = 'sweep' and "
+                              f"tags.`{schema.SCALE}` = '{scale}'", order_by=["attributes.start_time DESC"],
+                              max_results=1)
+    if runs and run_status(runs[0]) != schema.STATUS_FINISHED:
+        run_id = runs[0].info.run_id
+        mr.reopen_run(client, run_id)
+        return run_id, True
+    tags = {schema.ROLE: "sweep", schema.SWEEP: spec.name, schema.FIGURE: spec.figure, schema.SCALE: scale,
+            schema.TASK: spec.task, schema.STATUS: schema.STATUS_RUNNING}
+    commit = mr.git_commit()
+    if commit:
+        tags[schema.GIT_COMMIT] = commit
+    run_id = mr.create_run(client, experiment_id, f"{spec.name} {scale}", tags)
+    mr.log_params(client, run_id, {"sweep": spec.name, "scale": scale, "search": spec.search, "trials": n_trials,
+                                   "figure": spec.figure})
+    if spec.path is not None:
+        client.log_text(run_id, spec.path.read_text(), "sweep.yaml")
+    return run_id, False
+
+
+def _parent_of(run: "Run") -> str | None:
+    return run.data.tags.get(schema.PARENT_RUN_ID)
+
+
+def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], parent_run_id: str, uri: str,
+                   runs_dir: Path) -> None:
+    """Before (re)running ``trial``: make its checkpoint point at its MLflow run in this store, nest
+    that run under this parent (same experiment), and delete this parent's other unfinished runs
+    of the trial (a driver killed between creating a run and recording it leaves one)."""
+    from cemlab.train import checkpoint as ckpt
+
+    folder = runs_dir / "checkpoints" / trial.config_hash
+    if not tr.lock_is_free(folder):
+        return  # another sweep is training this config right now: the trial will wait for it
+    state = ckpt.read_state(folder) if folder.is_dir() else None
+    keep = None
+    if state and state.get("run_id"):
+        keep = next((r for r in runs if r.info.run_id == state["run_id"]), None)
+    if keep is not None:
+        if state.get("tracking_uri") != uri:  # the same store behind a new address (a restarted server)
+            ckpt.write_state(folder, {**state, "tracking_uri": uri})
+        if _parent_of(keep) != parent_run_id and keep.info.experiment_id == _experiment_of(client, parent_run_id):
+            client.set_tag(keep.info.run_id, schema.PARENT_RUN_ID, parent_run_id)
+    for run in runs:
+        if run is not keep and _parent_of(run) == parent_run_id:
+            log.info("deleting run %s of %s: its checkpoint does not point to it", run.info.run_id, trial.trial_id)
+            client.delete_run(run.info.run_id)
+
+
+_EXPERIMENT_OF: dict[str, str] = {}
+
+
+def _experiment_of(client: "MlflowClient", run_id: str) -> str:
+    if run_id not in _EXPERIMENT_OF:
+        _EXPERIMENT_OF[run_id] = client.get_run(run_id).info.experiment_id
+    return _EXPERIMENT_OF[run_id]
+
+
+def _run_metrics(run: "Run") -> dict[str, float]:
+    return {k: float(v) for k, v in run.data.metrics.items()}
+
+
+def _skip(state: "_Run", trial: Trial, run: "Run", status: str | None = None) -> None:
+    """Record a trial the store already has a result for: ``done`` (a run of this parent) or
+    ``reused`` (another sweep's or an earlier invocation's), unless ``status`` says otherwise."""
+    mine = _parent_of(run) == state.parent_run_id
+    status = status or (pg.DONE if mine else pg.REUSED)
+    state.progress.add(trial)
+    state.outcomes[trial.trial_id] = TrialOutcome(trial, status, run.info.run_id, _run_metrics(run))
+    note = "" if mine else f"run {run.info.run_id[:8]} of {run.data.tags.get(schema.SWEEP, '?')}"
+    state.progress.set_status(trial.trial_id, status, note=note)
+    state.progress.update(trial.trial_id, {**_run_metrics(run), tr.RUN_ID_KEY: run.info.run_id})
+
+
+def search_cell_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
+    """Runs of an Optuna-searched cell (tag ``cemlab.search_cell``) at its scale, by config hash."""
+    from cemlab.tracking.store import _search_all
+
+    runs = _search_all(client, [experiment_id], f"tags.`{schema.SEARCH_CELL}` = '{cell.trial_id}' and "
+                                                f"tags.`{schema.SCALE}` = '{cell.scale}'")
+    out: dict[str, list[Run]] = {}
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
+        out.setdefault(r.data.tags.get(schema.CONFIG_HASH, ""), []).append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep
+# ---------------------------------------------------------------------------------------------
+
+
+class _Interrupt:
+    """SIGTERM -> KeyboardInterrupt in the main thread while the sweep runs (Ctrl-C already is)."""
+
+    def __enter__(self):
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    @staticmethod
+    def _handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
+
+
+@dataclass
+class _Run:
+    """State of one invocation, shared by the steps below."""
+
+    spec: SweepSpec
+    scale: str
+    client: Any
+    uri: str
+    experiment_id: str
+    parent_run_id: str
+    runs_dir: Path
+    log_dir: Path
+    retries: int
+    cache_dir: str | None
+    faults: dict
+    progress: pg.SweepProgress
+    outcomes: dict[str, TrialOutcome] = field(default_factory=dict)
+    searches: list[SearchOutcome] = field(default_factory=list)
+
+    def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> tr.TrialJob:
+        return tr.TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,
+                           parent_run_id=self.parent_run_id, runs_dir=str(self.runs_dir),
+                           sweeps_dir=str(self.spec.path.parent if self.spec.path else sweeps_dir()),
+                           log_dir=str(self.log_dir), trials=trials or {}, cell=cell, cache_dir=self.cache_dir,
+                           faults=self.faults)
+
+
+def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
+              cache_dir: str | Path | None = None, report: bool = True, console: "Console | None" = None,
+              live: bool | None = None, interval: float = 30.0) -> SweepResult:
+    """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
+    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store."""
+    from rich.console import Console
+
+    from cemlab.paths import runs_dir as project_runs_dir
+    from cemlab.tracking.server import shared_tracking_uri
+    from cemlab.tracking.store import check_reachable, ensure_experiment, get_client
+
+    t0 = time.time()
+    console = console or Console(highlight=False)
+    if retries < 0:
+        raise SweepError(f"retries={retries}: give 0 or more")
+    spec = load_sweep(sweep)
+    trials = spec.expand(scale)
+    faults = tr.faults_from_env()
+    runs = project_runs_dir()
+    log_dir = runs / "logs" / f"{spec.name}-{scale}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    _quiet_tune()
+    if spec.search == "optuna":
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    owns_ray = connect_ray(cpus)
+    try:
+        check_resources(trials, scale)
+        uri = shared_tracking_uri()
+        check_reachable(uri)
+        client = get_client(uri)
+        experiment_id = ensure_experiment(f"cemlab/{spec.name}", client)
+        parent_run_id, reopened = open_parent_run(client, experiment_id, spec, scale, len(trials))
+        progress = pg.SweepProgress(f"{spec.name} ({spec.figure}) at scale {scale}")
+        state = _Run(spec, scale, client, uri, experiment_id, parent_run_id, runs, log_dir, retries,
+                     str(Path(cache_dir).resolve()) if cache_dir else None, faults, progress)
+        what = (f"{len(trials)} grid cell(s), learning rate searched ({trials[0].search.samples} samples each)"
+                if spec.search == "optuna" and trials else f"{len(trials)} trials")
+        console.print(f"Sweep {spec.name} ({spec.figure}), scale {scale}: {what}; MLflow {uri}, "
+                      f"parent run {parent_run_id}{' (resumed)' if reopened else ''}; logs {log_dir}")
+        interrupted = False
+        with _Interrupt(), pg.ProgressDisplay(progress, console, live=live, interval=interval):
+            try:
+                if spec.search == "optuna":
+                    _run_searches(state, trials)
+                else:
+                    _run_grid(state, trials)
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
+            import ray
+
+            ray.shutdown()  # ends every trial process of this driver before their runs are marked
+            owns_ray = False
+            _mark_interrupted(state)
+        result = _finish(state, reopened, interrupted, t0)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    _print_end(result, progress, console)
+    if report and not result.interrupted:
+        _make_report(result, console)
+    return result
+
+
+def _run_grid(state: _Run, trials: list[Trial]) -> None:
+    from cemlab.tracking.store import best_run, find_runs_by_hash
+
+    for t in trials:
+        state.progress.add(t)
+    by_hash = find_runs_by_hash([t.config_hash for t in trials], state.client)
+    todo: dict[str, Trial] = {}
+    for t in trials:
+        runs = by_hash[t.config_hash]
+        done = best_run(runs, RESULT_STATUSES)
+        if done is not None:
+            _skip(state, t, done)
+            continue
+        prepare_resume(state.client, t, runs, state.parent_run_id, state.uri, state.runs_dir)
+        todo[t.trial_id] = t
+    if not todo:
+        return
+    from ray import tune
+
+    job = state.job(trials=todo)
+    _fit(state, job, param_space={"trial_id": tune.grid_search(list(todo))}, name=f"{state.spec.name}-{state.scale}",
+         resources=next(iter(todo.values())).resources)
+
+
+def _run_searches(state: _Run, cells: list[Trial]) -> None:
+    """One Tuner per grid cell: Optuna over the learning rate, ASHA stopping (module docstring)."""
+    for cell in cells:
+        found = search_cell_runs(state.client, state.experiment_id, cell)
+        samples = cell.search.samples
+        done_runs, pending_lrs = [], []
+        from cemlab.tracking.store import best_run, run_status
+
+        for h, runs in found.items():
+            best = best_run(runs, SEARCH_RESULT_STATUSES)
+            if best is not None:
+                done_runs.append(best)
+            else:
+                lr = runs[0].data.params.get("train.lr")
+                if lr is not None:
+                    pending_lrs.append(float(lr))
+        search = SearchOutcome(cell.trial_id, samples)
+        state.searches.append(search)
+        for run in done_runs:
+            t = state.job(cell=cell).resolve({"lr": float(run.data.params.get("train.lr"))})
+            _skip(state, t, run, schema.STATUS_STOPPED if run_status(run) == schema.STATUS_STOPPED else None)
+        remaining = samples - len(done_runs)
+        if remaining <= 0:
+            continue
+        points = pending_lrs[:remaining] if (found or pending_lrs) else [cell.config.train.lr]
+        for lr in points:  # interrupted samples continue from their checkpoints
+            t = state.job(cell=cell).resolve({"lr": lr})
+            prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.uri,
+                           state.runs_dir)
+        _fit_search(state, cell, points, remaining, search)
+
+
+def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int, search: SearchOutcome) -> None:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    s = cell.search
+    reports = _validation_reports(cell)
+    searcher = OptunaSearch(metric=s.metric, mode=s.mode, points_to_evaluate=[{"lr": lr} for lr in points] or None,
+                            seed=s.seed)
+    scheduler = ASHAScheduler(time_attr="training_iteration", metric=s.metric, mode=s.mode, max_t=reports,
+                              grace_period=min(s.grace_period, reports), reduction_factor=s.reduction_factor)
+    job = state.job(cell=cell)
+    results = _fit(state, job, param_space={"lr": tune.loguniform(*s.lr)}, name=f"{state.spec.name}-{state.scale}-"
+                   f"{cell.trial_id}", resources=cell.resources, searcher=searcher, scheduler=scheduler,
+                   num_samples=num_samples)
+    for r in results:
+        t = job.resolve(r.config)
+        search.ran.append(t.trial_id)
+        search.iterations[t.trial_id] = int((r.metrics or {}).get("training_iteration", 0))
+        if state.outcomes[t.trial_id].status == schema.STATUS_STOPPED:
+            search.stopped.append(t.trial_id)
+
+
+def _validation_reports(trial: Trial) -> int:
+    """Reports a trial sends to Tune: one per validation before the last step, plus the final one.
+    This is ASHA's ``max_t``, so its rungs fall on validations, never after training ended."""
+    from cemlab.train.plan import make_plan
+
+    total = make_plan(trial.config, trial.resources.workers).total_steps
+    return (total - 1) // trial.config.train.val_interval + 1
+
+
+def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resources, searcher=None,
+         scheduler=None, num_samples: int = 1):
+    """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome."""
+    from ray import tune
+
+    callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
+    slots = None
+    if searcher is not None:  # the searcher learns from finished trials: no more at once than fit
+        import ray
+
+        slots = max(1, int(ray.cluster_resources().get("CPU", 1) // max(resources.cpus, 1e-9)))
+    trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job),
+                                    {"cpu": resources.cpus, "gpu": resources.gpus})
+    tuner = tune.Tuner(
+        trainable, param_space=param_space,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
+                                    max_concurrent_trials=slots, reuse_actors=False,
+                                    trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
+        run_config=tune.RunConfig(name=name, storage_path=str(state.runs_dir / "ray"), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=state.retries),
+                                  callbacks=[callback]),
+    )
+    results = tuner.fit()
+    for r in results:
+        t = job.resolve(r.config)
+        row = state.progress.rows[t.trial_id]
+        state.outcomes[t.trial_id] = _tune_outcome(state, t, r, row, callback.errors.get(t.trial_id))
+        o = state.outcomes[t.trial_id]
+        state.progress.set_status(t.trial_id, o.status, note=o.error and f"log {o.log_path}" or "")
+    return results
+
+
+def _tune_outcome(state: _Run, trial: Trial, result, row: pg.Row, error_file: str | None) -> TrialOutcome:
+    """A Tune result -> the trial's outcome, with its MLflow run's terminal status made right:
+    failed when the trial errored outside ``train`` (or its process died), stopped when ASHA
+    stopped it."""
+    from cemlab.train import checkpoint as ckpt
+    from cemlab.tracking import mlflow_run as mr
+
+    metrics = dict(result.metrics or {})
+    run_id = metrics.get(tr.RUN_ID_KEY) or (ckpt.read_state(state.runs_dir / "checkpoints" / trial.config_hash)
+                                            or {}).get("run_id")
+    log_path = str(state.log_dir / f"{trial.trial_id}.log")
+    values = {k: float(v) for k, v in metrics.items() if "/" in k and isinstance(v, (int, float))}
+    o = TrialOutcome(trial, schema.STATUS_FAILED, run_id, values, seconds=metrics.get(tr.SECONDS_KEY),
+                     wall=row.elapsed, attempts=row.attempts, resumed=bool(metrics.get(tr.RESUMED_KEY)),
+                     log_path=log_path)
+    if result.error is not None:
+        error = getattr(result.error, "cause", None) or result.error  # Ray wraps the trial's exception
+        o.error = f"{type(error).__name__}: {_last_line(error)}"
+        if run_id:
+            run = state.client.get_run(run_id)
+            if run.info.status == "RUNNING":  # the process died before train() could say so
+                mr.finish_run(state.client, run_id, schema.STATUS_FAILED, {schema.ERROR: o.error[:500]})
+            state.client.set_tag(run_id, schema.LOG_FILE, log_path)
+        return o
+    if metrics.get(tr.STATUS_KEY):
+        o.status = metrics[tr.STATUS_KEY]
+        if run_id and o.attempts > 1:  # an earlier attempt's error is not this run's outcome
+            with contextlib.suppress(Exception):
+                state.client.delete_tag(run_id, schema.ERROR)
+        return o
+    # Ended without a final report and without an error: the scheduler stopped it.
+    o.status = schema.STATUS_STOPPED
+    _wait_for_exit(metrics.get(tr.PID_KEY))
+    if run_id:
+        _mark_stopped(state.client, run_id, metrics)
+    return o
+
+
+def _last_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[-1] if text else repr(error))[:400]
+
+
+def _wait_for_exit(pid: Any, timeout: float = STOP_WAIT_S) -> None:
+    """Wait until a stopped trial's process (on this machine) is gone, so that nothing it still
+    writes can race the driver's marking of its run."""
+    if not isinstance(pid, (int, float)) or os.environ.get("RAY_ADDRESS"):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        try:
+            if Path(f"/proc/{int(pid)}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.2)
+
+
+def _mark_stopped(client: "MlflowClient", run_id: str, metrics: dict[str, Any]) -> None:
+    """A run ASHA stopped (its process has ended): the metrics of its last report that the run
+    did not get to log, then ``cemlab.status=stopped`` and MLflow status FINISHED (a result)."""
+    from mlflow.entities import Metric
+
+    step = int(metrics.get(tr.STEP_KEY, 0))
+    now = int(time.time() * 1000)
+    values = []
+    for k, v in metrics.items():
+        if "/" in k and isinstance(v, (int, float)) and math.isfinite(float(v)):
+            if not any(m.step >= step for m in client.get_metric_history(run_id, k)):
+                values.append(Metric(k, float(v), now, step))
+    if values:
+        client.log_batch(run_id, metrics=values)
+    with contextlib.suppress(Exception):
+        client.delete_tag(run_id, schema.ERROR)  # train() saw the stop as an exception
+    client.set_tag(run_id, schema.STATUS, schema.STATUS_STOPPED)
+    client.set_tag(run_id, schema.STOPPED_STEP, str(step))
+    client.set_terminated(run_id, status="FINISHED")
+
+
+def _mark_interrupted(state: _Run) -> None:
+    """After Ctrl-C/SIGTERM (trial processes already ended): the runs of the trials that were
+    running say interrupted; every trial of the table gets an outcome (those that ended during
+    the interrupted ``fit`` from what the table saw, the others ``queued``)."""
+    from cemlab.train import checkpoint as ckpt
+    from cemlab.tracking import mlflow_run as mr
+
+    for tid, row in list(state.progress.rows.items()):
+        if tid in state.outcomes:
+            continue
+        trial = state.progress.trials[tid]
+        log_path = str(state.log_dir / f"{tid}.log")
+        if row.status not in (pg.RUNNING, pg.RETRYING):
+            metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
+            state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
+                                               wall=row.elapsed, attempts=row.attempts, log_path=log_path)
+            continue
+        run_id = row.run_id or (ckpt.read_state(state.runs_dir / "checkpoints" / trial.config_hash) or {}).get("run_id")
+        if run_id:
+            try:
+                if state.client.get_run(run_id).info.status == "RUNNING":
+                    mr.finish_run(state.client, run_id, schema.STATUS_INTERRUPTED)
+            except Exception as e:  # the store may be going down too: the rerun tidies up
+                log.warning("could not mark run %s interrupted: %s", run_id, e)
+        state.progress.set_status(tid, schema.STATUS_INTERRUPTED)
+        state.outcomes[tid] = TrialOutcome(trial, schema.STATUS_INTERRUPTED, run_id or None, wall=row.elapsed,
+                                           attempts=row.attempts, log_path=log_path)
+
+
+def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepResult:
+    """Record the invocation on the parent run and in ``summary.json``."""
+    from cemlab.tracking import mlflow_run as mr
+
+    outcomes = [state.outcomes[tid] for tid in state.progress.rows if tid in state.outcomes]
+    reused = sorted({o.run_id for o in outcomes if o.status == pg.REUSED and o.run_id})
+    client = state.client
+    if reused:
+        before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")
+        ids = sorted(set(filter(None, before.split(","))) | set(reused))
+        client.set_tag(state.parent_run_id, schema.REUSED_FROM, ",".join(ids)[:5000])
+    result = SweepResult(state.spec.name, state.scale, state.uri, state.experiment_id, state.parent_run_id, reopened,
+                         outcomes, state.searches, reused, interrupted=interrupted, seconds=time.time() - t0)
+    counts = result.counts()
+    if interrupted:
+        mr.finish_run(client, state.parent_run_id, schema.STATUS_INTERRUPTED)
+    else:
+        mr.finish_run(client, state.parent_run_id,
+                      schema.STATUS_FAILED if result.failed else schema.STATUS_FINISHED,
+                      {"cemlab.trial_counts": json.dumps(counts, sort_keys=True)})
+    summary = {
+        "sweep": result.sweep, "scale": result.scale, "tracking_uri": result.tracking_uri,
+        "parent_run_id": result.parent_run_id, "seconds": round(result.seconds, 1), "counts": counts,
+        "exit_code": result.exit_code,
+        "trials": [{"trial_id": o.trial.trial_id, "status": o.status, "run_id": o.run_id,
+                    "train_seconds": o.seconds, "wall_seconds": o.wall, "attempts": o.attempts,
+                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error} for o in outcomes],
+        "searches": [s.__dict__ for s in result.searches],
+    }
+    (state.log_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return result
+
+
+def _print_end(result: SweepResult, progress: pg.SweepProgress, console: "Console") -> None:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+    console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'} in "
+                  f"{pg._duration(result.seconds)}", highlight=False)
+    for o in result.failed:
+        console.print(f"  failed: {o.trial.trial_id}: {o.error or 'see its log'}\n          log {o.log_path}",
+                      highlight=False)
+    if result.interrupted:
+        console.print("Interrupted: rerun the same command to resume (finished trials are kept, interrupted "
+                      "ones continue from their checkpoints).", highlight=False)
+    console.print(f"MLflow: {result.dashboard_url()}", highlight=False)
+
+
+def _make_report(result: SweepResult, console: "Console") -> None:
+    """The sweep's report (issue 5's ``build_report``); a failure here keeps the runs and says why."""
+    try:
+        from cemlab.report import build_report
+
+        result.report = build_report(result.sweep, scale=result.scale, tracking_uri=result.tracking_uri)
+    except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
+        result.report_error = f"{type(e).__name__}: {e}"
+        console.print(f"Report: not built ({result.report_error}); run `cemlab report {result.sweep}` to retry",
+                      highlight=False)
+        return
+    console.print(f"Report: {result.report}", highlight=False)

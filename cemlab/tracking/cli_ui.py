@@ -1,0 +1,58 @@
+"""``cemlab ui``: the MLflow dashboard on the project's store, and its address.
+
+Without ``$MLFLOW_TRACKING_URI`` it starts (or reuses) the local ``mlflow server`` on the project's
+store under ``<runs>/mlflow`` (``cemlab.tracking.server``; the same server ``cemlab sweep`` uses),
+prints its address and returns; the server keeps running in its own session until
+``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that address.
+Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
+could not be started or does not answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=None, help="port of a newly started local server (default: a free one)")
+    parser.add_argument("--stop", action="store_true", help="stop the local server of this project's store")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cemlab.tracking.server import ServerError, running_server, start_server, stop_server
+    from cemlab.tracking.store import StoreError, check_reachable, default_tracking_uri
+
+    remote = os.environ.get("MLFLOW_TRACKING_URI")
+    if args.stop:
+        if stop_server():
+            print(f"stopped the MLflow server of {default_tracking_uri()}")
+            return 0
+        print(f"no local MLflow server is running for {default_tracking_uri()}", file=sys.stderr)
+        return 1
+    if remote:
+        if not remote.startswith(("http://", "https://")):
+            print(f"cemlab ui: MLFLOW_TRACKING_URI={remote} is not a server; unset it to serve the project's "
+                  f"store, or run `mlflow ui --backend-store-uri {remote}`", file=sys.stderr)
+            return 2
+        try:
+            check_reachable(remote)
+        except StoreError as e:
+            print(f"cemlab ui: {e}", file=sys.stderr)
+            return 2
+        print(f"MLflow dashboard: {remote} (MLFLOW_TRACKING_URI)")
+        return 0
+    was_running = running_server()
+    if args.port is not None and was_running is not None and was_running.port != args.port:
+        print(f"cemlab ui: a server for this store already runs at {was_running.url}; stop it first "
+              f"(cemlab ui --stop) to use port {args.port}", file=sys.stderr)
+        return 2
+    try:
+        url = start_server(port=args.port)
+    except ServerError as e:
+        print(f"cemlab ui: {e}", file=sys.stderr)
+        return 2
+    state = "running" if was_running else "started"
+    print(f"MLflow dashboard: {url} ({state}; store {default_tracking_uri()}; stop it with `cemlab ui --stop`)")
+    return 0
