@@ -35,12 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from cemlab.sweeps.runner import EXIT_USAGE, run_sweep
+    from cemlab.sweeps.runner import EXIT_INTERRUPTED, EXIT_USAGE, run_sweep
     from cemlab.sweeps.spec import SweepError
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    tty = sys.stdout.isatty()
+    console = Console(highlight=False, width=None if tty else 160, soft_wrap=not tty)  # log lines unbroken
     if args.cpus is not None and args.cpus < 1:
         print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -51,4 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except (SweepError, StoreError, ServerError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # before the trials started or while the report was built
+        print("cemlab sweep: interrupted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return result.exit_code

@@ -32,6 +32,11 @@
    ``<runs>/logs/<sweep>-<scale>/summary.json`` and builds the sweep's report
    (``cemlab.report.build_report``).
 
+On a cluster (``$RAY_ADDRESS``): cemlab must be installed on every node, the runs folder
+(``$CEMLAB_RUNS_DIR``: checkpoints, trial logs, Tune's storage) must be storage every node sees,
+and ``$MLFLOW_TRACKING_URI`` must name a server every node reaches (the embedded server listens on
+127.0.0.1 only; the sweep warns when it would be used with a cluster).
+
 Driver death: Ray's processes share the driver's fate (its trial processes end with it); Ctrl-C
 and SIGTERM stop the trials, mark their runs ``interrupted`` and the parent run too. Rerunning
 the same command resumes (step 3).
@@ -187,12 +192,13 @@ def _quiet_tune() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def check_resources(trials: list[Trial], scale: str) -> None:
-    """Refuse, before anything runs, trials that the Ray cluster can never place."""
+def check_resources(trials: list[Trial], scale: str) -> str | None:
+    """Refuse, before anything runs, trials that local Ray can never place (``SweepError``); on a
+    cluster (``$RAY_ADDRESS``, which may add nodes on demand) return the same finding as a warning."""
     import ray
 
     if not trials:
-        return
+        return None
     res = trials[0].resources
     where = f"{sweeps_dir() / 'scales.yaml'}: {scale}.{trials[0].task}.resources"
     if res.workers > 1:
@@ -201,9 +207,13 @@ def check_resources(trials: list[Trial], scale: str) -> None:
     total = ray.cluster_resources()
     have_cpu, have_gpu = total.get("CPU", 0), total.get("GPU", 0)
     if res.cpus > have_cpu or res.gpus > have_gpu:
-        raise SweepError(f"{where} asks {res.cpus:g} CPUs and {res.gpus:g} GPUs per trial, but this Ray cluster has "
-                         f"{have_cpu:g} CPUs and {have_gpu:g} GPUs; lower the resources, use another --scale, "
-                         f"or set RAY_ADDRESS to a cluster that has them")
+        msg = (f"{where} asks {res.cpus:g} CPUs and {res.gpus:g} GPUs per trial, but this Ray cluster has "
+               f"{have_cpu:g} CPUs and {have_gpu:g} GPUs; lower the resources, use another --scale, "
+               f"or set RAY_ADDRESS to a cluster that has them")
+        if not os.environ.get("RAY_ADDRESS"):
+            raise SweepError(msg)
+        return f"warning: {msg} (trials wait until the cluster has them)"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,9 +394,15 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     owns_ray = connect_ray(cpus)
     try:
-        check_resources(trials, scale)
+        warning = check_resources(trials, scale)
+        if warning:
+            console.print(warning, highlight=False)
         uri = shared_tracking_uri()
         check_reachable(uri)
+        if os.environ.get("RAY_ADDRESS") and not os.environ.get("MLFLOW_TRACKING_URI"):
+            console.print(f"warning: RAY_ADDRESS is set but MLFLOW_TRACKING_URI is not: trials on other nodes cannot "
+                          f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",
+                          highlight=False)
         client = get_client(uri)
         experiment_id = ensure_experiment(f"cemlab/{spec.name}", client)
         parent_run_id, reopened = open_parent_run(client, experiment_id, spec, scale, len(trials))
@@ -477,24 +493,35 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
             t = state.job(cell=cell).resolve({"lr": lr})
             prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.uri,
                            state.runs_dir)
-        _fit_search(state, cell, points, remaining, search)
+        _fit_search(state, cell, points, remaining, search, done_runs)
 
 
-def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int, search: SearchOutcome) -> None:
-    from ray import tune
+def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int, search: SearchOutcome,
+                done_runs: list["Run"]) -> None:
+    """Optuna samples ``num_samples`` learning rates (``points`` first) for ``cell``; ASHA stops the
+    worse ones. Samples done in an earlier invocation are told to Optuna first, and its seed moves on
+    with their number, so a resumed search does not draw the same rates again."""
+    from optuna.distributions import FloatDistribution
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
+    from cemlab.tracking.store import run_status
+
     s = cell.search
     reports = _validation_reports(cell)
-    searcher = OptunaSearch(metric=s.metric, mode=s.mode, points_to_evaluate=[{"lr": lr} for lr in points] or None,
-                            seed=s.seed)
+    searcher = OptunaSearch(space={"lr": FloatDistribution(s.lr[0], s.lr[1], log=True)}, metric=s.metric,
+                            mode=s.mode, points_to_evaluate=[{"lr": lr} for lr in points] or None,
+                            seed=s.seed + len(done_runs))
+    for run in done_runs:
+        value = run.data.metrics.get(s.metric)
+        if value is not None and math.isfinite(value):
+            searcher.add_evaluated_point({"lr": float(run.data.params["train.lr"])}, value,
+                                         pruned=run_status(run) == schema.STATUS_STOPPED)
     scheduler = ASHAScheduler(time_attr="training_iteration", metric=s.metric, mode=s.mode, max_t=reports,
                               grace_period=min(s.grace_period, reports), reduction_factor=s.reduction_factor)
     job = state.job(cell=cell)
-    results = _fit(state, job, param_space={"lr": tune.loguniform(*s.lr)}, name=f"{state.spec.name}-{state.scale}-"
-                   f"{cell.trial_id}", resources=cell.resources, searcher=searcher, scheduler=scheduler,
-                   num_samples=num_samples)
+    results = _fit(state, job, param_space={}, name=f"{state.spec.name}-{state.scale}-{cell.trial_id}",
+                   resources=cell.resources, searcher=searcher, scheduler=scheduler, num_samples=num_samples)
     for r in results:
         t = job.resolve(r.config)
         search.ran.append(t.trial_id)

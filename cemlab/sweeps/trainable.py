@@ -42,6 +42,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,9 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
             _run(trial, job)
         except TrialStopped:
             sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
+        except BaseException:
+            traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
+            raise
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
