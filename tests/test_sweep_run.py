@@ -3,8 +3,8 @@
 At the smoke scale: two project sweep files run end to end (one parent run and one child run per
 trial, with metrics; the second reuses the shared Llama baseline and runs only its new trials;
 the report it builds has every file its page links); a trial that fails once succeeds on retry
-from its checkpoint while one that always fails is recorded as failed and the sweep completes;
-an Optuna learning-rate search with ASHA runs its samples once each, with what ASHA stopped
+from its checkpoint while one that always fails is recorded as failed, one that diverges is a
+result, and the sweep completes; an Optuna learning-rate search with ASHA runs its samples once each, with what ASHA stopped
 recorded as stopped. The driver-kill test is in ``test_sweep_run_resume.py``.
 
 Ray runs in this process (``ray.init(num_cpus=2)``, once for the module); every test has its own
@@ -187,24 +187,28 @@ def test_project_sweeps_end_to_end_reuse_and_report(sweep_env, data_cache):
 
 FAULTY = """\
 figure: "test: faults"
-axes: {size: [86m], lr: [1.0e-3, 3.0e-3]}
+axes: {size: [86m], lr: [1.0e-3, 2.0e-3, 3.0e-3]}
 variants:
   - {group: llama, label: llama}
 """
 
 
-def test_failing_trials_retry_from_checkpoint_or_are_recorded_failed(sweep_env, data_cache, tmp_path, monkeypatch):
+def test_failing_trials_retry_or_are_recorded_failed_and_divergence_is_a_result(sweep_env, data_cache, tmp_path,
+                                                                                 monkeypatch):
     from cemlab.sweeps.runner import EXIT_FAILED
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, faulty=FAULTY)))
     # lr 1e-3 fails at its 2nd validation (step 16; the checkpoint of step 8 exists) on its first
-    # attempt only; lr 3e-3 fails at its 1st validation on every attempt.
+    # attempt only; lr 3e-3 fails at its 1st validation on every attempt; lr 2e-3 diverges (NaN
+    # loss at step 5).
     monkeypatch.setenv("CEMLAB_SWEEP_FAULTS", json.dumps({"*lr1e-3*": {"times": 1, "at_report": 2},
-                                                          "*lr3e-3*": {"times": -1, "at_report": 1}}))
+                                                          "*lr3e-3*": {"times": -1, "at_report": 1},
+                                                          "*lr2e-3*": {"nan_at_step": 5}}))
     result = run("faulty", data_cache, retries=1)
     assert result.exit_code == EXIT_FAILED
     out = {o.trial.trial_id: o for o in result.outcomes}
-    once, always = out["86m__llama__lr1e-3__s0"], out["86m__llama__lr3e-3__s0"]
+    once, always, nan = out["86m__llama__lr1e-3__s0"], out["86m__llama__lr3e-3__s0"], out["86m__llama__lr2e-3__s0"]
+    assert nan.status == "diverged" and nan.attempts == 1   # a result: not retried, not a failure
 
     assert once.status == "finished" and once.attempts == 2 and once.resumed
     assert always.status == "failed" and always.attempts == 2 and "InjectedFault" in always.error
@@ -215,7 +219,10 @@ def test_failing_trials_retry_from_checkpoint_or_are_recorded_failed(sweep_env, 
     client = client_for(result)
     runs = {r.data.tags[schema.TRIAL_ID]: r for r in experiment_runs(client, "faulty")
             if r.data.tags.get(schema.ROLE) == "trial"}
-    assert len(runs) == 2   # each trial once, retries included
+    assert len(runs) == 3   # each trial once, retries included
+    diverged = runs[nan.trial.trial_id]
+    assert diverged.info.status == "FINISHED" and diverged.data.tags[schema.STATUS] == "diverged"
+    assert diverged.data.tags[schema.DIVERGED_STEP] == "5"
     ok, bad = runs[once.trial.trial_id], runs[always.trial.trial_id]
     assert ok.info.run_id == once.run_id and ok.info.status == "FINISHED"
     assert ok.data.tags[schema.STATUS] == "finished" and schema.ERROR not in ok.data.tags

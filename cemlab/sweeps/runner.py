@@ -252,8 +252,8 @@ def _parent_of(run: "Run") -> str | None:
     return run.data.tags.get(schema.PARENT_RUN_ID)
 
 
-def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], parent_run_id: str, uri: str,
-                   runs_dir: Path) -> None:
+def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], parent_run_id: str, experiment_id: str,
+                   uri: str, runs_dir: Path) -> None:
     """Before (re)running ``trial``: make its checkpoint point at its MLflow run in this store, nest
     that run under this parent (same experiment), and delete this parent's other unfinished runs
     of the trial (a driver killed between creating a run and recording it leaves one)."""
@@ -269,21 +269,12 @@ def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], pare
     if keep is not None:
         if state.get("tracking_uri") != uri:  # the same store behind a new address (a restarted server)
             ckpt.write_state(folder, {**state, "tracking_uri": uri})
-        if _parent_of(keep) != parent_run_id and keep.info.experiment_id == _experiment_of(client, parent_run_id):
+        if _parent_of(keep) != parent_run_id and keep.info.experiment_id == experiment_id:
             client.set_tag(keep.info.run_id, schema.PARENT_RUN_ID, parent_run_id)
     for run in runs:
         if run is not keep and _parent_of(run) == parent_run_id:
             log.info("deleting run %s of %s: its checkpoint does not point to it", run.info.run_id, trial.trial_id)
             client.delete_run(run.info.run_id)
-
-
-_EXPERIMENT_OF: dict[str, str] = {}
-
-
-def _experiment_of(client: "MlflowClient", run_id: str) -> str:
-    if run_id not in _EXPERIMENT_OF:
-        _EXPERIMENT_OF[run_id] = client.get_run(run_id).info.experiment_id
-    return _EXPERIMENT_OF[run_id]
 
 
 def _run_metrics(run: "Run") -> dict[str, float]:
@@ -434,7 +425,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             import ray
 
             ray.shutdown()
-    _print_end(result, progress, console)
+    _print_end(result, console)
     if report and not result.interrupted:
         _make_report(result, console)
     return result
@@ -453,7 +444,7 @@ def _run_grid(state: _Run, trials: list[Trial]) -> None:
         if done is not None:
             _skip(state, t, done)
             continue
-        prepare_resume(state.client, t, runs, state.parent_run_id, state.uri, state.runs_dir)
+        prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.uri, state.runs_dir)
         todo[t.trial_id] = t
     if not todo:
         return
@@ -465,14 +456,16 @@ def _run_grid(state: _Run, trials: list[Trial]) -> None:
 
 
 def _run_searches(state: _Run, cells: list[Trial]) -> None:
-    """One Tuner per grid cell: Optuna over the learning rate, ASHA stopping (module docstring)."""
+    """One Tuner per grid cell: Optuna over the learning rate, ASHA stopping (module docstring).
+    Samples of a cell that have a result (finished, diverged, stopped) count towards its number;
+    the others (interrupted, failed) are tried again first, from their checkpoints."""
+    from cemlab.tracking.store import best_run, run_status
+
     for cell in cells:
         found = search_cell_runs(state.client, state.experiment_id, cell)
         samples = cell.search.samples
         done_runs, pending_lrs = [], []
-        from cemlab.tracking.store import best_run, run_status
-
-        for h, runs in found.items():
+        for runs in found.values():
             best = best_run(runs, SEARCH_RESULT_STATUSES)
             if best is not None:
                 done_runs.append(best)
@@ -491,8 +484,8 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         points = pending_lrs[:remaining] if (found or pending_lrs) else [cell.config.train.lr]
         for lr in points:  # interrupted samples continue from their checkpoints
             t = state.job(cell=cell).resolve({"lr": lr})
-            prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.uri,
-                           state.runs_dir)
+            prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.experiment_id,
+                           state.uri, state.runs_dir)
         _fit_search(state, cell, points, remaining, search, done_runs)
 
 
@@ -718,7 +711,7 @@ def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepR
     return result
 
 
-def _print_end(result: SweepResult, progress: pg.SweepProgress, console: "Console") -> None:
+def _print_end(result: SweepResult, console: "Console") -> None:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
     console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'} in "
                   f"{pg._duration(result.seconds)}", highlight=False)

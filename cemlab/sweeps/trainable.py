@@ -27,9 +27,11 @@ word: once Ray has ended the trial's process, the driver marks the run ``stopped
 
 Test hook (fault injection, never part of a config or its hash): ``TrialJob.faults`` maps a trial
 id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an attempt raises
-:class:`InjectedFault`, for the first N attempts (``times: -1``: every attempt). The driver fills
-it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in files
-under ``<runs>/logs/<sweep>-<scale>/faults/``.
+:class:`InjectedFault`, for the first N attempts (``times: -1``: every attempt); or to
+``{"nan_at_step": S}``: the training loss of step S is NaN (the training module's own hook,
+``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges. The driver
+fills it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in
+files under ``<runs>/logs/<sweep>-<scale>/faults/``.
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ class Reporter:
             self.total_steps = state.get("total_steps")
 
     def _maybe_fail(self) -> None:
-        if not self.fault or self.calls != int(self.fault.get("at_report", 1)):
+        if not self.fault or "times" not in self.fault or self.calls != int(self.fault.get("at_report", 1)):
             return
         times = int(self.fault.get("times", 1))
         done = int(self.fault_counter.read_text()) if self.fault_counter.is_file() else 0
@@ -269,6 +271,12 @@ def _run(trial: Trial, job: TrialJob) -> None:
     folder = Path(cfg.train.checkpoint_dir)
     fault = _fault_for(job, trial.trial_id)
     counter = Path(job.log_dir) / "faults" / f"{trial.trial_id}.count"
+    from cemlab.train.module import INJECT_NAN_ENV
+
+    if fault and "nan_at_step" in fault:
+        os.environ[INJECT_NAN_ENV] = str(fault["nan_at_step"])
+    else:
+        os.environ.pop(INJECT_NAN_ENV, None)
     reporter = Reporter(trial, folder, fault, counter)
     t0 = time.perf_counter()
     with trial_lock(folder):
@@ -287,10 +295,13 @@ def faults_from_env() -> dict[str, dict[str, int]]:
     text = os.environ.get(FAULTS_ENV)
     if not text:
         return {}
+    keys = {"times", "at_report", "nan_at_step"}
     try:
         spec = json.loads(text)
-        return {str(k): {"times": int(v.get("times", 1)), "at_report": int(v.get("at_report", 1))}
-                for k, v in spec.items()}
+        out = {str(k): {f: int(x) for f, x in v.items()} for k, v in spec.items()}
+        if any(not f.keys() or not f.keys() <= keys for f in out.values()):
+            raise ValueError(f"unknown or missing keys; use {sorted(keys)}")
+        return out
     except (ValueError, AttributeError, TypeError) as e:
-        raise ValueError(f"{FAULTS_ENV}={text!r} is not valid: expected JSON like "
-                         '{"<trial id pattern>": {"times": 1, "at_report": 2}}') from e
+        raise ValueError(f"{FAULTS_ENV}={text!r} is not valid ({e}): expected JSON like "
+                         '{"<trial id pattern>": {"times": 1, "at_report": 2}} or {"<pattern>": {"nan_at_step": 5}}') from e
