@@ -222,3 +222,43 @@ def test_example_configs_validate_and_plan(path):
     plan = make_plan(cfg)
     assert plan.total_steps >= 1 and plan.budget > 0
     assert run_name(cfg)
+
+
+def test_terminal_statuses_and_reopen_in_a_real_store(tmp_path):
+    """``finish_run`` gives each cemlab status its MLflow status (a run ASHA stopped is a result:
+    FINISHED), and ``reopen_run`` drops the error of an earlier attempt, so a retried run that
+    then succeeds carries no error."""
+    from mlflow.tracking import MlflowClient
+
+    from cemlab.tracking import mlflow_run as mr
+    from cemlab.tracking import schema
+    from cemlab.tracking.store import run_status
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("t", artifact_location=(tmp_path / "artifacts").as_uri())
+    expected = {schema.STATUS_FINISHED: "FINISHED", schema.STATUS_DIVERGED: "FINISHED",
+                schema.STATUS_STOPPED: "FINISHED", schema.STATUS_FAILED: "FAILED",
+                schema.STATUS_INTERRUPTED: "KILLED"}
+    for status, mlflow_status in expected.items():
+        rid = mr.create_run(client, exp, status, {schema.STATUS: schema.STATUS_RUNNING})
+        mr.finish_run(client, rid, status)
+        run = client.get_run(rid)
+        assert (run.info.status, run.data.tags[schema.STATUS], run_status(run)) == (mlflow_status, status, status)
+
+    # a failed attempt, retried: reopened it is running without the old error, and it finishes clean
+    rid = mr.create_run(client, exp, "retried", {schema.STATUS: schema.STATUS_RUNNING})
+    mr.finish_run(client, rid, schema.STATUS_FAILED, {schema.ERROR: "RuntimeError: first attempt"})
+    assert client.get_run(rid).data.tags[schema.ERROR] == "RuntimeError: first attempt"
+    mr.reopen_run(client, rid)
+    run = client.get_run(rid)
+    assert run.info.status == "RUNNING" and run_status(run) == schema.STATUS_RUNNING
+    assert schema.ERROR not in run.data.tags
+    mr.finish_run(client, rid, schema.STATUS_FINISHED)
+    run = client.get_run(rid)
+    assert (run.info.status, run_status(run)) == ("FINISHED", schema.STATUS_FINISHED)
+    assert schema.ERROR not in run.data.tags
+    # reopening a run that never had an error (an interrupted one) works too, and a second failure
+    # records its own error
+    mr.reopen_run(client, rid)
+    mr.finish_run(client, rid, schema.STATUS_FAILED, {schema.ERROR: "ValueError: second"})
+    assert client.get_run(rid).data.tags[schema.ERROR] == "ValueError: second"

@@ -17,7 +17,12 @@ finished      FINISHED             trained to the end, test metrics logged
 diverged      FINISHED             stopped on a NaN/inf loss at ``cemlab.diverged_step``: a result
 failed        FAILED               an error; its type and message are in ``cemlab.error``
 interrupted   KILLED               stopped by Ctrl-C / SIGTERM; ``cemlab train --resume`` continues it
+stopped       FINISHED             stopped early by a sweep's scheduler (ASHA) at ``cemlab.stopped_step``:
+                                   a result (its last validation), not a failure
 ============  ===================  ====================================================
+
+A run that is reopened (:func:`reopen_run`, to resume it) loses its ``cemlab.error`` tag: the
+error belonged to the attempt that failed, and the resumed attempt sets it again if it fails too.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ _MLFLOW_STATUS = {
     schema.STATUS_DIVERGED: "FINISHED",
     schema.STATUS_FAILED: "FAILED",
     schema.STATUS_INTERRUPTED: "KILLED",
+    schema.STATUS_STOPPED: "FINISHED",
 }
 
 
@@ -200,7 +206,10 @@ def finish_run(client: "MlflowClient", run_id: str, status: str, extra_tags: dic
 
 
 def reopen_run(client: "MlflowClient", run_id: str) -> None:
-    """Mark a run RUNNING again (resuming it after a crash or an interruption)."""
+    """Mark a run RUNNING again (resuming it after a crash, a failure or an interruption), without
+    the ``cemlab.error`` of an earlier attempt: a retried run that then succeeds has no error."""
+    if schema.ERROR in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, schema.ERROR)
     client.update_run(run_id, status="RUNNING")
     client.set_tag(run_id, schema.STATUS, schema.STATUS_RUNNING)
 
