@@ -98,6 +98,10 @@ variants:
 }
 
 
+#: The MLflow status a run of each cemlab status ends with (``cemlab.tracking.mlflow_run``).
+MLFLOW_STATUS = {schema.STATUS_FAILED: "FAILED", schema.STATUS_INTERRUPTED: "KILLED"}
+
+
 def write_sweeps(directory: Path, names=None) -> Path:
     """The scales file and the named sweep files (default: all) in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -139,12 +143,13 @@ class RunWriter:
         return run.info.run_id
 
     def trial(self, trial, status: str = schema.STATUS_FINISHED, metrics: dict | None = None,
-              histories: dict | None = None, parent_id: str | None = None) -> str:
-        """One trial's run: tags and params as the sweep runner writes them, ``metrics`` as final
-        values (step 0) and ``histories`` as {key: [(step, value), ...]}."""
+              histories: dict | None = None, parent_id: str | None = None, tags: dict | None = None) -> str:
+        """One trial's run: tags and params as the sweep runner writes them (plus ``tags``), the
+        MLflow status that goes with ``status``, ``metrics`` as final values (step 0) and
+        ``histories`` as {key: [(step, value), ...]}."""
         from mlflow.entities import Metric, Param
 
-        tags = dict(trial.config.tracking.tags)
+        tags = {**trial.config.tracking.tags, **(tags or {})}
         tags[schema.STATUS] = status
         if parent_id:
             tags[schema.PARENT_RUN_ID] = parent_id
@@ -157,7 +162,7 @@ class RunWriter:
                                                                                     exclude={"tracking"})).items()]
         for i in range(0, max(len(items), len(params)), 100):
             self.client.log_batch(rid, metrics=items[i:i + 100], params=params[i:i + 100])
-        self.client.set_terminated(rid, "FAILED" if status == schema.STATUS_FAILED else "FINISHED")
+        self.client.set_terminated(rid, MLFLOW_STATUS.get(status, "FINISHED"))
         return rid
 
 

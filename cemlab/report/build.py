@@ -4,7 +4,8 @@
 ``cemlab report`` calls for each sweep named. It
 
 1. expands the sweep's grid at the scale (``cemlab.sweeps.spec``) and matches every trial to a run
-   in the MLflow store by config hash (``cemlab.report.table``);
+   in the MLflow store by config hash, or for a ``search: optuna`` sweep every grid cell to the
+   runs of its sampled learning rates by the ``cemlab.search_cell`` tag (``cemlab.report.table``);
 2. draws the paper figures the sweep's ``figure`` tag names, plus energy, training curves and the
    parameter/FLOPs table (``cemlab.report.figures``), each with its CSV;
 3. evaluates the paper's claims that read this sweep (``cemlab.report.claims``), loading the grids
@@ -169,7 +170,7 @@ def count_runs(sweep: str, scale: str | None, store: RunStore, grids: SweepGrids
     """How many of the sweep's grid trials have a run in the store, at ``scale`` (None: the
     scale with most)."""
     scale = scale or choose_scale(sweep, store, grids)
-    return sum(1 for t in grids.trials(sweep, scale) if store.runs_for_hash(t.config_hash))
+    return sum(1 for t in grids.trials(sweep, scale) if store.has_runs_for(t))
 
 
 def _grids_at(sweeps: list[str], scales: list[str], grids: SweepGrids) -> dict[tuple[str, str], list]:
@@ -189,7 +190,7 @@ def choose_scale(sweep: str, store: RunStore, grids: SweepGrids) -> str:
     store.prefetch(t.config_hash for trials in found.values() for t in trials)
     best, best_n = grids.default_scale, 0
     for (_, scale), trials in found.items():
-        n = sum(1 for t in trials if store.runs_for_hash(t.config_hash))
+        n = sum(1 for t in trials if store.has_runs_for(t))
         if n > best_n:
             best, best_n = scale, n
     return best
@@ -234,6 +235,17 @@ def _counts(trials: pd.DataFrame) -> dict[str, int]:
     counts.update({s: int(n) for s, n in sorted(st.items())})
     counts["reused"] = int(((trials["run_sweep"] != "") & (trials["run_sweep"] != trials["sweep"])).sum())
     return counts
+
+
+def search_summary(trials: pd.DataFrame, cells: list) -> str:
+    """The summary line of a ``search: optuna`` sweep: cells, samples asked for and found."""
+    runs = trials[trials["status"] != MISSING]
+    with_runs = runs["search_cell"].nunique()
+    stopped = int((runs["status"] == schema.STATUS_STOPPED).sum())
+    samples = sorted({c.search.samples for c in cells if c.search is not None})
+    return (f"searched by Optuna in each of {len(cells)} grid cells ({'/'.join(map(str, samples))} samples each, "
+            f"ASHA early stopping); {with_runs} cells have runs, {len(runs)} sampled runs in all, {stopped} stopped "
+            "early (listed, not compared: a stopped run's last validation is not a final result)")
 
 
 def _run_link(uri: str, run) -> str:
@@ -282,13 +294,15 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
-        ["trial_id", "variant", "size", "lr", "seed", "status", "run_id"]].reset_index(drop=True)
+        ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = _csv(not_done, out_dir, "missing", written)
     sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
                             "cells, the verdicts and the trials without a finished run, as CSV.", None,
                             [trials_file, cells_file, claim_file, missing_file]))
 
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
+    searched = bool((trials["search_cell"] != "").any())
+    what = "(sampled learning rates, and cells without runs)" if searched else "in the grid"
     banner = None
     if counts["runs"] == 0:
         where = "none of its runs matches this sweep's grid" if ctx.store.has_runs() \
@@ -299,9 +313,10 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     summary = [
         ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale), ("MLflow store", ctx.store.uri),
         ("parent run", _run_link(ctx.store.uri, parent) if parent else "none (report not logged to MLflow)"),
-        ("trials", f"{counts['trials']} in the grid: " + ", ".join(
+        ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
+        *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),
     ]

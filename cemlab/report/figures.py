@@ -11,7 +11,8 @@ Paper figures (section 4 and appendix D), chosen by the sweep's ``figure`` tag:
 fig2a      attention replacement: perplexity vs parameters, CEM points linked to their Llama
 fig2b      MLP replacement, with the parameter-matched CEM MLP
 fig2c/2d   recursion steps x preconditioner (CEM attention / CEM MLP), Llama dashed
-fig3a      learning-rate curves with Akima-interpolated optima (stars; hollow = not bracketed)
+fig3a      learning-rate curves with Akima-interpolated optima (stars; hollow = not bracketed);
+           with ``search: optuna`` every sampled learning rate is a point of its cell's curve
 fig3b      KQ diagonal strategies in CEM attention, Llama dashed
 fig3c/4    plain layer reuse vs CEM recursion, gain from T=1 to T=2 (MLP / attention)
 table3     GP study: parameters, FLOPs per example, test RMSE mean +- std; RMSE vs T
@@ -55,6 +56,8 @@ CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 #: At most this many points of a ``train/loss`` history go into the CSV and plot (evenly spaced,
 #: first and last kept), so that a paper-scale sweep's report stays small.
 MAX_CURVE_POINTS = 200
+#: Fig. 3a labels each learning rate of a grid as a tick; with more (Optuna samples), a log axis.
+MAX_LR_TICKS = 8
 
 
 @dataclass
@@ -303,14 +306,17 @@ def fig3a(ctx) -> Figure | None:
         bad = g[~ok & (g["n_diverged"] > 0)]
         for lr in bad["lr"]:
             ax.plot([lr], [1.0], marker="x", color=color, transform=ax.get_xaxis_transform(), clip_on=False)
+        for lr in g[~ok & (g["n_stopped"] > 0)]["lr"]:  # search: optuna samples ASHA stopped early
+            ax.plot([lr], [0.0], marker="|", ms=9, color=color, transform=ax.get_xaxis_transform(), clip_on=False)
         o = optima[(optima["group"] == group) & (optima["variant"] == variant) & (optima["size"] == size)].iloc[0]
         if _finite(o["optimum_ppl"]):
             ax.plot([o["optimum_lr"]], [o["optimum_ppl"]], marker="*", ms=14, color=color,
                     markerfacecolor=color if o["bracketed"] else "white", markeredgewidth=1.2, zorder=5)
     ax.set_xscale("log")
     lrs = sorted(cells["lr"].unique())
-    ax.set_xticks(lrs, [f"{lr:.2g}" for lr in lrs])
-    ax.set_xticks([], minor=True)
+    if len(lrs) <= MAX_LR_TICKS:  # a grid's learning rates as ticks; sampled ones (Optuna) are too many
+        ax.set_xticks(lrs, [f"{lr:.2g}" for lr in lrs])
+        ax.set_xticks([], minor=True)
     ax.set_xlabel("learning rate")
     ax.set_ylabel("test perplexity")
     ax.set_title("Fig. 3a: learning rate and Akima-interpolated optima")
@@ -319,7 +325,8 @@ def fig3a(ctx) -> Figure | None:
     fig.tight_layout()
     caption = ("Test perplexity against learning rate (seed means, bars = std). Lines: Akima (makima) "
                "interpolation in log learning rate; stars: interpolated optima, hollow when the optimum lies "
-               "at the edge of the grid (not bracketed). x at the top: diverged runs.")
+               "at the edge of the grid (not bracketed). x at the top: diverged runs; | at the bottom: learning "
+               "rates sampled by Optuna whose runs ASHA stopped early (no final result, so not a point).")
     return Figure("fig3a", "Fig. 3a: optimal learning rate (Akima)", caption,
                   {"fig3a": csv, "akima_optima": optima}, fig, show_tables=["akima_optima"])
 
@@ -598,7 +605,8 @@ def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]
 def training(ctx) -> Figure | None:
     trials = ctx.trials()
     rows = []
-    for _, t in trials[trials["status"].isin([schema.STATUS_FINISHED, schema.STATUS_DIVERGED])].iterrows():
+    shown = [schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED]
+    for _, t in trials[trials["status"].isin(shown)].iterrows():
         keys = ctx.metric_keys(t["run_id"])
         for key in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE):
             if key not in keys:
@@ -631,7 +639,7 @@ def training(ctx) -> Figure | None:
     fig.tight_layout()
     return Figure("training", "Training curves", (
         "Training loss and validation metric against optimizer steps, mean over seeds per cell "
-        f"(at most {MAX_CURVE_POINTS} points per run are kept)."), {"training": data.drop(columns=["cell"])}, fig)
+        f"(at most {MAX_CURVE_POINTS} points per run are kept); runs ASHA stopped early end where it stopped them."), {"training": data.drop(columns=["cell"])}, fig)
 
 
 def params(ctx) -> Figure | None:

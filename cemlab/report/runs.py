@@ -3,8 +3,13 @@
 Every run that carries a config-hash tag (``cemlab.config_hash``) is a candidate result for the
 grid cell with that hash, whichever sweep (or plain ``cemlab train``) produced it: that is how the
 Llama baselines shared by several figures are found once and reused. Finding runs by hash, their
-status and which of several runs stands for a config are ``cemlab.tracking.store``'s rules; this
-module adds a cache (one store scan per report), metric histories and the sweep's parent run.
+status and which of several runs stands for a config are ``cemlab.tracking.store``'s rules (with a
+run that ASHA stopped early counted as a result, after finished and diverged ones); this module adds
+a cache (one store scan per report), metric histories and the sweep's parent run.
+
+Sweeps with ``search: optuna`` sample each grid cell's learning rate: their runs carry the tag
+``cemlab.search_cell`` (the id of the cell's trial in ``expand``) and are found by it, with the
+sweep and scale tags (:meth:`RunStore.search_cell_runs`, one store scan for every cell).
 """
 
 from __future__ import annotations
@@ -48,6 +53,22 @@ def _record(run) -> RunRecord:
                      metrics=metrics)
 
 
+#: Which of a config's runs stands for it, best first: the results (finished, diverged, stopped by
+#: ASHA), then the store's order for the rest (``cemlab.tracking.store.STATUS_PREFERENCE``).
+RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED)
+STATUS_PREFERENCE = RESULT_STATUSES + tuple(s for s in tracking_store.STATUS_PREFERENCE if s not in RESULT_STATUSES)
+
+
+def pick_run(records: list[RunRecord]) -> RunRecord | None:
+    """The newest record of the most preferred status (:data:`STATUS_PREFERENCE`), else the
+    newest of any other status (e.g. interrupted); ``records`` are newest first."""
+    for status in STATUS_PREFERENCE:
+        for rec in records:
+            if rec.status == status:
+                return rec
+    return records[0] if records else None
+
+
 class RunStore:
     """A read view of one MLflow store: runs by config hash, histories, parent runs."""
 
@@ -59,6 +80,8 @@ class RunStore:
         self._by_hash: dict[str, list] = {}       # hash -> MLflow runs, newest first
         self._records: dict[str, RunRecord] = {}  # run id -> record
         self._history: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        #: (sweep, scale, search cell) -> config hash -> records, newest first; None until scanned
+        self._search_cells: dict[tuple[str, str, str], dict[str, list[RunRecord]]] | None = None
 
     @property
     def client(self):
@@ -84,13 +107,36 @@ class RunStore:
 
     def best_run(self, config_hash: str) -> RunRecord | None:
         """The run that stands for a grid cell: the newest one of the most preferred status
-        (``cemlab.tracking.store.STATUS_PREFERENCE``: finished, diverged, running, failed)."""
-        records = self.runs_for_hash(config_hash)  # newest first
-        for status in tracking_store.STATUS_PREFERENCE:
-            for rec in records:
-                if rec.status == status:
-                    return rec
-        return records[0] if records else None
+        (:data:`STATUS_PREFERENCE`: finished, diverged, stopped, running, failed, then any)."""
+        return pick_run(self.runs_for_hash(config_hash))
+
+    def search_cell_runs(self, sweep: str, scale: str, cell_id: str) -> dict[str, list[RunRecord]]:
+        """The runs of one ``search: optuna`` grid cell (tag ``cemlab.search_cell`` = ``cell_id``,
+        with the sweep's and scale's tags), by config hash (one per sampled learning rate), newest
+        first; sorted by hash. The first call scans the store once for every search cell."""
+        if self._search_cells is None:
+            self._search_cells = {}
+            if not self.absent:
+                exp_ids = tracking_store._all_experiment_ids(self.client)
+                runs = tracking_store._search_all(self.client, exp_ids, f"tags.`{schema.SEARCH_CELL}` LIKE '%'") \
+                    if exp_ids else []
+                for run in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
+                    tags = run.data.tags
+                    if tags.get(schema.ROLE) == "sweep":
+                        continue
+                    key = (tags.get(schema.SWEEP, ""), tags.get(schema.SCALE, ""), tags[schema.SEARCH_CELL])
+                    rec = self._records.setdefault(run.info.run_id, _record(run))
+                    self._search_cells.setdefault(key, {}).setdefault(tags.get(schema.CONFIG_HASH, ""), []).append(rec)
+        found = self._search_cells.get((sweep, scale, cell_id), {})
+        return {h: found[h] for h in sorted(found)}
+
+    def has_runs_for(self, trial) -> bool:
+        """Whether a grid trial (``cemlab.sweeps.spec.Trial``) has any run: by its config hash, or
+        for a ``search: optuna`` cell, any run of the cell."""
+        if self.runs_for_hash(trial.config_hash):
+            return True
+        return getattr(trial, "search", None) is not None and \
+            bool(self.search_cell_runs(trial.sweep, trial.scale, trial.trial_id))
 
     def record(self, run_id: str) -> RunRecord | None:
         return self._records.get(run_id)

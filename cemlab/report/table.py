@@ -4,13 +4,24 @@ Two tables (pandas DataFrames) carry every report:
 
 - ``trials``: one row per grid trial (the sweep's expanded grid, in grid order) with the run that
   stands for it (matched by config hash anywhere in the store), its status (``finished``,
-  ``diverged``, ``failed``, ``running`` or ``missing``) and its numbers.
+  ``diverged``, ``stopped``, ``failed``, ``interrupted``, ``running`` or ``missing``), its numbers
+  and a ``detail`` (where a run stopped or diverged, the error of a failed one).
 - ``cells``: one row per grid cell = the trials that differ only in their seed. The main metric
   (test perplexity; test RMSE for the GP study) is aggregated over the cell's finished seeds:
   ``mean``, ``std`` (sample standard deviation, ddof=1; empty with one seed) and ``n``, next to
-  ``n_expected`` and how many seeds are diverged, failed, running or missing.
+  ``n_expected`` and how many seeds are diverged, stopped, failed, interrupted, running or missing.
 
 Nothing is invented: a cell without a finished seed has an empty mean and says why in ``note``.
+Only finished runs have a value: a run stopped early by ASHA (``stopped``) is listed with its last
+validation metric in ``detail``, but that is not a final result and enters no comparison.
+
+``search: optuna`` sweeps: ``expand`` gives one trial per grid cell at the centre of the learning
+rate range, but the runs sample learning rates inside each cell. Such a cell's trials are its runs,
+found by the tag ``cemlab.search_cell`` (``RunStore.search_cell_runs``): one row per sampled
+learning rate (the trial ``cemlab.sweeps.spec.trial_with_lr`` makes for it, whose config hash must
+be the run's, so runs of an older version of the sweep file are not mixed in), sorted by learning
+rate; every sampled rate is then a point of the cell's learning-rate curve (Fig. 3a, Akima). Such a
+cell is ``missing`` (one row, at the centre) only when it has no run at all.
 
 The columns that figures and claims select on (``family``, ``lr``, ``seed``, ``T``, ``precond``,
 ``kq_diagonal``, ``kernel``, ``param_matched``) come from the trial's axes when the sweep names
@@ -27,14 +38,17 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from cemlab.report.runs import RunStore
+from cemlab.report.runs import RunRecord, RunStore, pick_run
 from cemlab.tracking import schema
 
 #: Status of a grid trial with no run in the store.
 MISSING = "missing"
 #: Statuses other than finished, each counted per cell (``n_<status>``); any other status a run
 #: may carry is still named in the cell's note.
-NOT_FINISHED = (schema.STATUS_DIVERGED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED, schema.STATUS_RUNNING, MISSING)
+NOT_FINISHED = (schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED,
+                schema.STATUS_RUNNING, MISSING)
+#: At most this many characters of a failed run's error go into ``detail``.
+MAX_ERROR_CHARS = 200
 
 #: Static model facts copied from a run's metrics into the tables.
 MODEL_FACTS = {
@@ -145,25 +159,68 @@ def trial_row(trial, order: int) -> dict[str, Any]:
     return row
 
 
+def search_cell_trials(cell, store: RunStore) -> list[tuple[Any, list[RunRecord]]]:
+    """A ``search: optuna`` cell's sampled trials with their runs (newest first), by learning
+    rate; ``[(cell, [])]`` when the cell has no run (see the module docstring)."""
+    from cemlab.sweeps.spec import trial_with_lr
+
+    out = []
+    for h, runs in store.search_cell_runs(cell.sweep, cell.scale, cell.trial_id).items():
+        lr = runs[0].tags.get(schema.axis_tag("lr"))
+        if lr is None:
+            continue
+        trial = trial_with_lr(cell, float(lr))
+        if trial.config_hash == h:
+            out.append((trial, runs))
+    out.sort(key=lambda p: p[0].axes["lr"])
+    return out or [(cell, [])]
+
+
+def run_detail(run: RunRecord | None, task: str) -> str:
+    """What a person needs to know about a run that did not finish: where ASHA stopped it (and
+    its last validation metric, which is not a final result), where it diverged, its error."""
+    if run is None:
+        return ""
+    tags = run.tags
+    if run.status == schema.STATUS_STOPPED:
+        text = f"stopped early by ASHA at step {tags.get(schema.STOPPED_STEP, '?')}"
+        keys = (schema.VAL_RMSE,) if task == "gp" else (schema.VAL_PPL, schema.VAL_LOSS)
+        last = next(((k, run.metrics[k]) for k in keys if math.isfinite(run.metrics.get(k, math.nan))), None)
+        if last:
+            text += f"; last {last[0]} {last[1]:.4g}"
+        return text + " (not a final result)"
+    if run.status == schema.STATUS_DIVERGED and schema.DIVERGED_STEP in tags:
+        return f"diverged at step {tags[schema.DIVERGED_STEP]}"
+    if run.status == schema.STATUS_FAILED and tags.get(schema.ERROR):
+        return tags[schema.ERROR][:MAX_ERROR_CHARS]
+    return ""
+
+
 def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
-    """The grid's trials with the run that stands for each (see ``RunStore.best_run``)."""
+    """The grid's trials with the run that stands for each (``cemlab.report.runs.pick_run``); a
+    ``search: optuna`` cell gives one row per sampled learning rate (:func:`search_cell_trials`)."""
     rows = []
-    for i, t in enumerate(trials):
-        row = trial_row(t, i)
-        run = store.best_run(row["config_hash"])
-        row["status"] = run.status if run else MISSING
-        row["run_id"] = run.run_id if run else ""
-        row["run_name"] = run.run_name if run else ""
-        row["run_sweep"] = run.tags.get(schema.SWEEP, "") if run else ""
-        row["n_runs"] = len(store.runs_for_hash(row["config_hash"]))
-        value = run.metrics.get(row["metric"], math.nan) if run else math.nan
-        row["value"] = value if row["status"] == schema.STATUS_FINISHED else math.nan
-        for col, key in MODEL_FACTS.items():
-            row[col] = run.metrics.get(key, math.nan) if run else math.nan
-        rows.append(row)
-    columns = ["order", "sweep", "figure", "scale", "trial_id", "family", "group", "variant", "size", "task", "metric",
-               "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched", "cell",
-               "status", "run_id", "run_name", "run_sweep", "n_runs", "value", *MODEL_FACTS]
+    for cell in trials:
+        searched = getattr(cell, "search", None) is not None
+        pairs = search_cell_trials(cell, store) if searched else [(cell, store.runs_for_hash(cell.config_hash))]
+        for t, runs in pairs:
+            row = trial_row(t, len(rows))
+            run = pick_run(runs)
+            row["search_cell"] = cell.trial_id if searched else ""
+            row["status"] = run.status if run else MISSING
+            row["run_id"] = run.run_id if run else ""
+            row["run_name"] = run.run_name if run else ""
+            row["run_sweep"] = run.tags.get(schema.SWEEP, "") if run else ""
+            row["n_runs"] = len(runs)
+            value = run.metrics.get(row["metric"], math.nan) if run else math.nan
+            row["value"] = value if row["status"] == schema.STATUS_FINISHED else math.nan
+            row["detail"] = run_detail(run, row["task"])
+            for col, key in MODEL_FACTS.items():
+                row[col] = run.metrics.get(key, math.nan) if run else math.nan
+            rows.append(row)
+    columns = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
+               "task", "metric", "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched",
+               "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail", *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
 
 
