@@ -116,3 +116,21 @@ def _render(table) -> str:
     out = io.StringIO()
     Console(file=out, width=250).print(table)
     return out.getvalue()
+
+
+def test_gp_sweeps_show_rmse(monkeypatch):
+    """The GP study reports RMSE, not perplexity: the table and the lines say so and show it."""
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    gp_trials = load_sweep("gp_recursion").expand("smoke")
+    progress = pg.SweepProgress("gp_recursion at scale smoke")
+    for t in gp_trials:
+        progress.add(t)
+    first = gp_trials[0].trial_id
+    progress.set_status(first, "running")
+    progress.update(first, {tr.STEP_KEY: 3, tr.TOTAL_KEY: 20, schema.TRAIN_LOSS: 0.5,
+                            schema.VAL_RMSE: 0.4321, schema.VAL_PPL: 999.0})
+    assert progress.rows[first].val_ppl == pytest.approx(0.4321)
+    assert "val rmse 0.4321" in progress.running_lines()[0]
+    out = io.StringIO()
+    Console(file=out, width=200).print(progress.table())
+    assert "val rmse" in out.getvalue() and "val ppl" not in out.getvalue()

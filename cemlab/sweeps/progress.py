@@ -101,12 +101,21 @@ class SweepProgress:
         self.lock = threading.Lock()
         self.events: list[str] = []          # status changes not yet printed (plain mode)
         self.started = time.time()
+        # The metric shown: perplexity for language models, RMSE for the GP study (set from the
+        # trials' task; the row fields val_ppl/test_ppl hold whichever it is).
+        self.metric = "ppl"
+        self.metric_keys = (schema.VAL_PPL, schema.TEST_PPL)
+
+    def _use_task(self, task: str) -> None:
+        if task == "gp":
+            self.metric, self.metric_keys = "rmse", (schema.VAL_RMSE, schema.TEST_RMSE)
 
     # -- updates ------------------------------------------------------------------------------
     def add(self, trial) -> Row:
         with self.lock:
             row = self.rows.get(trial.trial_id)
             if row is None:
+                self._use_task(getattr(trial, "task", "lm"))
                 row = Row(trial.trial_id, trial.variant, trial.size or "-", key_axes(trial.axes))
                 self.rows[trial.trial_id] = row
                 self.trials[trial.trial_id] = trial
@@ -136,7 +145,8 @@ class SweepProgress:
             row.step = int(result.get(tr.STEP_KEY, row.step) or row.step)
             row.total = int(result.get(tr.TOTAL_KEY, row.total) or row.total)
             row.run_id = str(result.get(tr.RUN_ID_KEY) or row.run_id)
-            for attr, key in (("loss", schema.TRAIN_LOSS), ("val_ppl", schema.VAL_PPL), ("test_ppl", schema.TEST_PPL)):
+            val_key, test_key = self.metric_keys
+            for attr, key in (("loss", schema.TRAIN_LOSS), ("val_ppl", val_key), ("test_ppl", test_key)):
                 if isinstance(result.get(key), (int, float)):
                     setattr(row, attr, float(result[key]))
             if isinstance(result.get(tr.SECONDS_KEY), (int, float)):
@@ -153,7 +163,7 @@ class SweepProgress:
     def _event_line(self, row: Row) -> str:
         parts = [time.strftime("%H:%M:%S"), f"{row.status:<11}", row.trial_id]
         if row.status in (schema.STATUS_FINISHED, DONE, REUSED) and not math.isnan(row.test_ppl):
-            parts.append(f"test ppl {row.test_ppl:.2f}")
+            parts.append(f"test {self.metric} {row.test_ppl:{'.2f' if self.metric == 'ppl' else '.4f'}}")
         if row.status in FINAL and row.elapsed is not None and row.status not in (REUSED, DONE):
             parts.append(f"in {_duration(row.elapsed)}")
         if row.note:
@@ -176,7 +186,8 @@ class SweepProgress:
 
     def running_lines(self) -> list[str]:
         with self.lock:
-            return [f"  {r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val ppl {_num(r.val_ppl, '{:.2f}')}"
+            fmt = "{:.2f}" if self.metric == "ppl" else "{:.4f}"
+            return [f"  {r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val {self.metric} {_num(r.val_ppl, fmt)}"
                     for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
 
     def table(self, max_rows: int | None = None) -> Table:
@@ -194,14 +205,15 @@ class SweepProgress:
         table = Table(title=self.title, caption=self.summary(), expand=False, title_justify="left",
                       caption_justify="left")
         for col, justify in (("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"),
-                             ("status", "left"), ("step", "right"), ("loss", "right"), ("val ppl", "right"),
-                             ("test ppl", "right"), ("time", "right")):
+                             ("status", "left"), ("step", "right"), ("loss", "right"), (f"val {self.metric}", "right"),
+                             (f"test {self.metric}", "right"), ("time", "right")):
             table.add_column(col, justify=justify, no_wrap=col != "trial", overflow="fold")
+        fmt = "{:.2f}" if self.metric == "ppl" else "{:.4f}"
         for r in shown:
             step = f"{r.step}/{r.total}" if r.total else (str(r.step) if r.step else "-")
             status = r.status + (f" ({r.attempts - 1} retries)" if r.attempts > 1 else "")
             table.add_row(r.trial_id, r.variant, r.size, r.axes, Text(status, style=STYLE.get(r.status, "")),
-                          step, _num(r.loss), _num(r.val_ppl, "{:.2f}"), _num(r.test_ppl, "{:.2f}"),
+                          step, _num(r.loss), _num(r.val_ppl, fmt), _num(r.test_ppl, fmt),
                           _duration(r.elapsed))
         return table
 
