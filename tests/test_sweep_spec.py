@@ -457,3 +457,96 @@ def test_plan_with_an_unreachable_server_fails_fast(monkeypatch, capsys):
     assert f"MLflow server at http://127.0.0.1:{port} does not answer" in err and "--no-store" in err
     assert main(["plan", "scale_256m", "--scale", "smoke", "--no-store"]) == 0
     assert "256m__llama__lr2e-3__s0" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# cemlab plan of a search: optuna sweep
+# ---------------------------------------------------------------------------------------------
+
+OPTUNA_GRID = """\
+figure: "Fig 3a"
+axes: {size: [86m], seed: [0]}
+variants:
+  - {group: llama, label: llama}
+  - {group: cem-attn, label: "cem-attn T{T}", set: {model.attention: cem, model.attn_steps: "{T}"}, axes: {T: [1, 2]}}
+"""
+OPTUNA_SEARCH = OPTUNA_GRID + """\
+search: optuna
+optuna:
+  lr: [5.0e-4, 8.0e-3]
+  samples: {smoke: 3, tiny: 6, paper: 12}
+"""
+
+
+def test_plan_of_an_optuna_sweep_counts_every_sample(sweep_dir):
+    """One row per grid cell; tokens, FLOPs and GPU-hours of all its samples, compared with the same
+    cells written as a grid at the range's centre (one run each), times the samples per scale."""
+    from cemlab.sweeps.plan import make_plan
+
+    search = make_plan(load_sweep(write(sweep_dir, "search", OPTUNA_SEARCH)), "smoke", read_store=False)
+    grid = make_plan(load_sweep(write(sweep_dir, "grid", OPTUNA_GRID.replace("seed: [0]", "seed: [0], lr: [2.0e-3]"))),
+                     "smoke", read_store=False)
+    assert search.searched and not grid.searched
+    assert [r.trial.trial_id for r in search.rows] == [r.trial.trial_id for r in grid.rows]   # a row per cell
+    assert [r.samples for r in search.rows] == [3, 3, 3] and {r.samples for r in grid.rows} == {1}
+    for s, g in zip(search.rows, grid.rows):
+        assert (s.tokens, s.flops) == (g.tokens, g.flops)   # per row: one run
+    assert search.total_tokens == 3 * grid.total_tokens
+    assert search.total_flops == pytest.approx(3 * grid.total_flops)
+    assert search.paper_samples == 12 and grid.paper_samples is None
+    assert search.paper_flops == pytest.approx(12 * grid.paper_flops)
+    for kind, hours in grid.gpu_hours_mfu.items():
+        assert search.gpu_hours_mfu[kind] == pytest.approx(12 * hours)
+        assert search.gpu_hours_paper_throughput[kind] == pytest.approx(12 * grid.gpu_hours_paper_throughput[kind])
+
+
+@pytest.mark.slow
+def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch, tmp_path, capsys):
+    """A cell's status comes from the runs tagged with it: done with as many results (finished,
+    diverged, stopped) as samples, partial with fewer or with failures, todo without runs, even when
+    another sweep has a run of the cell's centre config, or a run of an older config of the cell."""
+    import json
+    import sys
+
+    from cemlab.cli import main
+    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.spec import trial_with_lr
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import report_support as rs
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(sweep_dir))
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
+    from cemlab.tracking.store import default_tracking_uri
+
+    write(sweep_dir, "search", OPTUNA_SEARCH)
+    llama, t1, t2 = load_sweep("search").expand("smoke")
+    w = rs.RunWriter(default_tracking_uri(), tmp_path / "artifacts")
+    for lr, status in ((2e-3, "finished"), (1e-3, "stopped"), (7e-3, "diverged")):
+        w.trial(trial_with_lr(llama, lr), status=status)
+    for lr, status in ((2e-3, "finished"), (6e-4, "failed")):
+        w.trial(trial_with_lr(t1, lr), status=status)
+    centre = load_sweep(write(sweep_dir, "grid", OPTUNA_GRID.replace("seed: [0]", "seed: [0], lr: [2.0e-3]")))
+    twin = {t.trial_id: t for t in centre.expand("smoke")}[t2.trial_id]
+    assert twin.config_hash == t2.config_hash
+    w.trial(twin)   # the centre config, run by a grid sweep: not a sample of the cell
+    w.trial(trial_with_lr(t2, 3e-3), tags={schema.CONFIG_HASH: "0" * 16})   # an older config of the cell
+
+    plan = make_plan("search", "smoke")
+    got = {r.trial.trial_id: (r.status, r.sample_statuses) for r in plan.rows}
+    assert got == {llama.trial_id: ("done", {"diverged": 1, "finished": 1, "stopped": 1}),
+                   t1.trial_id: ("partial", {"failed": 1, "finished": 1}),
+                   t2.trial_id: ("todo", {})}
+    assert plan.counts() == {"done": 1, "partial": 1, "todo": 1}
+
+    assert main(["plan", "search", "--scale", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "3 grid cells, learning rate searched by Optuna" in out
+    row = next(ln for ln in out.splitlines() if t1.trial_id in ln)
+    assert "lr~[0.0005, 0.008]" in row and "partial (1 failed, 1 finished)" in row and " 3 " in row
+    assert "for every sample (an upper bound: ASHA stops some samples early); 1 done, 1 partial, 1 todo" in out
+    assert "12 samples per cell, an upper bound" in out
+    assert main(["plan", "search", "--scale", "smoke", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["search"] == "optuna" and data["total_tokens"] == plan.total_tokens
+    assert [(t["samples"], t["status"]) for t in data["trials"]] == [(3, "done"), (3, "partial"), (3, "todo")]

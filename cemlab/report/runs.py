@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from cemlab.tracking import schema
 from cemlab.tracking import store as tracking_store
@@ -72,11 +72,11 @@ def pick_run(records: list[RunRecord]) -> RunRecord | None:
 class RunStore:
     """A read view of one MLflow store: runs by config hash, histories, parent runs."""
 
-    def __init__(self, tracking_uri: str):
+    def __init__(self, tracking_uri: str, client=None):
         self.uri = tracking_uri
         #: a sqlite store whose file does not exist: empty, and not created by reading it
         self.absent = not tracking_store.store_exists(tracking_uri)
-        self._client = None
+        self._client = client  # an MlflowClient on tracking_uri to use, or None: made on first use
         self._by_hash: dict[str, list] = {}       # hash -> MLflow runs, newest first
         self._records: dict[str, RunRecord] = {}  # run id -> record
         self._history: dict[tuple[str, str], list[tuple[int, float]]] = {}
@@ -129,6 +129,25 @@ class RunStore:
                     self._search_cells.setdefault(key, {}).setdefault(tags.get(schema.CONFIG_HASH, ""), []).append(rec)
         found = self._search_cells.get((sweep, scale, cell_id), {})
         return {h: found[h] for h in sorted(found)}
+
+    def sampled_trials(self, cell) -> list[tuple[Any, list[RunRecord]]]:
+        """A ``search: optuna`` grid cell (a ``cemlab.sweeps.spec.Trial`` of ``expand``) as its
+        sampled trials, each with its runs (newest first), by learning rate; ``[(cell, [])]`` when
+        the cell has no run. A sampled trial is the one ``cemlab.sweeps.spec.trial_with_lr`` makes
+        for the run's learning rate (tag ``cemlab.axis.lr``), taken only if its config hash is the
+        run's: runs of an older version of the sweep file are not mixed in."""
+        from cemlab.sweeps.spec import trial_with_lr
+
+        out = []
+        for h, runs in self.search_cell_runs(cell.sweep, cell.scale, cell.trial_id).items():
+            lr = runs[0].tags.get(schema.axis_tag("lr"))
+            if lr is None:
+                continue
+            trial = trial_with_lr(cell, float(lr))
+            if trial.config_hash == h:
+                out.append((trial, runs))
+        out.sort(key=lambda p: p[0].axes["lr"])
+        return out or [(cell, [])]
 
     def has_runs_for(self, trial) -> bool:
         """Whether a grid trial (``cemlab.sweeps.spec.Trial``) has any run: by its config hash, or

@@ -17,7 +17,7 @@ validation metric in ``detail``, but that is not a final result and enters no co
 
 ``search: optuna`` sweeps: ``expand`` gives one trial per grid cell at the centre of the learning
 rate range, but the runs sample learning rates inside each cell. Such a cell's trials are its runs,
-found by the tag ``cemlab.search_cell`` (``RunStore.search_cell_runs``): one row per sampled
+found by the tag ``cemlab.search_cell`` (``RunStore.sampled_trials``): one row per sampled
 learning rate (the trial ``cemlab.sweeps.spec.trial_with_lr`` makes for it, whose config hash must
 be the run's, so runs of an older version of the sweep file are not mixed in), sorted by learning
 rate; every sampled rate is then a point of the cell's learning-rate curve (Fig. 3a, Akima). Such a
@@ -159,23 +159,6 @@ def trial_row(trial, order: int) -> dict[str, Any]:
     return row
 
 
-def search_cell_trials(cell, store: RunStore) -> list[tuple[Any, list[RunRecord]]]:
-    """A ``search: optuna`` cell's sampled trials with their runs (newest first), by learning
-    rate; ``[(cell, [])]`` when the cell has no run (see the module docstring)."""
-    from cemlab.sweeps.spec import trial_with_lr
-
-    out = []
-    for h, runs in store.search_cell_runs(cell.sweep, cell.scale, cell.trial_id).items():
-        lr = runs[0].tags.get(schema.axis_tag("lr"))
-        if lr is None:
-            continue
-        trial = trial_with_lr(cell, float(lr))
-        if trial.config_hash == h:
-            out.append((trial, runs))
-    out.sort(key=lambda p: p[0].axes["lr"])
-    return out or [(cell, [])]
-
-
 def run_detail(run: RunRecord | None, task: str) -> str:
     """What a person needs to know about a run that did not finish: where ASHA stopped it (and
     its last validation metric, which is not a final result), where it diverged, its error."""
@@ -198,11 +181,11 @@ def run_detail(run: RunRecord | None, task: str) -> str:
 
 def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
     """The grid's trials with the run that stands for each (``cemlab.report.runs.pick_run``); a
-    ``search: optuna`` cell gives one row per sampled learning rate (:func:`search_cell_trials`)."""
+    ``search: optuna`` cell gives one row per sampled learning rate (``RunStore.sampled_trials``)."""
     rows = []
     for cell in trials:
         searched = getattr(cell, "search", None) is not None
-        pairs = search_cell_trials(cell, store) if searched else [(cell, store.runs_for_hash(cell.config_hash))]
+        pairs = store.sampled_trials(cell) if searched else [(cell, store.runs_for_hash(cell.config_hash))]
         for t, runs in pairs:
             row = trial_row(t, len(rows))
             run = pick_run(runs)

@@ -2,6 +2,10 @@
 
 No compute: the models are built on the ``meta`` device to count parameters, and the MLflow
 store is only read. Without a sweep name it lists the sweeps with their trial counts.
+
+A ``search: optuna`` sweep is shown one row per grid cell, with its number of learning-rate samples
+and their statuses; tokens and FLOPs per row are one run's, the totals count every sample (an
+upper bound: ASHA stops some early). See ``cemlab.sweeps.plan``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import sys
 from cemlab.sweeps.spec import DEFAULT_SCALE
 
 _STATUS_STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "red",
-                 "running": "cyan", "todo": "dim"}
+                 "running": "cyan", "partial": "cyan", "todo": "dim"}
+UPPER_BOUND = "an upper bound: ASHA stops some samples early"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,8 +52,24 @@ def _hours(h: dict[str, float]) -> str:
     return "; ".join(f"{k} {v:,.0f}" if v >= 10 else f"{k} {v:.2g}" for k, v in h.items()) + " GPU-h"
 
 
-def _key_axes(axes: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in axes.items() if k not in ("size", "group", "variant"))
+def _key_axes(trial) -> str:
+    """The trial's grid coordinates but size and variant; a searched learning rate as its range."""
+    parts = []
+    for k, v in trial.axes.items():
+        if k == "lr" and trial.search is not None:
+            parts.append(f"lr~[{trial.search.lr[0]:g}, {trial.search.lr[1]:g}]")
+        elif k not in ("size", "group", "variant"):
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def _status(r) -> str:
+    """A row's status, with a search: optuna cell's samples per status."""
+    style = _STATUS_STYLE.get(r.status, "")
+    text = f"[{style}]{r.status}[/]" if style else r.status
+    if r.sample_statuses:
+        text += " (" + ", ".join(f"{n} {s}" for s, n in r.sample_statuses.items()) + ")"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +91,11 @@ def run(args: argparse.Namespace) -> int:
                 table.add_column(col)
             for name in list_sweeps():
                 spec = load_sweep(name)
-                table.add_row(name, spec.figure, str(len(spec.expand(args.scale))))
+                trials = spec.expand(args.scale)
+                n = str(len(trials))
+                if trials and trials[0].search is not None:
+                    n = f"{n} cells x {trials[0].search.samples} lr samples"
+                table.add_row(name, spec.figure, n)
             console.print(table)
             return 0
         plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store)
@@ -87,29 +112,36 @@ def run(args: argparse.Namespace) -> int:
             "trials": [{"trial_id": r.trial.trial_id, "variant": r.trial.variant, "group": r.trial.group,
                         "size": r.trial.size, "axes": r.trial.axes, "config_hash": r.trial.config_hash,
                         "params": r.params, "tokens": r.tokens, "steps": r.steps, "flops": r.flops,
-                        "status": r.status, "run_id": r.run_id} for r in plan.rows],
+                        "status": r.status, "run_id": r.run_id, "samples": r.samples,
+                        "sample_statuses": r.sample_statuses} for r in plan.rows],
+            "search": "optuna" if plan.searched else "grid",
             "total_tokens": plan.total_tokens, "total_flops": plan.total_flops,
             "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
             "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
-            "paper_throughput_mfu": plan.paper_throughput_mfu,
+            "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
         }, indent=2))
         return 0
 
     unit = "examples" if plan.rows and plan.rows[0].trial.task == "gp" else "tokens"
-    table = Table(title=f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {len(plan.rows)} trials")
-    for col, justify in (("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"),
-                         ("params", "right"), (unit, "right"), ("FLOPs", "right"), ("status", "left")):
+    searched = plan.searched
+    what = f"{len(plan.rows)} grid cells, learning rate searched by Optuna" if searched else f"{len(plan.rows)} trials"
+    table = Table(title=f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}")
+    columns = [("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"), ("params", "right")]
+    columns += [("samples", "right"), (f"{unit}/run", "right"), ("FLOPs/run", "right")] if searched else \
+        [(unit, "right"), ("FLOPs", "right")]
+    for col, justify in columns + [("status", "left")]:
         table.add_column(col, justify=justify, overflow="fold")
     for r in plan.rows:
-        style = _STATUS_STYLE.get(r.status, "")
-        table.add_row(r.trial.trial_id, r.trial.variant, r.trial.size or "-", _key_axes(r.trial.axes),
-                      _si(r.params), _si(r.tokens), _sci(r.flops),
-                      f"[{style}]{r.status}[/]" if style else r.status)
+        cells = [r.trial.trial_id, r.trial.variant, r.trial.size or "-", _key_axes(r.trial), _si(r.params)]
+        cells += ([str(r.samples)] if searched else []) + [_si(r.tokens), _sci(r.flops), _status(r)]
+        table.add_row(*cells)
     console.print(table)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(plan.counts().items()))
-    console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs; {counts}")
+    every = f" for every sample ({UPPER_BOUND})" if searched else ""
+    console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs{every}; {counts}")
     console.print(f"Store: {plan.store or 'not read'}")
-    console.print(f"At the paper scale ({_sci(plan.paper_flops)} training FLOPs): {_hours(plan.gpu_hours_mfu)} "
+    paper = f", {plan.paper_samples} samples per cell, {UPPER_BOUND}" if plan.paper_samples else ""
+    console.print(f"At the paper scale ({_sci(plan.paper_flops)} training FLOPs{paper}): {_hours(plan.gpu_hours_mfu)} "
                   f"at {plan.mfu:.0%} MFU of dense bf16 peak")
     if unit == "tokens":
         console.print(f"  or {_hours(plan.gpu_hours_paper_throughput)} at the paper's throughput (30k tokens/s "

@@ -8,6 +8,14 @@ so a CEM variant trains on its baseline's tokens), training FLOPs = tokens x
 of the newest run with the trial's config hash in the MLflow store, from any sweep:
 ``done`` (finished), ``diverged``, ``running``, ``failed`` / ``interrupted`` or ``todo``.
 
+``search: optuna`` sweeps: a row is a grid cell whose learning rate Optuna samples ``samples``
+times, so its tokens and FLOPs count ``samples`` runs (per row: one run's; the totals and GPU-hours
+multiply). That is an upper bound: ASHA stops some samples early. A cell's status comes from the
+runs tagged with it (``cemlab.search_cell``, read as ``cemlab report`` reads them): ``done`` when
+it has ``samples`` results (finished, diverged or stopped by ASHA), ``partial`` when it has fewer
+runs or some are not results (failed, interrupted, running), ``todo`` when it has none; the row
+counts its samples per status.
+
 GPU-hour estimates always use the sweep expanded at the ``paper`` scale, in two ways:
   - at an assumed MFU (default 40%) of each GPU's dense bf16 peak (``cemlab.hardware``);
   - at the paper's own throughput, about 30k tokens/s per A100 for the 86M Llama (appendix C.5:
@@ -35,6 +43,7 @@ DEFAULT_MFU = 0.4
 
 STATUS_DONE = "done"
 STATUS_TODO = "todo"
+STATUS_PARTIAL = "partial"   # a search: optuna cell with some samples, not all of them results
 #: cemlab run status (``cemlab.status`` tag) -> plan status.
 _PLAN_STATUS = {schema.STATUS_FINISHED: STATUS_DONE}
 
@@ -52,6 +61,12 @@ class TrialPlan:
     flops: float | None           # training FLOPs in total
     status: str = STATUS_TODO
     run_id: str | None = None
+    samples: int = 1              # runs the row stands for: search: optuna samples of its cell, else 1
+    sample_statuses: dict[str, int] = field(default_factory=dict)  # search: optuna: sampled runs per status
+
+    @property
+    def searched(self) -> bool:
+        return self.trial.search is not None
 
 
 @dataclass
@@ -68,14 +83,20 @@ class Plan:
     gpu_hours_mfu: dict[str, float] = field(default_factory=dict)            # kind -> hours at ``mfu``
     gpu_hours_paper_throughput: dict[str, float] = field(default_factory=dict)  # kind -> hours
     paper_throughput_mfu: float | None = None  # MFU implied by the paper's A100 throughput
+    paper_samples: int | None = None     # search: optuna: samples per cell at the paper scale
+
+    @property
+    def searched(self) -> bool:
+        """A ``search: optuna`` sweep: rows are cells, totals count every sample (an upper bound)."""
+        return any(r.searched for r in self.rows)
 
     @property
     def total_tokens(self) -> int:
-        return sum(r.tokens for r in self.rows)
+        return sum(r.tokens * r.samples for r in self.rows)
 
     @property
     def total_flops(self) -> float:
-        return sum(r.flops or 0.0 for r in self.rows)
+        return sum((r.flops or 0.0) * r.samples for r in self.rows)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -136,7 +157,8 @@ class _Accounting:
 
             params, fpt = self.lm_params(cfg.model), flops_per_token(cfg.model, tp.seq_len)["train"]
         return TrialPlan(trial=trial, params=params, budget_params=budget_params, tokens=tp.tokens,
-                         steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens)
+                         steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens,
+                         samples=trial.search.samples if trial.search is not None else 1)
 
 
 def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, str | None]]:
@@ -155,6 +177,26 @@ def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tup
     return out
 
 
+def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, dict[str, int]]]:
+    """cell trial id -> (plan status, sampled runs per status) of ``search: optuna`` cells, from the
+    runs tagged with each cell (see the module docstring; the run standing for each sampled
+    learning rate is chosen as ``cemlab report`` chooses it)."""
+    from cemlab.report.runs import RESULT_STATUSES, RunStore, pick_run
+
+    store = RunStore(client.tracking_uri, client=client)
+    out: dict[str, tuple[str, dict[str, int]]] = {}
+    for cell in cells:
+        counts: dict[str, int] = {}
+        for _, runs in store.sampled_trials(cell):
+            run = pick_run(runs)
+            if run is not None:
+                counts[run.status] = counts.get(run.status, 0) + 1
+        results = sum(n for s, n in counts.items() if s in RESULT_STATUSES)
+        status = STATUS_TODO if not counts else STATUS_DONE if results >= cell.search.samples else STATUS_PARTIAL
+        out[cell.trial_id] = (status, dict(sorted(counts.items())))
+    return out
+
+
 def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
     from cemlab.config import ModelConfig
@@ -162,13 +204,14 @@ def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None)
 
     acct = acct or _Accounting()
     rows = [acct.row(t) for t in spec.expand("paper")]
-    flops = sum(r.flops or 0.0 for r in rows)
+    flops = sum((r.flops or 0.0) * r.samples for r in rows)  # search: optuna: every sample, an upper bound
     ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)
     ref_fpt = flops_per_token(ref, ref.context_length)["train"]
     implied_mfu = PAPER_TOKENS_PER_S_A100_86M * ref_fpt / PEAK_BF16_FLOPS["A100"]
     hours_mfu = {k: gpu_hours(flops, k, mfu) for k in ESTIMATE_KINDS}
     hours_paper = {k: gpu_hours(flops, k, implied_mfu) for k in ESTIMATE_KINDS}
-    return {"flops": flops, "mfu": hours_mfu, "paper": hours_paper, "implied_mfu": implied_mfu}
+    samples = max((r.samples for r in rows if r.searched), default=None)
+    return {"flops": flops, "mfu": hours_mfu, "paper": hours_paper, "implied_mfu": implied_mfu, "samples": samples}
 
 
 def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
@@ -189,12 +232,16 @@ def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" 
             client = get_client()
         if client is not None:
             store = client.tracking_uri
-            statuses = trial_statuses(trials, client)
+            statuses = trial_statuses([t for t in trials if t.search is None], client)
+            searched = search_statuses([t for t in trials if t.search is not None], client)
             for r in rows:
-                r.status, r.run_id = statuses[r.trial.config_hash]
+                if r.searched:
+                    r.status, r.sample_statuses = searched[r.trial.trial_id]
+                else:
+                    r.status, r.run_id = statuses[r.trial.config_hash]
         else:
             store = tracking_uri()
     est = paper_estimate(spec, mfu, acct)
     return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
-                paper_throughput_mfu=est["implied_mfu"])
+                paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"])
