@@ -188,8 +188,8 @@ def test_stopped_interrupted_and_failed_runs_are_listed_with_what_happened(optun
                    ("interrupted", 2.5e-3): "", ("failed", FAILED_LR): ERROR, ("missing", CENTRE): ""}
     html = (out / "index.html").read_text()
     assert html.count("stopped early by ASHA at step 4") == 2 and ERROR in html
-    assert "searched by Optuna in each of 4 grid cells (6 samples each, ASHA early stopping); 3 cells have runs, " \
-           "14 sampled runs in all, 2 stopped early" in html
+    assert "searched by Optuna in each of 4 grid cell(s) (6 samples each, ASHA early stopping); 3 cell(s) with " \
+           "runs, 14 sampled run(s) in all, 2 stopped early" in html
     assert "10 finished, 0 diverged, 2 stopped, 1 failed, 1 interrupted, 0 running, 1 missing" in html
     # the training curves show the stopped runs up to where ASHA stopped them
     curves = pd.read_csv(out / "training.csv")

@@ -243,9 +243,9 @@ def search_summary(trials: pd.DataFrame, cells: list) -> str:
     with_runs = runs["search_cell"].nunique()
     stopped = int((runs["status"] == schema.STATUS_STOPPED).sum())
     samples = sorted({c.search.samples for c in cells if c.search is not None})
-    return (f"searched by Optuna in each of {len(cells)} grid cells ({'/'.join(map(str, samples))} samples each, "
-            f"ASHA early stopping); {with_runs} cells have runs, {len(runs)} sampled runs in all, {stopped} stopped "
-            "early (listed, not compared: a stopped run's last validation is not a final result)")
+    return (f"searched by Optuna in each of {len(cells)} grid cell(s) ({'/'.join(map(str, samples))} samples each, "
+            f"ASHA early stopping); {with_runs} cell(s) with runs, {len(runs)} sampled run(s) in all, {stopped} "
+            "stopped early (listed, not compared: a stopped run's last validation is not a final result)")
 
 
 def _run_link(uri: str, run) -> str:
