@@ -83,6 +83,8 @@ RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED)
 SEARCH_RESULT_STATUSES = RESULT_STATUSES + (schema.STATUS_STOPPED,)
 #: Seconds the driver waits for a stopped trial's process to end before marking its run.
 STOP_WAIT_S = 30.0
+#: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
+DRIVER_MEMORY = 256 * 2**20
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -101,6 +103,7 @@ class TrialOutcome:
     resumed: bool = False          # the last attempt continued from a checkpoint
     log_path: str | None = None
     error: str | None = None
+    nodes: list[str] = field(default_factory=list)   # Ray node id of each rank (last attempt), when it ran now
 
 
 @dataclass
@@ -201,9 +204,6 @@ def check_resources(trials: list[Trial], scale: str) -> str | None:
         return None
     res = trials[0].resources
     where = f"{sweeps_dir() / 'scales.yaml'}: {scale}.{trials[0].task}.resources"
-    if res.workers > 1:
-        raise SweepError(f"{where} gives each trial {res.workers} workers; multi-worker (DDP) trials need "
-                         f"the Ray Train trial runner, which this build does not have yet; set workers: 1")
     total = ray.cluster_resources()
     have_cpu, have_gpu = total.get("CPU", 0), total.get("GPU", 0)
     if res.cpus > have_cpu or res.gpus > have_gpu:
@@ -253,10 +253,11 @@ def _parent_of(run: "Run") -> str | None:
 
 
 def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], parent_run_id: str, experiment_id: str,
-                   uri: str, runs_dir: Path) -> None:
-    """Before (re)running ``trial``: make its checkpoint point at its MLflow run in this store, nest
-    that run under this parent (same experiment), and delete this parent's other unfinished runs
-    of the trial (a driver killed between creating a run and recording it leaves one)."""
+                   runs_dir: Path) -> None:
+    """Before (re)running ``trial``: nest the MLflow run its checkpoint points at under this
+    parent (same experiment), and delete this parent's other unfinished runs of the trial (a
+    driver killed between creating a run and recording it leaves one). The trial finds that run
+    again by asking the store (``cemlab.train.run``), whatever address the store has now."""
     from cemlab.train import checkpoint as ckpt
 
     folder = runs_dir / "checkpoints" / trial.config_hash
@@ -267,8 +268,6 @@ def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], pare
     if state and state.get("run_id"):
         keep = next((r for r in runs if r.info.run_id == state["run_id"]), None)
     if keep is not None:
-        if state.get("tracking_uri") != uri:  # the same store behind a new address (a restarted server)
-            ckpt.write_state(folder, {**state, "tracking_uri": uri})
         if _parent_of(keep) != parent_run_id and keep.info.experiment_id == experiment_id:
             client.set_tag(keep.info.run_id, schema.PARENT_RUN_ID, parent_run_id)
     for run in runs:
@@ -295,10 +294,10 @@ def _skip(state: "_Run", trial: Trial, run: "Run", status: str | None = None) ->
 
 def search_cell_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
     """Runs of an Optuna-searched cell (tag ``cemlab.search_cell``) at its scale, by config hash."""
-    from cemlab.tracking.store import _search_all
+    from cemlab.tracking.store import search_runs
 
-    runs = _search_all(client, [experiment_id], f"tags.`{schema.SEARCH_CELL}` = '{cell.trial_id}' and "
-                                                f"tags.`{schema.SCALE}` = '{cell.scale}'")
+    runs = search_runs(client, [experiment_id], f"tags.`{schema.SEARCH_CELL}` = '{cell.trial_id}' and "
+                                                 f"tags.`{schema.SCALE}` = '{cell.scale}'")
     out: dict[str, list[Run]] = {}
     for r in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
         out.setdefault(r.data.tags.get(schema.CONFIG_HASH, ""), []).append(r)
@@ -444,7 +443,7 @@ def _run_grid(state: _Run, trials: list[Trial]) -> None:
         if done is not None:
             _skip(state, t, done)
             continue
-        prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.uri, state.runs_dir)
+        prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.runs_dir)
         todo[t.trial_id] = t
     if not todo:
         return
@@ -485,7 +484,7 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         for lr in points:  # interrupted samples continue from their checkpoints
             t = state.job(cell=cell).resolve({"lr": lr})
             prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.experiment_id,
-                           state.uri, state.runs_dir)
+                           state.runs_dir)
         _fit_search(state, cell, points, remaining, search, done_runs)
 
 
@@ -538,13 +537,16 @@ def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resourc
     from ray import tune
 
     callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
-    slots = None
-    if searcher is not None:  # the searcher learns from finished trials: no more at once than fit
-        import ray
-
-        slots = max(1, int(ray.cluster_resources().get("CPU", 1) // max(resources.cpus, 1e-9)))
-    trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job),
-                                    {"cpu": resources.cpus, "gpu": resources.gpus})
+    distributed = resources.workers > 1
+    # A multi-worker trial's Tune process only waits for its Ray Train workers, which ask for the
+    # CPUs and GPUs themselves (cemlab.sweeps.distributed): the process asks for memory only (Tune
+    # takes no empty request), and since Tune cannot count the workers, the number of trials at
+    # once is limited to what the cluster holds. A searcher learns from finished trials: no more at
+    # once than fit either.
+    slots = trial_slots(resources) if distributed or searcher is not None else None
+    request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
+               else {"cpu": resources.cpus, "gpu": resources.gpus})
+    trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job), request)
     tuner = tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
@@ -564,6 +566,17 @@ def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resourc
     return results
 
 
+def trial_slots(resources) -> int:
+    """How many trials of ``resources`` the Ray cluster holds at once (at least 1)."""
+    import ray
+
+    total = ray.cluster_resources()
+    fits = [total.get("CPU", 0) // resources.cpus]
+    if resources.gpus > 0:
+        fits.append(total.get("GPU", 0) // resources.gpus)
+    return max(1, int(min(fits)))
+
+
 def _tune_outcome(state: _Run, trial: Trial, result, row: pg.Row, error_file: str | None) -> TrialOutcome:
     """A Tune result -> the trial's outcome, with its MLflow run's terminal status made right:
     failed when the trial errored outside ``train`` (or its process died), stopped when ASHA
@@ -578,7 +591,7 @@ def _tune_outcome(state: _Run, trial: Trial, result, row: pg.Row, error_file: st
     values = {k: float(v) for k, v in metrics.items() if "/" in k and isinstance(v, (int, float))}
     o = TrialOutcome(trial, schema.STATUS_FAILED, run_id, values, seconds=metrics.get(tr.SECONDS_KEY),
                      wall=row.elapsed, attempts=row.attempts, resumed=bool(metrics.get(tr.RESUMED_KEY)),
-                     log_path=log_path)
+                     log_path=log_path, nodes=[n for n in str(metrics.get(tr.NODES_KEY) or "").split(",") if n])
     if result.error is not None:
         error = getattr(result.error, "cause", None) or result.error  # Ray wraps the trial's exception
         o.error = f"{type(error).__name__}: {_last_line(error)}"
@@ -704,7 +717,8 @@ def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepR
         "exit_code": result.exit_code,
         "trials": [{"trial_id": o.trial.trial_id, "status": o.status, "run_id": o.run_id,
                     "train_seconds": o.seconds, "wall_seconds": o.wall, "attempts": o.attempts,
-                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error} for o in outcomes],
+                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error, "nodes": o.nodes}
+                   for o in outcomes],
         "searches": [s.__dict__ for s in result.searches],
     }
     (state.log_dir / "summary.json").write_text(json.dumps(summary, indent=1))

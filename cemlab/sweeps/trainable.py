@@ -1,4 +1,6 @@
-"""What runs inside one Ray Tune trial: a single ``cemlab.train.run.train`` call, set up for a sweep.
+"""What runs inside one Ray Tune trial: a single ``cemlab.train.run.train`` call, set up for a sweep
+(or, for a trial of several workers, a Ray Train run whose every worker makes that call:
+``cemlab.sweeps.distributed``).
 
 The driver (``cemlab.sweeps.runner``) ships a :class:`TrialJob` to every trial with
 ``tune.with_parameters``; the Tune config of a trial only names it (``{"trial_id": ...}`` for a
@@ -17,10 +19,12 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    ``train(resume=True)`` then returns the first one's result without training;
 5. calls ``train(..., resume=True)``: a retried trial (Tune's ``FailureConfig``) or one rerun
    after the driver died continues from its last checkpoint and logs into the same MLflow run.
+   With ``resources.workers > 1`` every Ray Train worker calls it (``distributed.fit_trial``);
+   rank zero's reports reach Tune through this trial.
 
 Reports to Tune: every validation before the last step (``training_iteration`` counts them; ASHA
 compares trials on them), then one final report with ``cemlab_status`` (finished | diverged), the
-run id and the test metrics. When the scheduler stops a trial, Ray ends its reporting thread with
+run id, the test metrics and the Ray node of every rank (``cemlab_nodes``). When the scheduler stops a trial, Ray ends its reporting thread with
 ``SystemExit`` inside ``tune.report``; :func:`send` turns that into :class:`TrialStopped`, so that
 ``train`` flushes the run's metrics on its way out (it marks the run failed, which is not the last
 word: once Ray has ended the trial's process, the driver marks the run ``stopped``).
@@ -47,7 +51,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cemlab.sweeps.spec import Trial, round_lr, trial_with_lr
 
@@ -63,6 +67,7 @@ TOTAL_KEY = "cemlab_total_steps"
 PID_KEY = "cemlab_pid"
 SECONDS_KEY = "cemlab_seconds"
 RESUMED_KEY = "cemlab_resumed"
+NODES_KEY = "cemlab_nodes"   # comma-separated Ray node ids of the trial's ranks (rank order)
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -183,11 +188,15 @@ def redirect_output(path: Path):
 class Reporter:
     """The ``report`` callback handed to ``train``: forwards each validation before the last step
     to Tune with the trial's step and run id, applies the fault-injection hook, and handles the
-    scheduler stopping the trial (see the module docstring)."""
+    scheduler stopping the trial (see the module docstring). ``deliver``: where a report goes
+    instead of ``tune.report`` in this process (rank zero of a Ray Train run hands it to the Tune
+    trial through a queue)."""
 
-    def __init__(self, trial: Trial, folder: Path, fault: dict[str, int] | None, fault_counter: Path | None):
+    def __init__(self, trial: Trial, folder: Path, fault: dict[str, int] | None, fault_counter: Path | None,
+                 deliver: Callable[[dict[str, Any]], None] | None = None):
         self.trial, self.folder = trial, folder
         self.fault, self.fault_counter = fault, fault_counter
+        self.deliver = deliver
         self.calls = 0
         self.run_id: str | None = None
         self.total_steps: int | None = None
@@ -224,21 +233,31 @@ class Reporter:
 
 
 def send(metrics: dict[str, Any], reporter: Reporter, final: bool, extra: dict[str, Any] | None = None) -> None:
-    """``tune.report`` with cemlab's keys. A ``SystemExit`` from Tune means the trial is to stop:
-    after the final report that is just the end; before it, :class:`TrialStopped` is raised."""
-    from ray import tune
-
+    """Report ``metrics`` with cemlab's keys: to the reporter's ``deliver``, else to Tune
+    (:func:`deliver_to_tune`)."""
     payload = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
     payload.update({STEP_KEY: int(metrics.get("step", 0)), TOTAL_KEY: int(reporter.total_steps or 0),
                     RUN_ID_KEY: reporter.run_id or "", PID_KEY: os.getpid()})
     payload.update(extra or {})
+    if reporter.deliver is not None:
+        reporter.deliver(payload)
+    else:
+        deliver_to_tune(payload, reporter.trial.trial_id, final)
+
+
+def deliver_to_tune(payload: dict[str, Any], trial_id: str, final: bool) -> None:
+    """``tune.report(payload)`` (in the Tune trial's process). A ``SystemExit`` from Tune means
+    the trial is to stop: after the final report that is just the end; before it,
+    :class:`TrialStopped` is raised."""
+    from ray import tune
+
     try:
         tune.report(payload)
     except SystemExit:
         if final:
             return
-        log.info("%s: stopped by the scheduler at step %s", reporter.trial.trial_id, payload[STEP_KEY])
-        raise TrialStopped(f"{reporter.trial.trial_id} stopped by the scheduler at step {payload[STEP_KEY]}") from None
+        log.info("%s: stopped by the scheduler at step %s", trial_id, payload[STEP_KEY])
+        raise TrialStopped(f"{trial_id} stopped by the scheduler at step {payload[STEP_KEY]}") from None
 
 
 def _fault_for(job: TrialJob, trial_id: str) -> dict[str, int] | None:
@@ -263,31 +282,48 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
+    import ray
+
     from cemlab.train.run import train
 
+    node = ray.get_runtime_context().get_node_id()
     print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}) "
-          f"pid {os.getpid()}", flush=True)
+          f"pid {os.getpid()} node {node}", flush=True)
     cfg = prepare_config(trial, job)
     folder = Path(cfg.train.checkpoint_dir)
-    fault = _fault_for(job, trial.trial_id)
-    counter = Path(job.log_dir) / "faults" / f"{trial.trial_id}.count"
-    from cemlab.train.module import INJECT_NAN_ENV
-
-    if fault and "nan_at_step" in fault:
-        os.environ[INJECT_NAN_ENV] = str(fault["nan_at_step"])
-    else:
-        os.environ.pop(INJECT_NAN_ENV, None)
-    reporter = Reporter(trial, folder, fault, counter)
     t0 = time.perf_counter()
     with trial_lock(folder):
-        result = train(cfg, tracking_uri=job.tracking_uri, parent_run_id=job.parent_run_id, report=reporter,
-                       resume=True, progress_bar=False, role="trial")
+        if trial.resources.workers > 1:
+            from cemlab.sweeps.distributed import fit_trial
+
+            result, nodes = fit_trial(trial, job)
+            reporter = Reporter(trial, folder, None, None)
+        else:
+            fault = set_fault(job, trial)
+            reporter = Reporter(trial, folder, fault, Path(job.log_dir) / "faults" / f"{trial.trial_id}.count")
+            result = train(cfg, tracking_uri=job.tracking_uri, parent_run_id=job.parent_run_id, report=reporter,
+                           resume=True, progress_bar=False, role="trial")
+            nodes = [node]
     reporter.run_id = result.run_id or reporter.run_id
     reporter.total_steps = result.total_steps
     print(f"--- trial {trial.trial_id}: {result.status} after {result.steps}/{result.total_steps} steps "
           f"in {time.perf_counter() - t0:.1f}s (run {result.run_id})", flush=True)
     send({**result.metrics, "step": result.steps}, reporter, final=True,
-         extra={STATUS_KEY: result.status, SECONDS_KEY: result.seconds, RESUMED_KEY: int(result.resumed)})
+         extra={STATUS_KEY: result.status, SECONDS_KEY: result.seconds, RESUMED_KEY: int(result.resumed),
+                NODES_KEY: ",".join(nodes)})
+
+
+def set_fault(job: TrialJob, trial: Trial) -> dict[str, int] | None:
+    """The fault-injection spec of ``trial`` (None: none); a ``nan_at_step`` one is set in this
+    process's environment for the training module, any other is cleared from it."""
+    from cemlab.train.module import INJECT_NAN_ENV
+
+    fault = _fault_for(job, trial.trial_id)
+    if fault and "nan_at_step" in fault:
+        os.environ[INJECT_NAN_ENV] = str(fault["nan_at_step"])
+    else:
+        os.environ.pop(INJECT_NAN_ENV, None)
+    return fault
 
 
 def faults_from_env() -> dict[str, dict[str, int]]:

@@ -140,7 +140,9 @@ def _all_experiment_ids(client: "MlflowClient") -> list[str]:
             return ids
 
 
-def _search_all(client: "MlflowClient", experiment_ids: list[str], filter_string: str) -> list["Run"]:
+def search_runs(client: "MlflowClient", experiment_ids: list[str], filter_string: str) -> list["Run"]:
+    """Every active run of ``experiment_ids`` that matches ``filter_string`` (MLflow's search
+    grammar), all pages of the search (``MlflowClient.search_runs`` returns one page)."""
     runs: list[Run] = []
     token = None
     while True:
@@ -149,6 +151,10 @@ def _search_all(client: "MlflowClient", experiment_ids: list[str], filter_string
         token = page.token
         if not token:
             return runs
+
+
+#: The former private name; ``cemlab.report.runs`` still uses it (owned elsewhere; to be moved to ``search_runs``).
+_search_all = search_runs
 
 
 def find_runs_by_hash(hashes: Iterable[str], client: "MlflowClient | None" = None) -> dict[str, list["Run"]]:
@@ -165,9 +171,9 @@ def find_runs_by_hash(hashes: Iterable[str], client: "MlflowClient | None" = Non
     tag = f"tags.`{schema.CONFIG_HASH}`"
     if len(wanted) <= SCAN_THRESHOLD:
         for h in wanted:
-            out[h] = _search_all(client, exp_ids, f"{tag} = '{_quote(h)}'")
+            out[h] = search_runs(client, exp_ids, f"{tag} = '{_quote(h)}'")
     else:
-        for run in _search_all(client, exp_ids, f"{tag} LIKE '%'"):
+        for run in search_runs(client, exp_ids, f"{tag} LIKE '%'"):
             h = run.data.tags.get(schema.CONFIG_HASH)
             if h in out:
                 out[h].append(run)

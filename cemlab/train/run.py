@@ -21,7 +21,13 @@ returns a result with ``status="diverged"``. Other errors mark the run failed an
 Ctrl-C and SIGTERM mark it interrupted and raise ``KeyboardInterrupt`` (resumable).
 
 DDP: every rank calls ``train``; only global rank zero (``RANK`` in the environment) talks to
-MLflow, writes ``state.json`` and calls ``report``.
+MLflow, writes ``state.json`` and calls ``report``. Two ways to get the ranks: Lightning starts
+them itself (``train.devices`` > 1 on one machine), or Ray Train does (``ray_train=True``, a
+multi-worker sweep trial, see ``cemlab.sweeps.distributed``): each Ray Train worker is one rank,
+Ray has set up the process group (gloo on CPU, NCCL on GPU) and ``RANK``/``WORLD_SIZE``/
+``LOCAL_RANK``, and Lightning trains with Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``.
+Either way the data order and gradient accumulation make an optimizer step see the same
+``train.batch_size`` sequences as one process would (``cemlab.train.data``).
 """
 
 from __future__ import annotations
@@ -120,13 +126,15 @@ def _progress_bar(cfg: RunConfig, override: bool | None) -> bool:
 
 def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, parent_run_id: str | None = None,
           report: Callable[[dict[str, float]], None] | None = None, resume: bool = True,
-          progress_bar: bool | None = None, role: str | None = None) -> RunResult:
+          progress_bar: bool | None = None, role: str | None = None, ray_train: bool = False) -> RunResult:
     """Train one run and log it to MLflow; see the module docstring.
 
     ``tracking_uri``: the MLflow store (default ``$MLFLOW_TRACKING_URI`` or the project's store);
     ``parent_run_id``: nest the run under this one (a sweep's parent run); ``report``: called
     with the latest metrics after every validation and once at the end with the test metrics;
-    ``role``: the ``cemlab.role`` tag (``trial`` when nested, else ``train``)."""
+    ``role``: the ``cemlab.role`` tag (``trial`` when nested, else ``train``); ``ray_train``: this
+    process is one worker of a Ray Train ``TorchTrainer`` (DDP over Ray's process group;
+    ``train.devices`` is then ignored)."""
     import lightning as L
     import torch
     from torch.utils.data import DataLoader
@@ -226,7 +234,8 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         sampler = StepBatchSampler(len(data.train), plan, cfg.train.seed, rank, position)
         loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=accelerator == "gpu")
         trainer = build_trainer(cfg, plan, accelerator, precision,
-                                [callback] + ([ProgressBar(callback)] if show_bar else []), folder, show_bar)
+                                [callback] + ([ProgressBar(callback)] if show_bar else []), folder, show_bar,
+                                ray_train=ray_train)
         with quiet_lightning():
             trainer.fit(module, train_dataloaders=loader, ckpt_path=str(ckpt_path) if ckpt_path else None)
     except Diverged as e:
@@ -277,20 +286,35 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
 
 
 def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callbacks: list, folder,
-                  progress_bar: bool):
+                  progress_bar: bool, ray_train: bool = False):
     """The ``lightning.Trainer`` of a run: one epoch of ``plan.total_steps`` optimizer steps over the
     resumable loader; validation, checkpoints and logging come from cemlab's callbacks, so
-    Lightning's own loops for them, its loggers and its checkpointing are off."""
+    Lightning's own loops for them, its loggers and its checkpointing are off.
+
+    ``ray_train``: inside a Ray Train worker, DDP over the process group Ray set up (Ray's
+    Lightning strategy and cluster environment, one device per worker, checked by
+    ``ray.train.lightning.prepare_trainer``); otherwise ``train.devices`` processes started by
+    Lightning."""
     import lightning as L
 
+    placement: dict = {"devices": cfg.train.devices}
+    if ray_train:
+        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
+
+        placement = {"devices": "auto", "strategy": RayDDPStrategy(), "plugins": [RayLightningEnvironment()]}
     with quiet_lightning():
-        return L.Trainer(
-            accelerator=accelerator, devices=cfg.train.devices, precision=precision,
+        trainer = L.Trainer(
+            accelerator=accelerator, precision=precision, **placement,
             max_steps=plan.total_steps, max_epochs=1, accumulate_grad_batches=plan.accumulation,
             gradient_clip_val=cfg.train.grad_clip, limit_val_batches=0, num_sanity_val_steps=0,
             logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress_bar,
             callbacks=callbacks, use_distributed_sampler=False, default_root_dir=str(folder),
         )
+    if ray_train:
+        from ray.train.lightning import prepare_trainer
+
+        trainer = prepare_trainer(trainer)
+    return trainer
 
 
 def _reusable_run(client, state: dict | None) -> str | None:
