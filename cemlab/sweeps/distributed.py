@@ -21,9 +21,9 @@ replacement.
   cluster holds.
 * **Checkpoints.** cemlab's own: ``<runs>/checkpoints/<config hash>/last.ckpt`` and
   ``state.json``, written by rank zero, read by every rank when resuming; so on several nodes
-  the runs folder must be shared storage at the same path. Ray Train keeps its run state and
-  worker logs in ``<runs>/ray/<sweep>-<scale>-train/<trial id>``; it gets no checkpoints
-  (one copy of a checkpoint is enough).
+  the runs folder must be shared storage at the same path. Ray Train's storage for the run is
+  ``<runs>/ray/<sweep>-<scale>-train/<trial id>``; it gets no checkpoints (one copy is enough),
+  and the workers' output goes to the trial's log.
 * **Failures.** Ray Train does not retry by itself (``FailureConfig(max_failures=0)``): a worker
   that fails, or a node that dies, fails the ``TorchTrainer`` and so the Tune trial, which Tune
   retries from the trial's last checkpoint like any other trial (the sweep's ``retries``).

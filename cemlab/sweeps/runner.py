@@ -20,7 +20,10 @@
    between creating a run and recording it) are deleted, so MLflow holds each trial once;
 4. runs the trials with Ray Tune (``cemlab.sweeps.trainable.run_trial``): local Ray with the
    machine's CPUs (or ``cpus``), or the cluster at ``$RAY_ADDRESS``; each trial asks for its
-   scale's resources, so the CPUs are split between concurrent trials. A failing trial is retried
+   scale's resources, so the CPUs are split between concurrent trials. A trial of several
+   workers (``resources.workers > 1``) is a Ray Train run of that many DDP ranks inside its Tune
+   trial (``cemlab.sweeps.distributed``): the ranks ask for the CPUs and GPUs, and the sweep runs
+   no more such trials at once than the cluster holds (:func:`trial_slots`). A failing trial is retried
    ``retries`` times (Tune ``FailureConfig``) from its last checkpoint; if it still fails it is
    recorded as failed and the others go on. A grid is one Tuner (storage
    ``<runs>/ray/<sweep>-<scale>``). With ``search: optuna`` each grid cell is its own Tuner with an
@@ -33,9 +36,11 @@
    (``cemlab.report.build_report``).
 
 On a cluster (``$RAY_ADDRESS``): cemlab must be installed on every node, the runs folder
-(``$CEMLAB_RUNS_DIR``: checkpoints, trial logs, Tune's storage) must be storage every node sees,
-and ``$MLFLOW_TRACKING_URI`` must name a server every node reaches (the embedded server listens on
-127.0.0.1 only; the sweep warns when it would be used with a cluster).
+(``$CEMLAB_RUNS_DIR``: checkpoints, trial logs, Ray's storage) must be storage every node sees at
+the same path, and ``$MLFLOW_TRACKING_URI`` must name a server every node reaches (the embedded
+server listens on 127.0.0.1 only; the sweep warns when it would be used with a cluster). Each
+trial reports the Ray node ids of its ranks (:attr:`TrialOutcome.nodes`, ``summary.json``).
+docs/cluster.md has the whole story.
 
 Driver death: Ray's processes share the driver's fate (its trial processes end with it); Ctrl-C
 and SIGTERM stop the trials, mark their runs ``interrupted`` and the parent run too. Rerunning

@@ -24,10 +24,11 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
 
 Reports to Tune: every validation before the last step (``training_iteration`` counts them; ASHA
 compares trials on them), then one final report with ``cemlab_status`` (finished | diverged), the
-run id, the test metrics and the Ray node of every rank (``cemlab_nodes``). When the scheduler stops a trial, Ray ends its reporting thread with
-``SystemExit`` inside ``tune.report``; :func:`send` turns that into :class:`TrialStopped`, so that
-``train`` flushes the run's metrics on its way out (it marks the run failed, which is not the last
-word: once Ray has ended the trial's process, the driver marks the run ``stopped``).
+run id, the test metrics and the Ray node of every rank (``cemlab_nodes``). When the scheduler
+stops a trial, Ray ends its reporting thread with ``SystemExit`` inside ``tune.report``;
+:func:`deliver_to_tune` turns that into :class:`TrialStopped`, so that ``train`` flushes the run's
+metrics on its way out (it marks the run failed, which is not the last word: once Ray has ended
+the trial's process, the driver marks the run ``stopped``).
 
 Test hook (fault injection, never part of a config or its hash): ``TrialJob.faults`` maps a trial
 id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an attempt raises
