@@ -117,8 +117,8 @@ class RunStore:
         if self._search_cells is None:
             self._search_cells = {}
             if not self.absent:
-                exp_ids = tracking_store._all_experiment_ids(self.client)
-                runs = tracking_store._search_all(self.client, exp_ids, f"tags.`{schema.SEARCH_CELL}` LIKE '%'") \
+                exp_ids = tracking_store.all_experiment_ids(self.client)
+                runs = tracking_store.search_runs(self.client, exp_ids, f"tags.`{schema.SEARCH_CELL}` LIKE '%'") \
                     if exp_ids else []
                 for run in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
                     tags = run.data.tags

@@ -127,7 +127,7 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def _all_experiment_ids(client: "MlflowClient") -> list[str]:
+def all_experiment_ids(client: "MlflowClient") -> list[str]:
     from mlflow.entities import ViewType
 
     ids: list[str] = []
@@ -153,9 +153,6 @@ def search_runs(client: "MlflowClient", experiment_ids: list[str], filter_string
             return runs
 
 
-#: The former private name; ``cemlab.report.runs`` still uses it (owned elsewhere; to be moved to ``search_runs``).
-_search_all = search_runs
-
 
 def find_runs_by_hash(hashes: Iterable[str], client: "MlflowClient | None" = None) -> dict[str, list["Run"]]:
     """Active runs carrying ``cemlab.config_hash`` = each of ``hashes``, across all active
@@ -165,7 +162,7 @@ def find_runs_by_hash(hashes: Iterable[str], client: "MlflowClient | None" = Non
     if not wanted:
         return out
     client = client or get_client()
-    exp_ids = _all_experiment_ids(client)
+    exp_ids = all_experiment_ids(client)
     if not exp_ids:
         return out
     tag = f"tags.`{schema.CONFIG_HASH}`"
