@@ -26,3 +26,12 @@ def runs_dir(tmp_path, monkeypatch):
     d = tmp_path / "runs"
     monkeypatch.setenv("CEMLAB_RUNS_DIR", str(d))
     return d
+
+
+@pytest.fixture(autouse=True)
+def _default_dtype_is_restored():
+    """A test that changes torch's global default dtype must restore it (a leak changes the
+    numerics of every later test in the process)."""
+    before = torch.get_default_dtype()
+    yield
+    assert torch.get_default_dtype() == before, "the test left torch's default dtype changed"

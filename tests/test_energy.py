@@ -21,7 +21,15 @@ from cemlab.config import ModelConfig
 from cemlab.models.cem import CEMAttention, CEMMLP
 from cemlab.models.common import Positions, causal_alibi, alibi_slopes
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """These checks run in float64 (to 1e-8); the default dtype is restored for the other tests."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def _randomise(module: torch.nn.Module, seed: int) -> None:
