@@ -7,8 +7,9 @@ rounds (variant order rotated each round), and the median round is reported: thi
 ratios honest on a machine shared with other work. Columns:
 
 - ``tok/s``: training tokens per second of forward + backward (no optimizer step).
-- ``peak MiB``: on CUDA, ``torch.cuda.max_memory_allocated`` during the step; on CPU, the peak
-  resident set size of the process above its size with the model and batch in memory.
+- ``peak MiB``: on CUDA, ``torch.cuda.max_memory_allocated`` above the model and batch at rest; on
+  CPU, the peak resident set size above the size before the first step, in a separate process whose
+  large allocations bypass glibc's cache (so it follows live gradients and activations).
 - ``saved MiB``: bytes of activations saved for backward (``saved_tensors_hooks``), exact and
   machine-independent; this is what activation checkpointing reduces.
 - ``GFLOP/tok``: model FLOPs per token (training, ``flops_per_token``); ``MFU`` where the
@@ -80,14 +81,9 @@ def _build(preset: str, overrides: dict | None, seq: int, device: str):
 
 
 def _measure(preset: str, name: str, overrides: dict | None, batch: int, seq: int, steps: int, device: str,
-             threads: int | None) -> Result:
+             threads: int | None, memory_only: bool = False) -> Result:
+    from cemlab.hardware import peak_flops
     from cemlab.models import count_parameters, flops_per_token
-
-    try:
-        from cemlab.hardware import peak_flops
-    except ImportError:  # hardware table not available
-        def peak_flops(name):
-            return None
 
     if threads:
         torch.set_num_threads(threads)
@@ -118,20 +114,25 @@ def _measure(preset: str, name: str, overrides: dict | None, batch: int, seq: in
             saved += t.untyped_storage().nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with autocast:
-            logits = fwd(x)
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
-    del logits, loss
-    step()  # warm-up (allocations, kernels)
+    # Memory above the model, its gradients-to-be and the batch at rest: the baseline is taken
+    # before any step, since the allocator keeps what a first step allocated.
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
         base = _rss_bytes()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with autocast:
+            logits = fwd(x)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    del logits, loss
+    for p in model.parameters():
+        p.grad = None
+    step()  # warm-up (kernels, allocator)
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(1 if memory_only else steps):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -139,7 +140,7 @@ def _measure(preset: str, name: str, overrides: dict | None, batch: int, seq: in
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
     dt = time.perf_counter() - t0
-    tps = batch * seq * steps / dt
+    tps = float("nan") if memory_only else batch * seq * steps / dt
     fpt = flops_per_token(cfg if overrides is not None else cfg, seq)["train"]
     peak_dev = peak_flops(torch.cuda.get_device_name() if device == "cuda" else None)
     n_params = sum(p.numel() for p in model.parameters()) if overrides is None else count_parameters(model)["total"]
@@ -154,11 +155,28 @@ def _worker(args, queue):
         queue.put(e)
 
 
-def run_variant(*args) -> Result:
+def run_variant(*args, memory_only: bool = False) -> Result:
+    """Measure one variant in a fresh process.
+
+    On CPU the peak memory comes from a separate ``memory_only`` process whose large allocations go
+    straight to mmap and back to the OS when freed (``MALLOC_MMAP_THRESHOLD_``), so its resident
+    size follows live memory instead of glibc's freed-but-cached blocks; timing processes keep the
+    default allocator, whose caching is part of normal training speed.
+    """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    p = ctx.Process(target=_worker, args=(args, queue))
-    p.start()
+    p = ctx.Process(target=_worker, args=(args + (memory_only,), queue))
+    saved_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    if memory_only:
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # read by the child's libc at start
+    try:
+        p.start()
+    finally:
+        if memory_only:
+            if saved_env is None:
+                os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+            else:
+                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved_env
     out = queue.get()
     p.join()
     if isinstance(out, Exception):
@@ -200,7 +218,11 @@ def run(args) -> int:
     for name, rs in rounds.items():
         med = statistics.median(r.tokens_per_s for r in rs)
         best = min(rs, key=lambda r: abs(r.tokens_per_s - med))
-        results[name] = Result(**{**asdict(best), "peak_mib": max(r.peak_mib for r in rs)})
+        peak = max(r.peak_mib for r in rs)
+        if args.device == "cpu":  # RSS of the timing processes includes allocator caching
+            peak = run_variant(args.preset, name, VARIANTS[name], args.batch, args.seq, args.steps,
+                               args.device, args.threads, memory_only=True).peak_mib
+        results[name] = Result(**{**asdict(best), "peak_mib": peak})
     ref = results.get("llama")
     print(f"# cemlab bench layers: preset={args.preset} batch={args.batch} seq={args.seq} device={args.device} "
           f"threads={torch.get_num_threads() if args.threads is None else args.threads} rounds={args.rounds} (median)")
