@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict | None] = {
     "cem-mlp T1": dict(mlp="cem"),
     "cem-mlp T2": dict(mlp="cem", mlp_steps=2),
     "cem T1": dict(attention="cem", mlp="cem"),
+    "cem T2": dict(attention="cem", mlp="cem", attn_steps=2, mlp_steps=2),
     "cem T2 dplr": dict(attention="cem", mlp="cem", attn_steps=2, mlp_steps=2, attn_precond="dplr", mlp_precond="dplr"),
     "cem T8": dict(attention="cem", mlp="cem", attn_steps=8, mlp_steps=8),
     "cem T8 ckpt": dict(attention="cem", mlp="cem", attn_steps=8, mlp_steps=8, checkpoint_recursion=True),

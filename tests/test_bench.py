@@ -1,0 +1,59 @@
+"""``cemlab bench layers`` end to end on a tiny preset: its table is what it says it is.
+
+Speed itself is measured by running the benchmark, not here; these tests check the accounting
+that the printed ratios rest on."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from cemlab.bench import layers
+from cemlab.config import ModelConfig
+from cemlab.models import build_model, count_parameters, flops_per_token
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.csv"
+    rc = layers.main(["--preset", "nano", "--batch", "2", "--seq", "32", "--steps", "1", "--rounds", "1",
+                      "--threads", "1", "--csv", str(out),
+                      "--variants", "llama", "hf-llama", "cem T1", "cem T8", "cem T8 ckpt"])
+    assert rc == 0
+    with open(out) as f:
+        return {r["variant"]: r for r in csv.DictReader(f)}
+
+
+def test_rows_and_ratios(table):
+    assert list(table) == ["llama", "hf-llama", "cem T1", "cem T8", "cem T8 ckpt"]
+    ref = float(table["llama"]["tokens_per_s"])
+    for r in table.values():
+        assert float(r["tokens_per_s"]) > 0 and float(r["peak_mib"]) > 0
+        assert float(r["throughput_vs_llama"]) == pytest.approx(float(r["tokens_per_s"]) / ref)
+        assert float(r["peak_vs_llama"]) == pytest.approx(float(r["peak_mib"]) / float(table["llama"]["peak_mib"]))
+
+
+def test_sizes_and_flops_match_the_model_library(table):
+    """The Hugging Face model is the same size as cemlab's Llama; the FLOPs column is the library's
+    training FLOPs per token at the benchmark's sequence length."""
+    cfg = ModelConfig.preset("nano")
+    n = count_parameters(build_model(cfg))["total"]
+    assert float(table["llama"]["params_m"]) == pytest.approx(n / 1e6)
+    assert float(table["hf-llama"]["params_m"]) == pytest.approx(n / 1e6)
+    cem8 = cfg.model_copy(update=layers.VARIANTS["cem T8"])
+    assert float(table["cem T8"]["gflop_per_token"]) == pytest.approx(flops_per_token(cem8, 32)["train"] / 1e9)
+    assert float(table["cem T8 ckpt"]["gflop_per_token"]) == float(table["cem T8"]["gflop_per_token"])
+
+
+def test_checkpointing_cuts_saved_activations(table):
+    """Recursion without checkpointing saves activations for every step; checkpointed, T=8 saves
+    no more than T=1 does (the recursion's steps are recomputed in backward)."""
+    t1, t8, t8c = (float(table[v]["saved_mib"]) for v in ("cem T1", "cem T8", "cem T8 ckpt"))
+    assert t8 > 3 * t1
+    assert t8c <= t1
+
+
+def test_unknown_variant_is_refused(capsys):
+    assert layers.main(["--variants", "llama", "cem T3"]) == 2
+    assert "cem T3" in capsys.readouterr().err
