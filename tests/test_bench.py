@@ -57,3 +57,12 @@ def test_checkpointing_cuts_saved_activations(table):
 def test_unknown_variant_is_refused(capsys):
     assert layers.main(["--variants", "llama", "cem T3"]) == 2
     assert "cem T3" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_same_command():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "cemlab.bench", "layers", "--variants", "llama", "cem T3"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "unknown variants ['cem T3']" in p.stderr
