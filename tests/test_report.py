@@ -371,7 +371,7 @@ REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 #: rate there: no curve to draw, its claim is still judged).
 PAPER_FIGURE_FILES = {
     "attention_replacement": ["fig2a"], "mlp_replacement": ["fig2b"], "recursion_ablation": ["fig2c", "fig2d"],
-    "lr_sweep": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
+    "lr_sweep": ["fig3a"], "lr_search": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
     "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": [],
 }
 
@@ -391,7 +391,7 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     from cemlab.report.build import SweepGrids, build
     from cemlab.report.claims import CLAIMS
     from cemlab.report.runs import RunStore
-    from cemlab.sweeps.spec import list_sweeps, load_sweep
+    from cemlab.sweeps.spec import list_sweeps, load_sweep, trial_with_lr
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     assert sorted(list_sweeps()) == sorted(PAPER_FIGURE_FILES)
@@ -400,14 +400,17 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     done = set()
     for name in list_sweeps():
         parent = w.parent(name)
-        for t in load_sweep(name).expand("smoke"):
-            if t.config_hash in done:
-                continue
-            done.add(t.config_hash)
-            u = int(hashlib.sha256(t.config_hash.encode()).hexdigest()[:8], 16) / 2**32
-            metrics = {schema.TEST_RMSE: 0.2 + 0.1 * u, schema.PARAMS_TOTAL: 1e4} if t.task == "gp" else \
-                rs.lm_metrics(30 + 5 * u)
-            w.trial(t, metrics=metrics, parent_id=parent)
+        for cell in load_sweep(name).expand("smoke"):
+            # a searched cell's runs are its Optuna samples (tagged with the cell), not the cell itself
+            samples = [trial_with_lr(cell, lr) for lr in (7e-4, 1.9e-3, 5.3e-3)] if cell.search else [cell]
+            for t in samples:
+                if t.config_hash in done:
+                    continue
+                done.add(t.config_hash)
+                u = int(hashlib.sha256(t.config_hash.encode()).hexdigest()[:8], 16) / 2**32
+                metrics = {schema.TEST_RMSE: 0.2 + 0.1 * u, schema.PARAMS_TOTAL: 1e4} if t.task == "gp" else \
+                    rs.lm_metrics(30 + 5 * u)
+                w.trial(t, metrics=metrics, parent_id=parent)
     store, grids = RunStore(uri), SweepGrids()
     verdicts = {}
     for name, figures in PAPER_FIGURE_FILES.items():

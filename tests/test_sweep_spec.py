@@ -31,6 +31,7 @@ EXPECTED_COUNTS = {
     "mlp_replacement": {"smoke": 1 * 3, "tiny": 4 * 3, "paper": 4 * 3},
     "recursion_ablation": {"smoke": 1 * 9, "tiny": 2 * 9, "paper": 4 * 9 * 3},
     "lr_sweep": {"smoke": 1 * 2 * 3, "tiny": 2 * 2 * 5, "paper": 4 * 2 * 5},
+    "lr_search": {"smoke": 1 * 2, "tiny": 1 * 2, "paper": 4 * 2},  # grid cells; Optuna samples inside each
     "kq_diagonal": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
     "reuse_vs_recursion_mlp": {"smoke": 1 * 6, "tiny": 2 * 6, "paper": 4 * 6},
     "reuse_vs_recursion_attention": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
@@ -68,7 +69,7 @@ def trials_by_id(trials: list[Trial]) -> dict[str, Trial]:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_nine_experiments_have_sweep_files():
+def test_the_nine_experiments_and_the_optuna_example_have_sweep_files():
     assert list_sweeps() == sorted(EXPECTED_COUNTS)
     assert sweeps_dir() == REPO_SWEEPS
 
