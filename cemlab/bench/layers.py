@@ -88,6 +88,8 @@ def _measure(preset: str, name: str, overrides: dict | None, batch: int, seq: in
 
     if threads:
         torch.set_num_threads(threads)
+    if memory_only and device == "cpu":
+        _release_freed_memory()
     torch.manual_seed(0)
     cfg, model, fwd = _build(preset, overrides, seq, device)
     model.train()
@@ -157,32 +159,31 @@ def _worker(args, queue):
 
 
 def run_variant(*args, memory_only: bool = False) -> Result:
-    """Measure one variant in a fresh process.
-
-    On CPU the peak memory comes from a separate ``memory_only`` process whose large allocations go
-    straight to mmap and back to the OS when freed (``MALLOC_MMAP_THRESHOLD_``), so its resident
-    size follows live memory instead of glibc's freed-but-cached blocks; timing processes keep the
-    default allocator, whose caching is part of normal training speed.
-    """
+    """Measure one variant in a fresh process (``memory_only``: peak memory, no timing)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     p = ctx.Process(target=_worker, args=(args + (memory_only,), queue))
-    saved_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    if memory_only:
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # read by the child's libc at start
-    try:
-        p.start()
-    finally:
-        if memory_only:
-            if saved_env is None:
-                os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
-            else:
-                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved_env
+    p.start()
     out = queue.get()
     p.join()
     if isinstance(out, Exception):
         raise out
     return out
+
+
+def _release_freed_memory() -> None:
+    """Serve large allocations from mmap, returned to the OS when freed (glibc ``mallopt``), so the
+    process's resident size follows live memory instead of freed-but-cached blocks. Only for the
+    CPU memory measurement: timing keeps the default allocator, whose caching is part of normal
+    training speed."""
+    import ctypes
+    import ctypes.util
+
+    M_MMAP_THRESHOLD = -3
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).mallopt(M_MMAP_THRESHOLD, 65536)
+    except (OSError, AttributeError):  # not glibc: RSS then includes the allocator's cache
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
