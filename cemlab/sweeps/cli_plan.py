@@ -1,7 +1,8 @@
 """``cemlab plan SWEEP --scale S``: a sweep's trials, which are done, tokens, FLOPs and GPU-hours.
 
 No compute: the models are built on the ``meta`` device to count parameters, and the MLflow
-store is only read. Without a sweep name it lists the sweeps with their trial counts.
+store is only read. Without a sweep name it lists the sweeps with their trial counts; a file that
+fails to load or expand is listed as broken with its error (exit code 2), the others still shown.
 
 A ``search: optuna`` sweep is shown one row per grid cell, with its number of learning-rate samples
 and their statuses; tokens and FLOPs per row are one run's, the totals count every sample (an
@@ -89,15 +90,23 @@ def run(args: argparse.Namespace) -> int:
             table = Table(title=f"Sweeps (trials at scale {args.scale})")
             for col in ("sweep", "figure", "trials"):
                 table.add_column(col)
+            broken: dict[str, str] = {}
             for name in list_sweeps():
-                spec = load_sweep(name)
-                trials = spec.expand(args.scale)
+                try:  # one broken file does not hide the others
+                    spec = load_sweep(name)
+                    trials = spec.expand(args.scale)
+                except Exception as e:  # SweepError, or a bug a file exposes
+                    broken[name] = str(e) if isinstance(e, SweepError) else f"{type(e).__name__}: {e}"
+                    table.add_row(name, "-", "[red]BROKEN[/] (error below)")
+                    continue
                 n = str(len(trials))
                 if trials and trials[0].search is not None:
                     n = f"{n} cells x {trials[0].search.samples} lr samples"
                 table.add_row(name, spec.figure, n)
             console.print(table)
-            return 0
+            for name, error in broken.items():
+                console.print(f"[red]broken[/] {name}: {error}", soft_wrap=True)
+            return 2 if broken else 0
         plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)

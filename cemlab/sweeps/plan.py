@@ -148,9 +148,8 @@ class _Accounting:
         budget_params = budget_params or tp.budget_params
         if cfg.task == "gp":
             from cemlab.models.gp import flops_per_example
-            from cemlab.tracking.mlflow_run import gp_config
 
-            gp = gp_config(cfg)
+            gp = cfg.gp
             params, fpt = self.gp_params(gp), flops_per_example(gp)["train"]
         else:
             from cemlab.models import flops_per_token

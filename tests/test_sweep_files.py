@@ -1,0 +1,92 @@
+"""Every sweep file of the project plans at every scale, and ``cemlab plan`` lists them all.
+
+The trial count of each plan is checked against the grid computed here from the YAML itself
+(top-level axes times each variant's own axes, with the file's per-scale overrides), not through
+``cemlab.sweeps.spec``. Running every file end to end is in ``test_sweep_run_all.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SWEEP_FILES = sorted(p for p in REPO_SWEEPS.glob("*.yaml") if p.name != "scales.yaml")
+SCALES = list(yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text()))
+
+
+def expected_grid(path: Path, scale: str) -> tuple[int, int]:
+    """(rows of the plan, runs they stand for) from the raw YAML: size x lr x seed x sum over
+    variants of the product of their own axes, each axis replaced by the file's override at
+    ``scale``; a ``search: optuna`` file has one row per cell standing for ``samples`` runs."""
+    d = yaml.safe_load(path.read_text())
+    over = (d.get("scales") or {}).get(scale, {})
+    axes = d.get("axes") or {}
+
+    def n(name: str, default: list) -> int:
+        return len(over.get(name, axes.get(name, default)))
+
+    searched = d.get("search") == "optuna"
+    top = n("size", [None]) * n("seed", [0]) * (1 if searched else n("lr", [None]))
+    cells = top * sum(math.prod(len(over.get(k, v)) for k, v in (var.get("axes") or {}).items())
+                      for var in d["variants"])
+    if not searched:
+        return cells, cells
+    samples = d["optuna"]["samples"]
+    return cells, cells * (samples[scale] if isinstance(samples, dict) else samples)
+
+
+def test_the_project_has_sweeps_and_scales():
+    assert len(SWEEP_FILES) >= 10 and {"smoke", "tiny", "paper"} <= set(SCALES)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+def test_every_sweep_plans_at_every_scale(path, scale, capsys, monkeypatch, tmp_path):
+    from cemlab.cli import main
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
+    code = main(["plan", path.stem, "--scale", scale, "--json", "--no-store"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    plan = json.loads(out.out)
+    rows, runs = expected_grid(path, scale)
+    assert plan["sweep"] == path.stem and plan["scale"] == scale and plan["store"] is None
+    assert len(plan["trials"]) == rows
+    assert sum(t["samples"] for t in plan["trials"]) == runs
+    assert len({t["trial_id"] for t in plan["trials"]}) == rows          # ids unique
+    assert len({t["config_hash"] for t in plan["trials"]}) == rows       # no two identical configs
+    for t in plan["trials"]:
+        assert t["status"] == "todo" and t["params"] > 0 and t["tokens"] > 0 and t["steps"] > 0
+        assert t["flops"] > 0
+
+
+def test_plan_lists_every_sweep_and_marks_a_broken_one(capsys, monkeypatch, tmp_path):
+    """One file that fails validation does not hide the others: each is listed, the broken one
+    with its error, and the exit code says something is wrong."""
+    from cemlab.cli import main
+
+    d = tmp_path / "sweeps"
+    shutil.copytree(REPO_SWEEPS, d)
+    # Sorts first, so a listing that stops at the first error lists nothing else.
+    (d / "aaa_broken.yaml").write_text("figure: Fig 9\ntask: lm\naxes: {size: [86m], lr: [-1.0]}\n"
+                                       "variants: [{group: llama, label: llama}]\n")
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
+    code = main(["plan", "--scale", "smoke"])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code != 0
+    for path in SWEEP_FILES:
+        rows, _ = expected_grid(path, "smoke")
+        line = next((ln for ln in out.out.splitlines() if f" {path.stem} " in ln), None)
+        assert line is not None, f"{path.stem} not listed:\n{out.out}"
+        assert str(rows) in line.split(), line
+    assert "aaa_broken" in out.out
+    assert "learning rates must be > 0" in " ".join(text.split())   # the broken file's own error
