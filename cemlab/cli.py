@@ -22,11 +22,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: subcommand -> its parser, filled by :func:`build_parser`
+SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv`` with flags and positionals (``key=value`` overrides, sweep names) in any
+    order: argparse alone stops filling positionals at the first flag, so ``train cfg.yaml
+    --dry-run a=1`` would refuse ``a=1``; the subcommand's arguments are then parsed again
+    intermixed (``parse_intermixed_args``, which does not take the top-level subparsers)."""
+    args, extras = parser.parse_known_args(argv)
+    if not extras:
+        return args
+    sub = SUBPARSERS.get(args.command or "")
+    if sub is None or any(a.nargs in (argparse.REMAINDER, argparse.PARSER) for a in sub._actions):
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    rest = argv[argv.index(args.command) + 1:]
+    return sub.parse_intermixed_args(rest, namespace=argparse.Namespace(command=args.command))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cemlab", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
+        SUBPARSERS[name] = p
         p.set_defaults(_module=module)
         try:
             importlib.import_module(module).add_arguments(p)
@@ -39,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, list(sys.argv[1:] if argv is None else argv))
     if not args.command:
         parser.print_help()
         return 0

@@ -10,6 +10,7 @@ from cemlab.data.config import DataConfig
 from cemlab.data.dataset import PackedDataset, unigram_perplexity
 from cemlab.data.errors import DataError
 from cemlab.data.pipeline import DataBundle, prepare_data, token_dtype
+from cemlab.data.preflight import check_data
 from cemlab.data.tokenizer import EOT_TOKEN, TextTokenizer
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "EOT_TOKEN",
     "PackedDataset",
     "TextTokenizer",
+    "check_data",
     "prepare_data",
     "token_dtype",
     "unigram_perplexity",

@@ -1,6 +1,6 @@
 """``cemlab report``: regenerate sweep reports from the runs in MLflow.
 
-Exit codes: 0 every report has runs; 2 unknown sweep or scale; 3 a report (or the whole store) has
+Exit codes: 0 every report has runs; 2 unknown sweep or scale, or the store does not answer; 3 a report (or the whole store) has
 no runs, in which case its page is still written and says so.
 """
 
@@ -17,7 +17,7 @@ every claim's verdict.
 
 exit codes:
   0  every report made has at least one run
-  2  unknown sweep or scale
+  2  unknown sweep or scale, or the tracking store does not answer
   3  a report, or the whole store, has no runs (its page is written and says so)
 """
 
@@ -43,9 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from cemlab.report.runs import RunStore, default_tracking_uri
     from cemlab.sweeps.spec import SweepError
 
+    from cemlab.tracking.server import probe_store
+
     try:
         uri = args.tracking_uri or default_tracking_uri()
-    except RuntimeError as e:
+        probe_store(uri)  # MLflow would retry a dead server for minutes
+    except RuntimeError as e:  # StoreError among them
         print(f"cemlab report: {e}", file=sys.stderr)
         return EXIT_USAGE
     store = RunStore(uri)

@@ -3,7 +3,9 @@
 ``run_sweep(name, scale)``:
 
 1. expands the sweep file at the scale (``cemlab.sweeps.spec``; every config error is raised here,
-   before anything starts);
+   before anything starts) and checks that every data source a trial reads exists
+   (``cemlab.data.check_data``); then, still before Ray starts, that the tracking store answers
+   (``probe_store``) and that ``$RAY_ADDRESS``, when set, accepts a connection;
 2. opens the MLflow store the trials will share: ``$MLFLOW_TRACKING_URI``, or one local
    ``mlflow server`` on the project's sqlite store, started or reused
    (``cemlab.tracking.server.shared_tracking_uri``); trials get its URL and never open the sqlite
@@ -183,10 +185,59 @@ def connect_ray(cpus: int | None = None) -> bool:
     common = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, **common)
+        check_ray_address()
+        try:
+            ray.init(address=address, **common)
+        except ConnectionError as e:  # e.g. "auto" with no cluster on this machine
+            raise SweepError(f"RAY_ADDRESS={address}: {e}; {_RAY_HINT}") from None
     else:
         ray.init(num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False, **common)
     return True
+
+
+_RAY_HINT = ("start the Ray cluster (`ray start --head` on its head node, or `make cluster-up`), fix the address, "
+             "or unset RAY_ADDRESS to run on this machine's own Ray")
+
+
+def check_ray_address(timeout_s: float = 10.0) -> None:
+    """A ``$RAY_ADDRESS`` (``host:port`` or ``ray://host:port``) that nothing answers is a
+    ``SweepError`` naming it, within ``timeout_s``: ``ray.init`` itself waits on it for minutes with
+    only its own log lines. ``auto`` and ``local`` are left to ``ray.init``."""
+    import socket
+
+    address = os.environ.get("RAY_ADDRESS", "")
+    if not address or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepError(f"RAY_ADDRESS={address} is not an address of the form host:port (or ray://host:port); "
+                         f"{_RAY_HINT}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise SweepError(f"RAY_ADDRESS={address}: nothing answers at {host}:{port} ({e.strerror or e}); "
+                         f"{_RAY_HINT}") from None
+
+
+def check_data_sources(spec: SweepSpec, trials: list[Trial]) -> None:
+    """Pre-flight: every data source a trial will read exists and is readable
+    (``cemlab.data.check_data``, once per distinct data config); a ``SweepError`` names the
+    first trial that reads a bad one."""
+    from cemlab.data import DataError, check_data
+
+    seen: set[str] = set()
+    for t in trials:
+        if t.task == "gp":
+            continue
+        key = t.config.data.model_dump_json()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_data(t.config.data)
+        except DataError as e:
+            raise SweepError(f"{spec.source}: trial {t.trial_id}: {e}") from None
 
 
 def _quiet_tune() -> None:
@@ -368,8 +419,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     from rich.console import Console
 
     from cemlab.paths import runs_dir as project_runs_dir
-    from cemlab.tracking.server import shared_tracking_uri
-    from cemlab.tracking.store import check_reachable, ensure_experiment, get_client
+    from cemlab.tracking.server import probe_store, shared_tracking_uri
+    from cemlab.tracking.store import ensure_experiment, get_client
 
     t0 = time.time()
     console = console or Console(highlight=False)
@@ -377,6 +428,14 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
     trials = spec.expand(scale)
+    check_data_sources(spec, trials)
+    # What the sweep needs, cheapest first, before anything starts: the store (a bad tracking URI
+    # never costs a Ray start-up), the Ray address, then the local MLflow server, then Ray.
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        probe_store(os.environ["MLFLOW_TRACKING_URI"])
+    check_ray_address()
+    uri = shared_tracking_uri()
+    probe_store(uri)
     faults = tr.faults_from_env()
     runs = project_runs_dir()
     log_dir = runs / "logs" / f"{spec.name}-{scale}"
@@ -392,8 +451,6 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         warning = check_resources(trials, scale)
         if warning:
             console.print(warning, highlight=False)
-        uri = shared_tracking_uri()
-        check_reachable(uri)
         if os.environ.get("RAY_ADDRESS") and not os.environ.get("MLFLOW_TRACKING_URI"):
             console.print(f"warning: RAY_ADDRESS is set but MLFLOW_TRACKING_URI is not: trials on other nodes cannot "
                           f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",

@@ -80,12 +80,11 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
 
 
 def check_reachable(uri: str | None = None) -> None:
-    """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` is a server that
-    does not answer."""
-    uri = uri or tracking_uri()
-    if uri.startswith(("http://", "https://")) and not healthy(uri, timeout=5.0):
-        raise StoreError(f"the MLflow server at {uri} does not answer (GET /health); start it, or unset "
-                         f"MLFLOW_TRACKING_URI to use the project's store under ./runs")
+    """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` cannot be reached:
+    :func:`cemlab.tracking.server.probe_store` with a 5 s timeout."""
+    from cemlab.tracking.server import probe_store
+
+    probe_store(uri or tracking_uri(), timeout_s=5.0)
 
 
 def get_client(uri: str | None = None) -> "MlflowClient":

@@ -6,7 +6,7 @@ then renamed over the old one (``os.replace``). A crash during a save leaves the
 whole; a stray ``*.tmp`` file is ignored and overwritten by the next save.
 
 The folder is ``train.checkpoint_dir`` or ``<runs>/checkpoints/<config hash>``: the same config
-finds its own checkpoint again, which is what ``cemlab train --resume`` and a retried sweep trial
+finds its own checkpoint again, which is what a rerun of ``cemlab train`` and a retried sweep trial
 rely on.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,21 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
     _fsync_and_replace(tmp, folder / STATE_NAME)
 
 
-def clear(folder: Path) -> None:
-    """Forget a previous attempt (a fresh, not resumed, run of the same config)."""
-    for name in (CHECKPOINT_NAME, STATE_NAME, f"{CHECKPOINT_NAME}.tmp", f"{STATE_NAME}.tmp"):
-        (folder / name).unlink(missing_ok=True)
+def set_aside(folder: Path) -> Path | None:
+    """Start afresh without deleting anything: move ``last.ckpt`` and ``state.json`` (with any
+    stray temporary files) into a new ``replaced-<UTC time>/`` subfolder; return it, or None when
+    there was nothing to move."""
+    names = [n for n in (CHECKPOINT_NAME, STATE_NAME, f"{CHECKPOINT_NAME}.tmp", f"{STATE_NAME}.tmp")
+             if (folder / n).exists()]
+    if not names:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = folder / f"replaced-{stamp}"
+    i = 1
+    while aside.exists():
+        i += 1
+        aside = folder / f"replaced-{stamp}-{i}"
+    aside.mkdir()
+    for n in names:
+        os.replace(folder / n, aside / n)
+    return aside

@@ -1,16 +1,25 @@
-"""``cemlab train [CONFIG.yaml] [key=value ...] [--resume]``: train one model, logged to MLflow.
+"""``cemlab train [CONFIG.yaml] [key=value ...] [--restart]``: train one model, logged to MLflow.
 
 Without a config file the built-in defaults are used (``configs/default.yaml`` is a tiny model on
 the embedded corpus that trains in about a minute on a laptop CPU). Overrides are dotted keys with
 YAML values: ``model.attention=cem model.attn_steps=2 train.lr=1e-3``. The run logs to
-``$MLFLOW_TRACKING_URI`` when set, otherwise to the project's embedded store under ``./runs``.
+``$MLFLOW_TRACKING_URI`` when set, otherwise to the project's embedded store under ``./runs``;
+a store that does not answer is named before anything else happens. Flags and overrides may come
+in any order.
+
+Running the same config again never deletes anything: it continues the run from its checkpoint
+(``<runs>/checkpoints/<config hash>`` or ``train.checkpoint_dir``), or reports its result when it
+has one. ``--restart`` trains it anew in a new MLflow run; the old ``last.ckpt`` and ``state.json``
+are moved aside into ``replaced-<time>/`` in the same folder (delete that by hand when you want).
+``--dry-run`` prints the plan after checking that the data it names exists and can be read.
 
 Exit codes:
   0    the run finished (test metrics logged)
   1    an unexpected error (traceback printed; the MLflow run is marked failed)
-  2    bad input: config, data or checkpoint folder (message names the key and the fix; nothing ran)
+  2    bad input: config, data, checkpoint folder or an unreachable tracking store (message names
+       the key or URI and the fix; nothing ran)
   3    the run diverged (NaN/inf loss); the MLflow run is tagged diverged with the step
-  130  interrupted (Ctrl-C or SIGTERM); ``--resume`` continues from the last checkpoint
+  130  interrupted (Ctrl-C or SIGTERM); the same command continues from the last checkpoint
 """
 
 from __future__ import annotations
@@ -29,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="run config YAML (default: built-in defaults)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.lr=1e-3")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run of this config from its last checkpoint (same MLflow run)")
+                        help="continue the run of this config from its last checkpoint (same MLflow run); "
+                             "the default, kept for scripts that pass it")
+    parser.add_argument("--restart", action="store_true",
+                        help="train this config anew in a new MLflow run; its old checkpoint and state are "
+                             "moved aside into replaced-<time>/ in the checkpoint folder, not deleted")
     parser.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or ./runs/mlflow)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (budget, steps, run name) and exit")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -47,20 +60,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from cemlab.data import DataError
+    if args.resume and args.restart:
+        print("cemlab train: --resume and --restart contradict each other; give one (resuming is the default)",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from cemlab.data import DataError, check_data
     from cemlab.train.run import describe, train
 
     if args.dry_run:
         try:
+            if cfg.task != "gp":  # the GP study generates its data
+                check_data(cfg.data)
             print(json.dumps(describe(cfg), indent=1))
-        except ConfigError as e:
+        except (ConfigError, DataError) as e:
             print(f"cemlab train: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
         return EXIT_OK
 
+    from cemlab.tracking.server import probe_store
+    from cemlab.tracking.store import StoreError, tracking_uri
+
+    try:
+        probe_store(args.tracking_uri or tracking_uri())
+    except StoreError as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        result = train(cfg, tracking_uri=args.tracking_uri, resume=args.resume)
+        result = train(cfg, tracking_uri=args.tracking_uri, resume=not args.restart)
     except (ConfigError, DataError) as e:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -13,7 +13,8 @@ Resuming (``resume=True``): the checkpoint folder of the config (``train.checkpo
 ``<runs>/checkpoints/<config hash>``) holds ``last.ckpt`` and ``state.json``. A run that is still
 ``running`` there continues from its checkpoint (model, optimizer, schedule, data position, RNG)
 and logs into the same MLflow run, each step once; a run that already has a result returns it
-without training. ``resume=False`` starts afresh (a new MLflow run), discarding that folder.
+without training. ``resume=False`` starts afresh (a new MLflow run); the folder's old checkpoint and
+state are moved aside into ``replaced-<time>/`` (``checkpoint.set_aside``), never deleted.
 
 Divergence: a NaN/inf training loss stops the run at that step; the run is tagged
 ``cemlab.status=diverged`` and ``cemlab.diverged_step``, keeps what it logged, and ``train``
@@ -167,16 +168,19 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     if state is not None and state.get("config_hash") != config_hash:
         raise ConfigError(
             f"{folder / ckpt.STATE_NAME} belongs to config hash {state.get('config_hash')}, this config's hash is "
-            f"{config_hash}; point train.checkpoint_dir elsewhere or start afresh without --resume"
+            f"{config_hash}; point train.checkpoint_dir elsewhere or start afresh with --restart"
         )
     if state is not None and state.get("result"):
-        log.info("run %s already has a result in %s; not training again", state.get("run_id"), folder)
+        log.info("run %s already has a result in %s; not training again (--restart trains it anew)",
+                 state.get("run_id"), folder)
         return RunResult.from_dict(state["result"])
     ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
     if ckpt_path is not None and not ckpt_path.is_file():
         ckpt_path = None
     if not resume and zero:
-        ckpt.clear(folder)
+        aside = ckpt.set_aside(folder)
+        if aside is not None:
+            log.info("starting afresh: the previous checkpoint and state of this config are kept in %s", aside)
 
     # -- MLflow (rank zero) --------------------------------------------------------------------
     uri = client = run_id = metrics = None
@@ -253,13 +257,13 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         return result
     except (KeyboardInterrupt, SystemExit) as e:  # Lightning turns Ctrl-C into SystemExit(1)
         finish(schema.STATUS_INTERRUPTED)
-        raise KeyboardInterrupt(f"{name} interrupted; `cemlab train --resume` continues it") from e
+        raise KeyboardInterrupt(f"{name} interrupted; the same `cemlab train` command continues it") from e
     except BaseException as e:
         interrupted = type(e).__name__ == "SIGTERMException"
         finish(schema.STATUS_INTERRUPTED if interrupted else schema.STATUS_FAILED,
                None if interrupted else {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         if interrupted:
-            raise KeyboardInterrupt(f"{name} got SIGTERM; `cemlab train --resume` continues it") from e
+            raise KeyboardInterrupt(f"{name} got SIGTERM; the same `cemlab train` command continues it") from e
         raise
 
     # -- the end: test metrics, test-time recursion, energy traces --------------------------------

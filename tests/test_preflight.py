@@ -1,0 +1,186 @@
+"""Dead dependencies and bad data are named within seconds, before compute is spent.
+
+Each test runs the real ``cemlab`` command in a subprocess, against a tracking URI or Ray address
+on a free local port with nothing listening, or a data path that does not exist; it measures the
+wall time to the exit and reads the message. A command that hangs is killed (with its process
+group) after a minute and the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_YAML = ROOT / "configs" / "default.yaml"
+HANG_S = 60
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    """Environment of a ``cemlab`` subprocess: its own runs and reports folders, no tracking URI
+    and no Ray address; any MLflow server a command starts there is stopped after the test."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    env.update(CEMLAB_RUNS_DIR=str(tmp_path / "runs"), CEMLAB_REPORTS_DIR=str(tmp_path / "reports"),
+               CEMLAB_SWEEPS_DIR=str(ROOT / "sweeps"), PYTHONPATH=os.pathsep.join(
+                   [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    yield env
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEMLAB_RUNS_DIR", env["CEMLAB_RUNS_DIR"])
+        from cemlab.tracking.server import stop_server
+
+        stop_server()
+
+
+def cemlab(env: dict, *args: str) -> tuple[int, str, float]:
+    """Run ``cemlab ARGS``; (exit code, stdout + stderr, seconds). Fails the test on a hang."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "cemlab.cli", *args], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"`cemlab {' '.join(args)}` still running after {HANG_S}s; output:\n{out[-3000:]}")
+    return proc.returncode, out, time.monotonic() - t0
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# A dead tracking store: every command that needs it says so within 15 s
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ["train", str(DEFAULT_YAML)],
+    ["report", "attention_replacement"],
+    ["sweep", "attention_replacement", "--scale", "smoke", "--no-report"],
+    ["plan", "attention_replacement", "--scale", "smoke"],
+], ids=lambda c: c[0])
+def test_a_dead_tracking_uri_fails_within_15s_naming_it(cli_env, command):
+    uri = f"http://127.0.0.1:{free_port()}"
+    code, out, seconds = cemlab({**cli_env, "MLFLOW_TRACKING_URI": uri}, *command)
+    assert code != 0, out[-2000:]
+    assert seconds < 15, f"{seconds:.1f}s"
+    text = flat(out)
+    assert uri in text, out[-2000:]
+    assert "cemlab ui" in text and "MLFLOW_TRACKING_URI" in text, out[-2000:]   # how to get a server
+    assert "Traceback" not in out
+    # The store is checked before anything else starts: no local server, no Ray.
+    assert not (Path(cli_env["CEMLAB_RUNS_DIR"]) / "mlflow" / "server.json").exists()
+    assert "ray" not in out.lower().replace("cemlab", ""), out[-2000:]
+
+
+def test_a_dead_tracking_uri_given_with_the_flag_fails_fast(cli_env):
+    uri = f"http://127.0.0.1:{free_port()}"
+    code, out, seconds = cemlab(cli_env, "train", str(DEFAULT_YAML), "--tracking-uri", uri)
+    assert code != 0 and seconds < 15 and uri in flat(out), (seconds, out[-2000:])
+
+
+def test_probe_store_accepts_a_live_server_and_names_a_dead_one(tmp_path, monkeypatch):
+    """The probe itself: a live MLflow server passes, a closed port and a server that never
+    answers fail within the timeout with the URI in the message."""
+    from cemlab.tracking.server import probe_store
+    from cemlab.tracking.store import StoreError
+
+    probe_store(f"sqlite:///{tmp_path}/fresh.db")   # the embedded store: created on first use
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(StoreError, match=dead.replace(".", r"\.")):
+        probe_store(dead, timeout_s=2)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:   # accepts, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match="cemlab ui"):
+            probe_store(uri, timeout_s=2)
+        assert time.monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------------------------------------
+# A dead RAY_ADDRESS: cemlab sweep says so within 30 s
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_dead_ray_address_fails_within_30s_naming_it(cli_env):
+    address = f"127.0.0.1:{free_port()}"
+    code, out, seconds = cemlab({**cli_env, "RAY_ADDRESS": address}, "sweep", "attention_replacement",
+                                "--scale", "smoke", "--no-report")
+    assert code == 2, out[-2000:]
+    assert seconds < 30, f"{seconds:.1f}s"
+    assert f"RAY_ADDRESS={address}" in flat(out), out[-2000:]
+    assert "Traceback" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Dry runs look at the data; flags and key=value overrides in any order
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["flag-last", "flag-first", "flag-before-config"])
+def test_dry_run_checks_the_data_path_in_any_argument_order(cli_env, order):
+    overrides = ["data.source=text", "data.path=/no/such/file"]
+    args = {"flag-last": [str(DEFAULT_YAML), *overrides, "--dry-run"],
+            "flag-first": [str(DEFAULT_YAML), "--dry-run", *overrides],
+            "flag-before-config": ["--dry-run", str(DEFAULT_YAML), *overrides]}[order]
+    code, out, _ = cemlab(cli_env, "train", *args)
+    assert code == 2, out[-2000:]
+    text = flat(out)
+    assert "data.path" in text and "/no/such/file" in text, out[-2000:]
+    assert "unrecognized arguments" not in out
+
+
+def test_dry_run_names_an_empty_folder_and_a_missing_tokenizer_and_passes_good_data(cli_env, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, _ = cemlab(cli_env, "train", str(DEFAULT_YAML), "data.source=text", f"data.path={empty}", "--dry-run")
+    assert code == 2 and "data.path" in out and str(empty) in flat(out), out[-2000:]
+
+    code, out, _ = cemlab(cli_env, "train", str(DEFAULT_YAML), f"data.tokenizer={tmp_path / 'no-tok'}", "--dry-run")
+    assert code == 2 and "data.tokenizer" in out and str(tmp_path / "no-tok") in flat(out), out[-2000:]
+
+    good = tmp_path / "corpus.txt"
+    good.write_text("A paragraph of text.\n\nAnother one.\n")
+    code, out, _ = cemlab(cli_env, "train", "--json", "--dry-run", str(DEFAULT_YAML), "data.source=text",
+                          f"data.path={good}", "train.lr=1e-3")
+    assert code == 0, out[-2000:]
+    assert '"run_name"' in out
+
+
+def test_sweep_preflight_names_a_missing_data_path_before_starting(cli_env, tmp_path):
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "scales.yaml").write_text((ROOT / "sweeps" / "scales.yaml").read_text())
+    (sweeps / "mydata.yaml").write_text(textwrap.dedent(f"""\
+        figure: Fig 0
+        task: lm
+        base:
+          data: {{source: text, path: {tmp_path / 'missing.txt'}}}
+        axes: {{size: [86m], lr: [2.0e-3]}}
+        variants: [{{group: llama, label: llama}}]
+        """))
+    code, out, seconds = cemlab({**cli_env, "CEMLAB_SWEEPS_DIR": str(sweeps)}, "sweep", "mydata", "--scale", "smoke")
+    assert code == 2, out[-2000:]
+    text = flat(out)
+    assert "data.path" in text and str(tmp_path / "missing.txt") in text, out[-2000:]
+    assert "llama" in text   # which trial reads it
+    assert not (Path(cli_env["CEMLAB_RUNS_DIR"]) / "mlflow" / "server.json").exists()   # nothing started
+    assert seconds < 30
