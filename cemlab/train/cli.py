@@ -100,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_DIVERGED if result.diverged else EXIT_OK
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
+    if result.already_done:
+        print(f"cemlab train: {result.run_name} already has a result ({result.status}, MLflow run {result.run_id}); "
+              f"nothing trained, nothing deleted; --restart trains it anew (the old files are kept aside)",
+              file=sys.stderr)
     m = result.metrics
     headline = " ".join(f"{k}={m[k]:.4g}" for k in ("test/ppl", "test/rmse", "val/ppl", "val/rmse", "train/loss")
                         if k in m)

@@ -68,6 +68,7 @@ class RunResult:
     checkpoint_dir: str | None = None
     seconds: float = 0.0
     resumed: bool = False
+    already_done: bool = False                    # an earlier result, returned without training
 
     @property
     def diverged(self) -> bool:
@@ -173,7 +174,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     if state is not None and state.get("result"):
         log.info("run %s already has a result in %s; not training again (--restart trains it anew)",
                  state.get("run_id"), folder)
-        return RunResult.from_dict(state["result"])
+        return RunResult.from_dict({**state["result"], "already_done": True})
     ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
     if ckpt_path is not None and not ckpt_path.is_file():
         ckpt_path = None

@@ -1,0 +1,84 @@
+"""``cemlab train`` never deletes a checkpoint or a finished run's files unless told to.
+
+Running the same config again continues an interrupted run from its checkpoint in the same MLflow
+run, or reports the finished one without training; ``--restart`` trains anew in a new MLflow run
+and keeps the old checkpoint and state, moved aside. Real training (a nano model, 8 steps), a real
+sqlite MLflow store, the command's own ``main``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from test_train import DEFAULT_YAML, env  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_rerun_resumes_or_reports_finished_and_restart_keeps_the_old_files(env, runs_dir, tmp_path, capsys,
+                                                                          monkeypatch):
+    from cemlab.cli import main
+    from cemlab.train import callbacks
+
+    ck = tmp_path / "ck"
+    args = ["train", str(DEFAULT_YAML), f"data.cache_dir={env['cache']}", "train.num_threads=1",
+            "train.tokens=32768", "train.val_interval=4", "train.checkpoint_every=4", "train.val_batches=2",
+            "train.test_batches=2", f"train.checkpoint_dir={ck}", "--tracking-uri", env["uri"], "--json"]
+    client = env["client"]
+    exp = client.get_experiment_by_name("cemlab").experiment_id
+
+    # 1. Interrupted after the checkpoint of step 4 of 8 (Ctrl-C in the middle of the run).
+    original = callbacks.RunCallback.checkpoint
+
+    def checkpoint_then_interrupt(self, trainer, step):
+        original(self, trainer, step)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(callbacks.RunCallback, "checkpoint", checkpoint_then_interrupt)
+    assert main(args) == 130
+    monkeypatch.setattr(callbacks.RunCallback, "checkpoint", original)
+    capsys.readouterr()
+    state = json.loads((ck / "state.json").read_text())
+    assert state["step"] == 4 and "result" not in state
+    first_run = state["run_id"]
+
+    # 2. The same command again, no flag: continues from step 4 in the same MLflow run.
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["resumed"] is True and result["run_id"] == first_run and result["steps"] == 8
+    assert result["already_done"] is False
+    assert client.get_run(first_run).data.tags["cemlab.status"] == "finished"
+    finished_ckpt = digest(ck / "last.ckpt")
+    finished_state = (ck / "state.json").read_text()
+    n_runs = len(client.search_runs([exp]))
+
+    # 3. Again: finished, so nothing is trained, nothing is deleted, no new MLflow run.
+    assert main(args) == 0
+    out = capsys.readouterr()
+    again = json.loads(out.out)
+    assert again["run_id"] == first_run and again["metrics"] == result["metrics"]
+    assert again["already_done"] is True and "already has a result" in out.err and "--restart" in out.err
+    assert digest(ck / "last.ckpt") == finished_ckpt and (ck / "state.json").read_text() == finished_state
+    assert len(client.search_runs([exp])) == n_runs
+
+    # 4. --restart: a new MLflow run; the old checkpoint and state are kept, moved aside.
+    assert main([*args, "--restart"]) == 0
+    fresh = json.loads(capsys.readouterr().out)
+    assert fresh["run_id"] != first_run and fresh["resumed"] is False and fresh["steps"] == 8
+    (aside,) = [p for p in ck.iterdir() if p.is_dir() and p.name.startswith("replaced-")]
+    assert digest(aside / "last.ckpt") == finished_ckpt
+    assert (aside / "state.json").read_text() == finished_state
+    assert json.loads((ck / "state.json").read_text())["run_id"] == fresh["run_id"]
+    assert client.get_run(first_run).info.lifecycle_stage == "active"   # the old run is still there
+    # Training the same config from scratch twice computes the same thing.
+    assert fresh["metrics"]["test/ppl"] == pytest.approx(result["metrics"]["test/ppl"], rel=1e-5)
+
+    # --resume and --restart together contradict each other.
+    assert main([*args, "--resume", "--restart"]) == 2
+    assert "--restart" in capsys.readouterr().err
