@@ -7,6 +7,9 @@ SWEEP ?= recursion_ablation
 SCALE ?= tiny
 CONFIG ?= configs/default.yaml
 PYTEST_ARGS ?=
+# torch: see scripts/install-torch.sh (empty TORCH_INDEX_URL: the PyTorch CPU wheel index)
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX_URL ?=
 # The install is redone when pyproject.toml changes.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.txt 2>/dev/null | sha1sum | cut -c1-10)
 
@@ -20,19 +23,15 @@ help: ## List the targets
 
 $(STAMP):
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	@# On a machine without an NVIDIA GPU, pin the CPU build of torch first: an unpinned torch
-	@# would pull several GB of CUDA wheels. With a GPU, the same version's CUDA build is used.
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  echo "GPU found: installing torch==2.13.0 (CUDA build)"; $(PY) -m pip install -q "torch==2.13.0"; \
-	else \
-	  echo "No GPU: installing torch==2.13.0 (CPU build)"; $(PY) -m pip install -q "torch==2.13.0"; \
-	  $(PY) -c "import torch,sys; sys.exit(0 if torch.version.cuda is None else 'CUDA torch on a CPU machine')"; \
-	fi
+	$(PY) -m pip install -q --timeout 15 --retries 1 --upgrade pip || echo "warning: pip not upgraded; going on with $$($(PY) -m pip --version)"
+	@# torch first, the build this machine needs: an installed one is kept (a CUDA build without a GPU
+	@# with a warning); a GPU gets the CUDA build, macOS its own, a CPU-only Linux machine the CPU build
+	@# (from pip's configured sources when they offer it, else TORCH_INDEX_URL), never CUDA wheels.
+	PY=$(PY) TORCH_VERSION=$(TORCH_VERSION) TORCH_INDEX_URL=$(TORCH_INDEX_URL) bash scripts/install-torch.sh
 	$(PY) -m pip install -q -e ".[dev]" -c requirements/constraints.txt
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU torch on CPU machines)
+install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU torch on CPU machines; TORCH_INDEX_URL=...)
 
 test: $(STAMP) ## Run the whole test suite (installs what it needs first)
 	@bash scripts/test-prereqs.sh
