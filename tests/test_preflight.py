@@ -135,12 +135,13 @@ def test_a_dead_ray_address_fails_within_30s_naming_it(cli_env):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("order", ["flag-last", "flag-first", "flag-before-config"])
+@pytest.mark.parametrize("order", ["flag-last", "flag-first", "flag-before-config", "overrides-before-config"])
 def test_dry_run_checks_the_data_path_in_any_argument_order(cli_env, order):
     overrides = ["data.source=text", "data.path=/no/such/file"]
     args = {"flag-last": [str(DEFAULT_YAML), *overrides, "--dry-run"],
             "flag-first": [str(DEFAULT_YAML), "--dry-run", *overrides],
-            "flag-before-config": ["--dry-run", str(DEFAULT_YAML), *overrides]}[order]
+            "flag-before-config": ["--dry-run", str(DEFAULT_YAML), *overrides],
+            "overrides-before-config": ["--dry-run", *overrides, str(DEFAULT_YAML)]}[order]
     code, out, _ = cemlab(cli_env, "train", *args)
     assert code == 2, out[-2000:]
     text = flat(out)

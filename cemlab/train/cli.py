@@ -51,9 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cemlab.config import ConfigError, load_run_config
 
-    config, overrides = args.config, list(args.overrides)
-    if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
-        config, overrides = None, [config, *overrides]  # only overrides were given
+    # The config file is the one positional that is not a key=value override, wherever it stands.
+    positionals = ([args.config] if args.config is not None else []) + list(args.overrides)
+    files = [p for p in positionals if "=" not in p or p.endswith((".yaml", ".yml"))]
+    if len(files) > 1:
+        print(f"cemlab train: give one config file, got {files}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    config = files[0] if files else None
+    if config is not None:
+        positionals.remove(config)
+    overrides = positionals
     try:
         cfg = load_run_config(config, overrides)
     except (ConfigError, FileNotFoundError, ValueError) as e:
