@@ -95,16 +95,23 @@ def test_a_dead_tracking_uri_given_with_the_flag_fails_fast(cli_env):
     assert code != 0 and seconds < 15 and uri in flat(out), (seconds, out[-2000:])
 
 
-def test_probe_store_accepts_a_live_server_and_names_a_dead_one(tmp_path, monkeypatch):
-    """The probe itself: a live MLflow server passes, a closed port and a server that never
-    answers fail within the timeout with the URI in the message."""
+def test_probe_store_names_dead_stores_and_passes_a_new_sqlite_file(tmp_path, monkeypatch):
+    """The probe itself (a live server passes it in every sweep test, which probe the local
+    server): a sqlite file yet to be created passes, its missing folder does not; a closed port,
+    a database port nothing listens on and a server that never answers fail within the timeout
+    with the URI in the message."""
     from cemlab.tracking.server import probe_store
     from cemlab.tracking.store import StoreError
 
     probe_store(f"sqlite:///{tmp_path}/fresh.db")   # the embedded store: created on first use
+    with pytest.raises(StoreError, match="does not exist"):
+        probe_store(f"sqlite:///{tmp_path}/no/such/folder/x.db")
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(StoreError, match=dead.replace(".", r"\.")):
         probe_store(dead, timeout_s=2)
+    db = f"postgresql://cemlab@127.0.0.1:{free_port()}/mlflow"
+    with pytest.raises(StoreError, match="no connection to 127.0.0.1"):
+        probe_store(db, timeout_s=2)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:   # accepts, never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
