@@ -132,14 +132,17 @@ class CEMAttention(CEMSublayer):
         return x.view(B, S, self.n_heads, self.head_dim).transpose(1, 2)
 
     def score_bias(self, pos: Positions, dtype: torch.dtype) -> torch.Tensor | None:
-        """b_ijk plus the causal mask, [K or 1, S, S]; None when plain causal masking is enough."""
+        """b_ijk plus the causal mask, [1, K or 1, S, S]; None when plain causal masking is enough.
+
+        4-d, because SDPA on CPU considers its flash kernel only for a 4-d mask (a 3-d one always
+        gets the math kernel); a mask that needs a gradient (learnable self bias) gets math anyway."""
         if not self.use_alibi and self.self_bias is None:
             return None
         bias = (pos.alibi if self.use_alibi else causal_mask(pos.seq_len, pos.device)).to(dtype)
         if self.self_bias is not None:
             eye = torch.eye(pos.seq_len, device=bias.device, dtype=dtype)
             bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
-        return bias
+        return bias[None]
 
     def uses_flex(self, device: torch.device) -> bool:
         return uses_flex(self.kernel, device)
