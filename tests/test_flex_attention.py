@@ -152,10 +152,16 @@ def test_flex_training_on_cpu_is_refused_naming_the_option():
 
 
 def test_auto_is_reference_on_cpu_and_flex_on_cuda():
-    assert cem.uses_flex("auto", torch.device("cpu")) is False
-    assert cem.uses_flex("auto", torch.device("cuda")) is True
-    assert cem.uses_flex("reference", torch.device("cuda")) is False
-    assert cem.uses_flex("flex", torch.device("cpu")) is True
+    def uses(kernel, device, **kw):
+        return cem.uses_flex(ModelConfig(**NANO, attention="cem", attn_kernel=kernel, **kw), torch.device(device))
+
+    assert uses("auto", "cpu") is False and uses("auto", "cuda") is True
+    assert uses("auto", "cuda", kq_diagonal="shared") is True
+    # heads widened by D channels stay on the reference path unless flex is asked for
+    assert uses("auto", "cuda", kq_diagonal="per_head") is False
+    assert uses("auto", "cuda", kq_diagonal="shared", exact_energy_gradient=True) is False
+    assert uses("flex", "cpu", kq_diagonal="per_head") is True
+    assert uses("reference", "cuda") is False
     # the flex path never materialises the [K, S, S] ALiBi bias
     _, flex = _pair(dict(kq_diagonal="none"))
     assert flex.positions(16, torch.device("cpu"), torch.float32).alibi is None

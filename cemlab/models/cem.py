@@ -122,7 +122,7 @@ class CEMAttention(CEMSublayer):
         )
         self.steps, self.eta, self.reuse = cfg.attn_steps, cfg.attn_eta, cfg.attn_reuse
         self.checkpointed = cfg.checkpoint_recursion
-        self.kernel = cfg.attn_kernel
+        self.flex_on = {"cuda": uses_flex(cfg, "cuda"), "other": uses_flex(cfg, "cpu")}  # by device type
         self.register_buffer("alibi_slopes", alibi_slopes(K, cfg.alibi_max_bias).float(), persistent=False)
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ class CEMAttention(CEMSublayer):
         return bias[None]
 
     def uses_flex(self, device: torch.device) -> bool:
-        return uses_flex(self.kernel, device)
+        return self.flex_on["cuda" if torch.device(device).type == "cuda" else "other"]
 
     def output_weights(self) -> tuple:
         """The output projection with the preconditioners folded in, computed once per layer.
@@ -262,10 +262,15 @@ class CEMAttention(CEMSublayer):
         return E if per_head else E.sum(1)
 
 
-def uses_flex(kernel: str, device: torch.device) -> bool:
-    """Whether ``attn_kernel`` means the flex path on ``device`` ('auto': flex on CUDA only, since
-    FlexAttention has no CPU backward in torch 2.13 and is slower than the reference on CPU)."""
-    return kernel == "flex" or (kernel == "auto" and torch.device(device).type == "cuda")
+def uses_flex(cfg: ModelConfig, device: torch.device) -> bool:
+    """Whether ``cfg.attn_kernel`` means the flex path on ``device``. 'auto': flex on CUDA only
+    (FlexAttention has no CPU backward in torch 2.13 and is slower than the reference on CPU), and
+    only without a ``per_head`` diagonal or the exact gradient form: those widen the heads by D
+    channels (756 at 86m), past what flex's GPU kernel holds (head widths up to 256)."""
+    if cfg.attn_kernel != "auto":
+        return cfg.attn_kernel == "flex"
+    narrow = cfg.kq_diagonal != "per_head" and not cfg.exact_energy_gradient
+    return narrow and torch.device(device).type == "cuda"
 
 
 def _causal(b, h, q_idx, kv_idx):
