@@ -13,7 +13,9 @@ interleaved rounds (order rotated each round); the median round is reported. Col
   CUDNN_ATTENTION or MATH), ``flex`` for FlexAttention (``flex-dense`` where it runs eagerly, which
   materialises the scores).
 - ``tok/s``: training tokens per second of forward + backward (``--pass train``, no optimizer
-  step) or of the forward alone (``--pass forward``).
+  step) or of the forward alone (``--pass forward``); per second of wall time on CUDA, of the
+  process's CPU time on the CPU (not inflated by other work on a shared machine; exact with
+  ``--threads 1``, as ``cemlab bench train`` does).
 - ``MFU``: tokens/s x model FLOPs per token (``flops_per_token``: train or forward) / the device's
   dense bf16 peak (``cemlab.hardware``); n/a where the peak is unknown (CPUs).
 - ``peak MiB``: on CUDA, ``torch.cuda.max_memory_allocated`` above what was allocated before the
@@ -173,11 +175,13 @@ class Case:
             self._sync()
             self.peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         self._sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             self.step()
         self._sync()
-        self.times.append(time.perf_counter() - t0)
+        # CPU: the process's CPU time, which other work on a shared machine does not inflate
+        # (exact with --threads 1); CUDA: wall time
+        self.times.append(time.perf_counter() - t0 if self.device == "cuda" else time.process_time() - c0)
 
     def row(self, batch: int, seq: int, steps: int, peak_flops: float | None) -> Row:
         if self.skip is not None:
@@ -260,7 +264,8 @@ def device_name(device: str) -> str:
 
 def print_table(rows: list[Row], args) -> None:
     print(f"# cemlab bench kernels: device={device_name(args.device)} torch={torch.__version__} pass={args.pass_} "
-          f"dtype={args.dtype} batch={args.batch} seq={args.seq} steps={args.steps} rounds={args.rounds} (median)")
+          f"dtype={args.dtype} batch={args.batch} seq={args.seq} steps={args.steps} rounds={args.rounds} (median; "
+          f"{'wall' if args.device == 'cuda' else 'process CPU'} time)")
     print(f"{'preset':<7}{'variant':<19}{'compile':>8}{'tok/s':>10}{'x llama':>8}{'MFU':>7}{'peak MiB':>10}"
           f"{'x llama':>8}{'GFLOP/tok':>10}  kernel")
     for r in rows:
