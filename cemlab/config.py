@@ -26,6 +26,7 @@ from cemlab.train.config import TrainConfig
 SublayerKind = Literal["llama", "cem"]
 Preconditioner = Literal["none", "diag", "dplr"]
 KQDiagonal = Literal["none", "shared", "per_head"]
+AttnKernel = Literal["auto", "reference", "flex"]
 
 
 class StrictModel(BaseModel):
@@ -76,6 +77,12 @@ class ModelConfig(StrictModel):
     alibi: bool = Field(default=True, description="ALiBi bias -m_k|i-j| in CEM attention (appendix A).")
     alibi_max_bias: float = Field(default=8.0, gt=0, description="ALiBi slopes m_k = 2^(-max_bias*k/K), k=1..K.")
     self_other_bias: bool = Field(default=True, description="Learnable self/other-token score biases in CEM attention.")
+    attn_kernel: AttnKernel = Field(
+        default="auto",
+        description="CEM attention scores: 'reference' (SDPA with a materialised [K,S,S] bias), 'flex' "
+        "(FlexAttention, biases as score_mod, causal block mask; training needs CUDA in torch 2.13) or "
+        "'auto' (flex on CUDA, reference elsewhere). Same numbers either way (docs/performance.md).",
+    )
     rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base for Llama attention.")
     norm_eps: float = Field(default=1e-6, gt=0, description="RMSNorm epsilon (Hugging Face Llama default 1e-6).")
     init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of linear and embedding weights.")
@@ -224,7 +231,7 @@ class RunConfig(StrictModel):
 
 #: Fields that do not change what a run computes, left out of the config hash, so that the same
 #: trial started from two sweeps (or with another run name) is recognised as the same.
-HASH_EXCLUDE = {"tracking", ("model", "name"), ("model", "checkpoint_recursion"), ("train", "progress_bar"),
+HASH_EXCLUDE = {"tracking", ("model", "name"), ("model", "checkpoint_recursion"), ("model", "attn_kernel"), ("train", "progress_bar"),
                 ("train", "compile"), ("train", "checkpoint_dir"), ("train", "val_interval"),
                 ("train", "checkpoint_every"), ("train", "num_threads"), ("train", "test_recursion_steps"),
                 ("train", "devices"), ("train", "accelerator"),

@@ -66,3 +66,55 @@ def test_python_dash_m_runs_the_same_command():
     p = subprocess.run([sys.executable, "-m", "cemlab.bench", "layers", "--variants", "llama", "cem T3"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "unknown variants ['cem T3']" in p.stderr
+
+
+# -- cemlab bench kernels: the GPU table's code path, run on the CPU at tiny shapes ----------------
+
+
+def _kernels_table(tmp_path, monkeypatch, *extra):
+    from cemlab.bench import kernels
+
+    monkeypatch.setattr("cemlab.hardware.peak_flops", lambda name=None: 1e12)  # a known peak, so MFU is printed
+    out = tmp_path / "kernels.csv"
+    rc = kernels.main(["--device", "cpu", "--presets", "nano", "--seq", "32", "--batch", "2", "--steps", "1",
+                       "--rounds", "2", "--threads", "1", "--csv", str(out), *extra])
+    assert rc == 0
+    with open(out) as f:
+        return list(csv.DictReader(f))
+
+
+def test_kernels_bench_train_table(tmp_path, monkeypatch):
+    """Rows, ratios, MFU and the attention kernel each model really gets, in bf16 autocast as on a GPU."""
+    rows = _kernels_table(tmp_path, monkeypatch, "--dtype", "bf16", "--variants", "llama", "hf-llama",
+                          "cem-attn ref", "cem-attn flex", "cem T2")
+    by = {r["variant"]: r for r in rows}
+    assert list(by) == ["llama", "hf-llama", "cem-attn ref", "cem-attn flex", "cem T2"]
+    ref = float(by["llama"]["tokens_per_s"])
+    cfg = ModelConfig.preset("nano")
+    for name in ("llama", "hf-llama", "cem-attn ref", "cem T2"):
+        r = by[name]
+        tps = float(r["tokens_per_s"])
+        assert tps > 0 and float(r["throughput_vs_llama"]) == pytest.approx(tps / ref)
+        over = layers.VARIANTS["cem T2"] if name == "cem T2" else dict(attention="cem") if name.startswith("cem") else {}
+        fpt = flops_per_token(cfg.model_copy(update=over), 32)["train"]
+        assert float(r["gflop_per_token"]) == pytest.approx(fpt / 1e9)
+        assert float(r["mfu"]) == pytest.approx(tps * fpt / 1e12)
+    # Llama's causal SDPA call gets the flash kernel; CEM attention's learnable self/other bias is a
+    # mask that needs a gradient, which only the math kernel takes on CPU.
+    assert by["llama"]["kernel"].startswith("FLASH_ATTENTION") and by["hf-llama"]["kernel"].startswith("FLASH_ATTENTION")
+    assert by["cem-attn ref"]["kernel"] == "MATH (Dh=16, float mask)"
+    # FlexAttention has no CPU backward: the row says so instead of a number
+    assert "no CPU backward" in by["cem-attn flex"]["kernel"] and by["cem-attn flex"]["tokens_per_s"] == "nan"
+
+
+def test_kernels_bench_forward_pass_times_flex(tmp_path, monkeypatch):
+    rows = _kernels_table(tmp_path, monkeypatch, "--pass", "forward", "--variants", "llama", "cem-attn ref",
+                          "cem-attn flex", "cem-attn diag ref")
+    by = {r["variant"]: r for r in rows}
+    assert by["cem-attn flex"]["kernel"] == "flex-dense (Dh=16)" and float(by["cem-attn flex"]["tokens_per_s"]) > 0
+    # without autograd the 4-d bias mask gets the CPU flash kernel; the diagonal widens queries and
+    # keys by D (80 channels) but not the values, which only the math kernel accepts
+    assert by["cem-attn ref"]["kernel"] == "FLASH_ATTENTION (Dh=16, float mask)"
+    assert by["cem-attn diag ref"]["kernel"] == "MATH (Dh=80, float mask)"
+    fwd = flops_per_token(ModelConfig.preset("nano", attention="cem", kq_diagonal="shared"), 32)["forward"]
+    assert float(by["cem-attn diag ref"]["gflop_per_token"]) == pytest.approx(fwd / 1e9)

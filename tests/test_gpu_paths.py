@@ -132,3 +132,15 @@ def test_mfu_is_model_flops_over_device_peak(monkeypatch):
     assert cb.latest[schema.TOKENS_PER_S] == pytest.approx(tokens_per_s)
     assert cb.latest[schema.FLOPS_PER_S] == pytest.approx(tokens_per_s * fpt)
     assert cb.latest[schema.MFU] == pytest.approx(tokens_per_s * fpt / (989e12 * 8))
+
+
+def test_train_compile_auto_means_gpu_only():
+    """``train.compile: auto`` (the default) compiles on a GPU and not on the CPU; true/false force it."""
+    from cemlab.config import load_run_config
+
+    assert load_run_config(None, []).train.compile == "auto"
+    for value, gpu, cpu in (("auto", True, False), ("true", True, True), ("false", False, False)):
+        t = load_run_config(None, [f"train.compile={value}"]).train
+        assert (t.compiles("gpu"), t.compiles("cpu")) == (gpu, cpu), value
+    with pytest.raises(ValueError, match="train.compile"):
+        load_run_config(None, ["train.compile=sometimes"])

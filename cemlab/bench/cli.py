@@ -1,6 +1,7 @@
 """``cemlab bench WHAT``: benchmarks that print numbers (never timed tests).
 
 - ``layers``: forward+backward tokens/s and memory of Llama, CEM variants and Hugging Face Llama.
+- ``kernels``: CEM attention's reference and flex paths against Llama, compiled and not (GPU table).
 - ``train``: Lightning training step vs a bare PyTorch loop; data start-up from the token cache.
 - ``data``: first-run and cached start-up of the data pipeline.
 """
@@ -12,6 +13,7 @@ import importlib
 
 BENCHES = {
     "layers": "cemlab.bench.layers",
+    "kernels": "cemlab.bench.kernels",
     "train": "cemlab.bench.train",
     "data": "cemlab.bench.data",
 }

@@ -58,7 +58,7 @@ def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) ->
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
     task = make_task(cfg)
     model = task.model.to(device).train()
-    forward = torch.compile(model) if t.compile else model
+    forward = torch.compile(model) if t.compiles(accelerator) else model
     decay, no_decay = decay_groups(model)
     params = dict(model.named_parameters())
     opt = torch.optim.AdamW([{"params": [params[n] for n in decay], "weight_decay": t.weight_decay},
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"run: {run_name(cfg)}; "
           f"batch {plan.batch_size} x {plan.seq_len} tokens, micro-batch {plan.micro_batch_size} "
-          f"(accumulation {plan.accumulation}); {precision} on {device}; compile={cfg.train.compile}")
+          f"(accumulation {plan.accumulation}); {precision} on {device}; compile={cfg.train.compiles(accelerator)}")
     bare, light = [], []
     for r in range(args.rounds):
         bare.append(bare_loop(cfg, plan, data, args.warmup, accelerator, precision))

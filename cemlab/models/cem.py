@@ -24,7 +24,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from cemlab.config import ModelConfig
-from cemlab.models.common import Positions, Preconditioner, RMSNorm, causal_mask, silu_integral
+from cemlab.models.common import (
+    Positions, Preconditioner, RMSNorm, alibi_slopes, causal_alibi, causal_mask, silu_integral,
+)
 
 
 class CEMSublayer(nn.Module):
@@ -91,9 +93,14 @@ class CEMAttention(CEMSublayer):
     ``b_self - b_other`` is identifiable; it is the one learnable scalar per head kept here
     (``self_bias``).
 
-    Fused path: the scores and o_k come from ``scaled_dot_product_attention(q, k, k)``; the KQ
-    diagonal rides along as D extra query/key channels ``[q_k, d_k * u] . [k_j, hn_j]``; the
-    preconditioners are folded into the output projection (no D x D matrix is formed).
+    Reference path (``attn_kernel='reference'``): the scores and o_k come from
+    ``scaled_dot_product_attention(q, k, k)`` with the biases as a materialised [K, S, S] float
+    mask; the KQ diagonal rides along as D extra query/key channels ``[q_k, d_k * u] . [k_j, hn_j]``.
+    Flex path (``'flex'``; ``'auto'`` picks it on CUDA): FlexAttention with ALiBi and the
+    self/other bias as a ``score_mod`` and causality as a block mask, so no [K, S, S] tensor
+    exists; a ``shared`` diagonal is one [B, S, S] score term per step (one matmul instead of K
+    widened heads), read by the ``score_mod``; a ``per_head`` one keeps the D extra channels. Both
+    paths fold the preconditioners into the output projection (no D x D matrix is formed).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -115,6 +122,8 @@ class CEMAttention(CEMSublayer):
         )
         self.steps, self.eta, self.reuse = cfg.attn_steps, cfg.attn_eta, cfg.attn_reuse
         self.checkpointed = cfg.checkpoint_recursion
+        self.flex_on = {"cuda": uses_flex(cfg, "cuda"), "other": uses_flex(cfg, "cpu")}  # by device type
+        self.register_buffer("alibi_slopes", alibi_slopes(K, cfg.alibi_max_bias).float(), persistent=False)
 
     # -- pieces ---------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -123,14 +132,20 @@ class CEMAttention(CEMSublayer):
         return x.view(B, S, self.n_heads, self.head_dim).transpose(1, 2)
 
     def score_bias(self, pos: Positions, dtype: torch.dtype) -> torch.Tensor | None:
-        """b_ijk plus the causal mask, [K or 1, S, S]; None when plain causal masking is enough."""
+        """b_ijk plus the causal mask, [1, K or 1, S, S]; None when plain causal masking is enough.
+
+        4-d, because SDPA on CPU considers its flash kernel only for a 4-d mask (a 3-d one always
+        gets the math kernel); a mask that needs a gradient (learnable self bias) gets math anyway."""
         if not self.use_alibi and self.self_bias is None:
             return None
         bias = (pos.alibi if self.use_alibi else causal_mask(pos.seq_len, pos.device)).to(dtype)
         if self.self_bias is not None:
             eye = torch.eye(pos.seq_len, device=bias.device, dtype=dtype)
             bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
-        return bias
+        return bias[None]
+
+    def uses_flex(self, device: torch.device) -> bool:
+        return self.flex_on["cuda" if torch.device(device).type == "cuda" else "other"]
 
     def output_weights(self) -> tuple:
         """The output projection with the preconditioners folded in, computed once per layer.
@@ -157,7 +172,8 @@ class CEMAttention(CEMSublayer):
         """Keys (= values) from the normalised input, computed once per layer (Algorithm 1)."""
         hn = self.norm(h)
         k = self._heads(self.Wk(hn))
-        bias = self.score_bias(pos, h.dtype)
+        # flex: the causal block mask stands where the reference keeps its dense bias
+        bias = causal_block_mask(pos, h.device) if self.uses_flex(h.device) else self.score_bias(pos, h.dtype)
         return (hn, k, bias, *self.output_weights())
 
     def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
@@ -167,16 +183,19 @@ class CEMAttention(CEMSublayer):
         K, Dh = self.n_heads, self.head_dim
         q = self._heads(self.Wq(u))
         q_ext, k_ext, v = q, k, k  # values = keys (eq. 5)
-        if self.kq_diag is not None:
+        if not isinstance(bias, torch.Tensor) and bias is not None:  # a block mask: the flex path
+            o = self.flex_scores(u, hn, q, k, bias)
+        elif self.kq_diag is not None:
             # hn_j^T diag(d_k) u_i as D extra channels, so the fused kernel sees one dot product.
             du = (self.kq_diag[:, None, :] * u[:, None]).expand(B, K, S, D)
             hn_k = hn[:, None].expand(B, K, S, D)
             q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
             if self.exact:
                 v = torch.cat([k, hn_k], -1)  # also returns sum_j alpha_ijk hn_j
-        o = F.scaled_dot_product_attention(
-            q_ext, k_ext, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / self.tau
-        )
+        if isinstance(bias, torch.Tensor) or bias is None:
+            o = F.scaled_dot_product_attention(
+                q_ext, k_ext, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / self.tau
+            )
         if self.exact and self.kq_diag is not None:
             o, o_hn = o.split([Dh, D], dim=-1)
         o = o.transpose(1, 2)  # [B, S, K, Dh]
@@ -191,10 +210,46 @@ class CEMAttention(CEMSublayer):
             y = y + g.sum(-2)
         return y
 
+    def flex_scores(self, u: torch.Tensor, hn: torch.Tensor, q: torch.Tensor, k: torch.Tensor, block_mask):
+        """o_k = sum_j alpha_ijk v_j by FlexAttention, [B, K, S, Dh (+ D when exact)]: the same
+        scores as the reference path, with the biases computed inside the kernel (``score_mod``)."""
+        B, S, D = u.shape
+        K = self.n_heads
+        q_ext, k_ext, v = q, k, k
+        diag_scores = None
+        if self.kq_diag is not None:
+            hn_k = hn[:, None].expand(B, K, S, D)
+            if self.kq_diag.shape[0] == 1:  # shared d: hn_j^T diag(d) u_i / tau, one [B, S, S] term
+                # (1/tau folded in before the matmul: inductor's CPU flex kernel reads a captured
+                # tensor only when it is a realised buffer such as a matmul's output)
+                diag_scores = (self.kq_diag[0] * (u / self.tau)) @ hn.transpose(-1, -2)
+            else:  # per head: D extra channels, as in the reference path (no [K, S, S] tensor)
+                du = (self.kq_diag[:, None, :] * u[:, None]).expand(B, K, S, D)
+                q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
+            if self.exact:
+                v = torch.cat([k, hn_k], -1)
+        slopes = self.alibi_slopes.to(q.dtype) if self.use_alibi else None
+        self_bias = self.self_bias.to(q.dtype) if self.self_bias is not None else None
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            if slopes is not None:  # ALiBi: -m_k (i - j); j > i is masked by the block mask
+                score = score - slopes[h] * (q_idx - kv_idx)
+            if self_bias is not None:
+                score = score + torch.where(q_idx == kv_idx, self_bias[h], 0.0)
+            if diag_scores is not None:
+                score = score + diag_scores[b, q_idx, kv_idx]
+            return score
+
+        return flex(q_ext.contiguous(), k_ext.contiguous(), v.contiguous(), score_mod, block_mask, 1.0 / self.tau)
+
     def energy(self, u: torch.Tensor, cache: tuple, per_head: bool = False) -> torch.Tensor:
         """E(u_i | h_1..i) for every position, [B, S] (or [B, K, S] per head), eq. 1 with biases."""
         hn, k = cache[0], cache[1]
         bias = cache[2]
+        if bias is not None and not isinstance(bias, torch.Tensor):  # flex cache: build the dense bias
+            S = u.shape[1]
+            alibi = causal_alibi(S, self.alibi_slopes, u.device, u.dtype) if self.use_alibi else None
+            bias = self.score_bias(Positions(seq_len=S, device=u.device, alibi=alibi), u.dtype)
         q = self._heads(self.Wq(u))
         s = q @ k.transpose(-1, -2)  # beta_kj . u_i restricted to the low-rank part: k_j . q_i
         if self.kq_diag is not None:
@@ -205,6 +260,52 @@ class CEMAttention(CEMSublayer):
             bias = causal_mask(u.shape[1], device=s.device, dtype=s.dtype)
         E = -self.tau * torch.logsumexp(s + bias, dim=-1)  # [B, K, S]
         return E if per_head else E.sum(1)
+
+
+def uses_flex(cfg: ModelConfig, device: torch.device) -> bool:
+    """Whether ``cfg.attn_kernel`` means the flex path on ``device``. 'auto': flex on CUDA only
+    (FlexAttention has no CPU backward in torch 2.13 and is slower than the reference on CPU), and
+    only without a ``per_head`` diagonal or the exact gradient form: those widen the heads by D
+    channels (756 at 86m), past what flex's GPU kernel holds (head widths up to 256)."""
+    if cfg.attn_kernel != "auto":
+        return cfg.attn_kernel == "flex"
+    narrow = cfg.kq_diagonal != "per_head" and not cfg.exact_energy_gradient
+    return narrow and torch.device(device).type == "cuda"
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def causal_block_mask(pos: Positions, device: torch.device):
+    """The causal block mask of this length, made once per forward and shared by every layer."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if pos.block_mask is None:
+        pos.block_mask = create_block_mask(_causal, None, None, pos.seq_len, pos.seq_len, device=device)
+    return pos.block_mask
+
+
+_compiled_flex = None
+
+
+def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
+    """FlexAttention, compiled on CUDA when the caller is not already being compiled (eager flex
+    materialises the scores); a CPU backward is refused by torch with an error naming the option."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    fn = flex_attention
+    if q.is_cuda and not torch.compiler.is_compiling():
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        fn = _compiled_flex
+    try:
+        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    except NotImplementedError as e:
+        raise NotImplementedError(
+            f"model.attn_kernel='flex' cannot run here ({e}); use model.attn_kernel='auto' or 'reference' "
+            f"on {q.device.type}") from e
 
 
 class CEMMLP(CEMSublayer):

@@ -69,13 +69,16 @@ class Positions:
     """What a forward pass knows about positions, computed once and shared by all layers.
 
     ``cos``/``sin``: RoPE tables [S, Dh] (Llama attention). ``alibi``: [K, S, S] additive bias
-    ``-m_k |i-j|`` on the causal part and ``-inf`` above the diagonal (CEM attention), or None."""
+    ``-m_k |i-j|`` on the causal part and ``-inf`` above the diagonal (CEM attention, reference
+    path), or None. ``block_mask``: FlexAttention's causal block mask (CEM attention, flex path),
+    made on first use."""
 
     seq_len: int
     device: torch.device | None = None
     cos: torch.Tensor | None = None
     sin: torch.Tensor | None = None
     alibi: torch.Tensor | None = None
+    block_mask: object | None = None
 
 
 def causal_mask(seq_len: int, device=None, dtype=torch.float32) -> torch.Tensor:

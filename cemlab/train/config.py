@@ -31,7 +31,13 @@ class TrainConfig(BaseModel):
     precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = Field(
         default="auto", description="'auto': bf16-mixed on GPU, fp32 on CPU."
     )
-    compile: bool = Field(default=False, description="torch.compile the model.")
+    compile: Literal["auto"] | bool = Field(
+        default="auto", description="torch.compile the model; 'auto': on a GPU only (on the CPU, compile time "
+        "outweighs the gain at CPU sizes, and FlexAttention trains only on CUDA).")
+
+    def compiles(self, accelerator: str) -> bool:
+        """Whether ``compile`` means compiling on ``accelerator`` ('gpu' or 'cpu')."""
+        return self.compile is True or (self.compile == "auto" and accelerator == "gpu")
     val_interval: int = Field(default=50, ge=1, description="Validate every this many optimizer steps.")
     val_batches: int = Field(default=8, ge=1, description="Validation batches per evaluation.")
     test_batches: int | None = Field(default=None, ge=1, description="Test batches at the end (None: the whole test split).")

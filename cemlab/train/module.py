@@ -49,7 +49,10 @@ class CEMLabModule(L.LightningModule):
         self.model = task.model
         # The compiled module shares the parameters but is kept out of the module tree, so that
         # checkpoints and state dicts have the same keys with and without compilation.
-        self.__dict__["_train_forward"] = torch.compile(self.model) if cfg.train.compile else self.model
+        from cemlab.train.run import accelerator_and_precision
+
+        compiled = cfg.train.compiles(accelerator_and_precision(cfg)[0])
+        self.__dict__["_train_forward"] = torch.compile(self.model) if compiled else self.model
         inject = os.environ.get(INJECT_NAN_ENV)
         self._inject_nan_step = int(inject) if inject else None
         self._loss_sum: torch.Tensor | None = None
