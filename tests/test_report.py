@@ -388,7 +388,7 @@ REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 PAPER_FIGURE_FILES = {
     "attention_replacement": ["fig2a"], "mlp_replacement": ["fig2b"], "recursion_ablation": ["fig2c", "fig2d"],
     "lr_sweep": ["fig3a"], "lr_search": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
-    "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": [],
+    "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": [], "x0_ablation": [],
 }
 
 

@@ -513,7 +513,7 @@ def energy(ctx) -> Figure | None:
             for step, value in ctx.history(t["run_id"], key):
                 rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
                                  run_id=t["run_id"], sublayer=m.group(1), layer=int(m.group(2)), step=step,
-                                 energy=value))
+                                 energy=value, score_only=bool(t.get("score_only", False)) and m.group(1) == "attn"))
     if not rows:
         return None
     data = pd.DataFrame(rows)
@@ -532,7 +532,15 @@ def energy(ctx) -> Figure | None:
             curve = g.groupby("step")["delta"].mean()
             first = g.iloc[0]
             label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if trials["lr"].nunique() > 1 else "")
-            ax.plot(curve.index, curve.values, "-o", ms=3, color=CYCLE[i % len(CYCLE)], label=label)
+            if first["score_only"]:
+                label += " (score-only: not descent)"
+            # the seed spread: a band between the lowest and highest seed (mean over layers)
+            per_seed = g.groupby(["seed", "step"])["delta"].mean().unstack("seed")
+            if per_seed.shape[1] > 1:
+                ax.fill_between(per_seed.index, per_seed.min(axis=1), per_seed.max(axis=1), alpha=0.15,
+                                color=CYCLE[i % len(CYCLE)], lw=0)
+            ax.plot(curve.index, curve.values, "--o" if first["score_only"] else "-o", ms=3,
+                    color=CYCLE[i % len(CYCLE)], label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("recursion step t")
         ax.set_ylabel("energy - energy at t=0")
@@ -545,7 +553,10 @@ def energy(ctx) -> Figure | None:
     data = data.drop(columns=["cell"])
     return Figure("energy", "Energy after each recursion step", (
         "Mean energy of each CEM sublayer on a fixed validation batch after each recursion step, as the "
-        "change from the starting point (t=0), averaged over layers and seeds. Descent steps lower it."),
+        "change from the starting point (t=0), averaged over layers and seeds (bands: lowest to highest seed). "
+        "Descent steps with a small enough step size lower it. Attention runs marked 'score-only' (dashed) use "
+        "Algorithm 1's KQ diagonal in the scores only: their step is not the gradient of the stated energy, so "
+        "the energy need not fall (exact_energy_gradient=true makes it so; docs/layers.md)."),
         {"energy": data}, fig)
 
 
@@ -578,6 +589,10 @@ def test_time(ctx) -> Figure | None:
             first = g.iloc[0]
             color = CYCLE[i % len(CYCLE)]
             label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if many_lr else "")
+            per_seed = g.pivot_table(index="test_T", columns="seed", values="value")
+            if per_seed.shape[1] > 1:  # the seed spread: lowest to highest seed
+                ax.fill_between(per_seed.index, per_seed.min(axis=1), per_seed.max(axis=1), alpha=0.15, color=color,
+                                lw=0)
             ax.plot(curve.index, curve.values, "-o", ms=3, color=color, label=label)
             if first["trained_T"] in curve.index:  # the recursion steps it was trained with
                 ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=color)
@@ -591,7 +606,8 @@ def test_time(ctx) -> Figure | None:
     fig.tight_layout()
     return Figure("test_time_recursion", "Test-time recursion", (
         "Test metric when only the number of recursion steps at evaluation is changed (the model is trained "
-        "with T steps, squares). A new dimension for test-time compute (paper sec. 5.2)."),
+        "with T steps, squares; bands: lowest to highest seed). A new dimension for test-time compute (paper "
+        "sec. 5.2); the claim 'test-time-recursion' judges it."),
         {"test_time_recursion": data.drop(columns=["cell"])}, fig)
 
 

@@ -183,6 +183,9 @@ def trial_row(trial, order: int) -> dict[str, Any]:
         "eta": _fmt_eta(axes["eta"]) if "eta" in axes else _derived_eta(cfg),
         "x0": str(axes.get("x0", getattr(cfg.model, "cem_x0", "h"))) if cfg.task == "lm" else "",
         "corpus": corpus_of(cfg),
+        # Algorithm 1's KQ diagonal in the scores only: the attention step is not the energy's gradient
+        "score_only": bool(cfg.task == "lm" and cfg.model.attention == "cem" and cfg.model.kq_diagonal != "none"
+                           and not cfg.model.exact_energy_gradient),
     }
     cell_axes = {k: v for k, v in axes.items() if k != "seed"}
     cell_axes.update(group=group, variant=row["variant"], size=row["size"], sweep=row["sweep"])
@@ -234,7 +237,7 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             rows.append(row)
     columns = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
                "task", "metric", "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched",
-               "eta", "x0", "corpus", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail",
+               "eta", "x0", "corpus", "score_only", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail",
                *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
 
