@@ -554,3 +554,42 @@ def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch
     data = json.loads(capsys.readouterr().out)
     assert data["search"] == "optuna" and data["total_tokens"] == plan.total_tokens
     assert [(t["samples"], t["status"]) for t in data["trials"]] == [(3, "done"), (3, "partial"), (3, "todo")]
+
+
+@pytest.mark.parametrize("name", ["recursion_ablation", "reuse_vs_recursion_attention", "reuse_vs_recursion_mlp"])
+def test_workstation_scale_trains_every_trial_at_20_tokens_per_llama_parameter(name):
+    """Chinchilla, as the paper: 20 training tokens per parameter of the matched Llama (counted
+    here from a real model), and 3 seeds in every cell of the recursion sweeps."""
+    from cemlab.models import build_model, count_parameters
+    from cemlab.sweeps.plan import make_plan
+
+    plan = make_plan(name, "workstation", read_store=False)
+    assert plan.rows
+    for r in plan.rows:
+        llama = count_parameters(build_model(r.trial.config.model.matched_baseline()))["total"]
+        assert r.budget_params == llama and r.tokens >= 20 * llama
+    cells: dict[str, set] = {}
+    for r in plan.rows:
+        key = tuple(sorted((k, str(v)) for k, v in r.trial.axes.items() if k != "seed"))
+        cells.setdefault(key, set()).add(r.trial.axes["seed"])
+    assert min(len(s) for s in cells.values()) >= 3
+
+
+def test_prose_scales_are_their_base_scale_on_another_corpus():
+    """A `like:` scale keeps the models, budgets and the sweep's restrictions of its base scale and
+    changes what it names: here the corpus."""
+    for base, prose in (("tiny", "tiny-prose"), ("workstation", "workstation-prose")):
+        a, b = load_sweep("recursion_ablation").expand(base), load_sweep("recursion_ablation").expand(prose)
+        assert [t.trial_id for t in a] == [t.trial_id for t in b]
+        for x, y in zip(a, b):
+            assert x.config.model == y.config.model and x.config.train == y.config.train
+            assert x.config.data.source != "text" and y.config.data.source == "text"
+            assert y.config.data.path == "/usr/share/doc/python3.11/html/_sources"
+            assert x.config_hash != y.config_hash
+
+
+def test_like_must_name_a_base_scale(sweep_dir):
+    text = (sweep_dir / "scales.yaml").read_text() + "\nloop-a:\n  like: loop-b\nloop-b:\n  like: tiny\n"
+    (sweep_dir / "scales.yaml").write_text(text)
+    with pytest.raises(SweepError, match=r"loop-a.like: 'loop-b' must name a scale of this file that is not itself"):
+        load_scales(sweep_dir / "scales.yaml")

@@ -216,11 +216,15 @@ class ClaimData:
 
 
 def _regime(rows: list) -> dict:
-    """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus."""
+    """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
+    with the number of passes over its training split (token budget / training tokens)."""
     r = rows[0]
     budget, params = float(r.get("token_budget", math.nan)), float(r.get("params_total", math.nan))
+    corpus, have = str(r.get("corpus", "") or ""), float(r.get("train_tokens", math.nan))
+    if corpus and math.isfinite(budget) and math.isfinite(have) and have > 0:
+        corpus += f" ({budget / have:.2g} epochs)"
     return dict(tokens_per_param=budget / params if params and math.isfinite(params) else math.nan,
-                steps=float(r.get("total_steps", math.nan)), corpus=str(r.get("corpus", "") or ""))
+                steps=float(r.get("total_steps", math.nan)), corpus=corpus)
 
 
 def _compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Callable, text: str, tol: float = 0.0,

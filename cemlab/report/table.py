@@ -60,6 +60,7 @@ MODEL_FACTS = {
     "flops_per_example": schema.FLOPS_PER_EXAMPLE,
     "token_budget": schema.TOKEN_BUDGET,
     "total_steps": schema.TOTAL_STEPS,
+    "train_tokens": schema.DATA_TRAIN_TOKENS,
 }
 
 #: Columns that identify a cell (with ``cell``, the JSON of the axes without the seed).
