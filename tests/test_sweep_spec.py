@@ -593,3 +593,14 @@ def test_like_must_name_a_base_scale(sweep_dir):
     (sweep_dir / "scales.yaml").write_text(text)
     with pytest.raises(SweepError, match=r"loop-a.like: 'loop-b' must name a scale of this file that is not itself"):
         load_scales(sweep_dir / "scales.yaml")
+
+
+def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
+    """What `cemlab plan recursion_ablation --scale tiny --json` shows under "grid"."""
+    from cemlab.sweeps.plan import make_plan
+
+    grid = make_plan("recursion_ablation", "tiny", read_store=False).grid()
+    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, "1/T"]
+    assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
+    smoke = make_plan("recursion_ablation", "smoke", read_store=False).grid()
+    assert smoke["seeds_per_cell"] == [2, 2]
