@@ -63,7 +63,8 @@ def _trials(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
                              task="lm", metric="test/ppl", lr=2e-3, T=T, precond="dplr", kq_diagonal="shared",
                              kernel="", param_matched=False, eta=eta, x0="h", corpus="stdlib", cell=cell, seed=seed,
                              status="finished" if math.isfinite(v) else "diverged", run_id=f"r{len(rows)}", value=v,
-                             params_total=1e5, token_budget=5e5, total_steps=400.0, flops_per_token=1.0,
+                             params_total=1e5, token_budget=5e5, total_steps=400.0, train_tokens=2e5,
+                             flops_per_token=1.0,
                              params_attention=1.0, params_mlp=1.0, params_embedding=1.0, flops_per_example=math.nan))
     return pd.DataFrame(rows)
 
@@ -95,7 +96,8 @@ def test_true_effect_null_effect_and_one_seed_per_eta():
         ref = sps.ttest_1samp(rel, 0.0).confidence_interval(0.95)
         assert verdict.n_seeds == 4 and verdict.effect == pytest.approx(rel.mean())
         assert (verdict.ci_low, verdict.ci_high) == pytest.approx((ref.low, ref.high))
-        assert verdict.tokens_per_param == pytest.approx(5.0) and verdict.steps == 400 and verdict.corpus == "stdlib"
+        assert verdict.tokens_per_param == pytest.approx(5.0) and verdict.steps == 400
+        assert verdict.corpus == "stdlib (2.5 epochs)"  # 5e5 tokens trained on a 2e5-token training split
     # a true effect in the claim's favour
     better = _verdicts({(1, "1"): t1, (2, "1"): [x * f for x, f in zip(t1, (0.95, 0.96, 0.94, 0.955))]})["eta=1"]
     assert better.verdict == SUPPORTED and better.ci_high < 0
