@@ -261,6 +261,16 @@ def test_verdicts_follow_the_values(scenario):
             assert c["scale"] == "smoke"
     missing_claims = {"full-cem-256m", "reuse-vs-recursion-attention"}
     assert got == {k: v for k, v in EXPECTED_VERDICTS.items() if k not in missing_claims}
+    # the columns scripts read; each decided row rests on a finite interval over at least two seeds
+    rec = pd.read_csv(scenario["out"] / "recursion_ablation" / "claims.csv")
+    assert {"effect", "ci_low", "ci_high", "n_seeds", "tokens_per_param", "steps"} <= set(rec.columns)
+    decided = rec[rec["verdict"].isin(["supported", "contradicted"])]
+    assert len(decided) == len(rec) and (decided["n_seeds"] == 3).all()
+    assert (decided["ci_low"] <= decided["effect"]).all() and (decided["effect"] <= decided["ci_high"]).all()
+    t2 = rec.set_index("id").loc["t2-beats-t1"]
+    assert t2["condition"] == "eta=1" and t2["ci_high"] < 0
+    # tokens per parameter of the decisive comparison's reference cell (CEM attention or MLP at T=1)
+    assert min(abs(t2["tokens_per_param"] - 2e4 / p) for p in (0.9e6, 0.8e6)) < 1e-9
     # param matching: s2 is the size that disagrees, and the numbers say so
     pm = pd.read_csv(scenario["out"] / "mlp_replacement" / "claims.csv").set_index("id").loc["param-matching-recovers"]
     s2 = next(part for part in pm["numbers"].split("; s") if "2: dim-matched" in part)
