@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -27,6 +27,8 @@ SublayerKind = Literal["llama", "cem"]
 Preconditioner = Literal["none", "diag", "dplr"]
 KQDiagonal = Literal["none", "shared", "per_head"]
 AttnKernel = Literal["auto", "reference", "flex"]
+#: A CEM step size: a fixed eta > 0, "1/T" (1/steps) or "learned" (softplus, per layer and step, from 1/T).
+StepSize = Annotated[float, Field(gt=0)] | Literal["1/T", "learned"]
 
 
 class StrictModel(BaseModel):
@@ -57,8 +59,13 @@ class ModelConfig(StrictModel):
 
     attn_steps: int = Field(default=1, ge=1, description="CEM attention recursion steps T_eps (paper sec. 2.3).")
     mlp_steps: int = Field(default=1, ge=1, description="CEM MLP recursion steps T_xi.")
-    attn_eta: float = Field(default=1.0, gt=0, description="CEM attention step size eta_eps.")
-    mlp_eta: float = Field(default=1.0, gt=0, description="CEM MLP step size eta_xi.")
+    attn_eta: StepSize = Field(
+        default=1.0, description="CEM attention step size eta_eps: a number > 0 (every step), '1/T' (total step "
+        "T*eta = 1 whatever T) or 'learned' (one positive scalar per layer and step, initialised to 1/T).")
+    mlp_eta: StepSize = Field(default=1.0, description="CEM MLP step size eta_xi: a number > 0, '1/T' or 'learned'.")
+    cem_x0: Literal["h", "rmsnorm"] = Field(
+        default="h", description="Where a CEM sublayer's descent state starts: 'h' (the residual stream, x0 = h) or "
+        "'rmsnorm' (x0 = RMSNorm(h), the residual absorbed into the recursion: Algorithm 1 read literally).")
     attn_precond: Preconditioner = Field(default="none", description="Per-head preconditioner P_k for CEM attention.")
     mlp_precond: Preconditioner = Field(default="none", description="Preconditioner P_mlp for the CEM MLP.")
     attn_precond_rank: int = Field(default=4, ge=1, description="Low rank R of the dplr attention preconditioner (paper C.4: 4).")
@@ -238,8 +245,16 @@ HASH_EXCLUDE = {"tracking", ("model", "name"), ("model", "checkpoint_recursion")
                 ("data", "cache_dir")}
 
 
+#: Fields added after runs were made, left out of the hash while at these defaults, so that the
+#: runs made before they existed (which computed exactly that) still match their grid cells.
+HASH_OMIT_AT_DEFAULT = {("model", "cem_x0"): "h"}
+
+
 def _hashable_dict(cfg: BaseModel) -> dict[str, Any]:
     d = cfg.model_dump(mode="json")
+    for (sec, key), default in HASH_OMIT_AT_DEFAULT.items():
+        if isinstance(d.get(sec), dict) and d[sec].get(key, default) == default:
+            d[sec].pop(key, None)
     for item in HASH_EXCLUDE:
         if isinstance(item, str):
             d.pop(item, None)

@@ -86,10 +86,13 @@ def test_report_page_renders(browser, tmp_path, monkeypatch):
             "return arguments[0].complete && arguments[0].naturalWidth", img), 30, f"image {img.get_attribute('src')}")
         assert width > 100
     rows = browser.find_elements(By.CSS_SELECTOR, "#verdicts table tbody tr")
-    assert len(rows) == len(result.verdicts) == 3
+    assert len(rows) == len(result.verdicts) == 4
     verdict_cells = browser.find_elements(By.CSS_SELECTOR, "#verdicts td.supported")
     assert [c.text for c in verdict_cells] == ["supported"] * 3
+    # the test-time curves of the crafted runs rise beyond the trained T: contradicted
+    assert [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#verdicts td.contradicted")] == ["contradicted"]
     assert "t2-beats-t1" in body_text(browser)
+    assert "scale smoke" in body_text(browser) and "3 seeds" in body_text(browser)  # the regime of each verdict
     shot = tmp_path / "report.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
 

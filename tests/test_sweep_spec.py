@@ -25,18 +25,19 @@ SCALES = ("smoke", "tiny", "paper")
 
 # Trial counts per sweep and scale, from the grids of ../shared/DESIGN.md section 2 and the
 # per-scale restrictions in the files (e.g. recursion_ablation at paper: 4 sizes x (1 Llama +
-# 2 sublayers x 2 T x 2 preconditioners) x 3 learning rates = 108).
+# 2 sublayers x 2 preconditioners x (T=1 + T=2 at 2 step sizes)) x 3 learning rates x 3 seeds = 468).
 EXPECTED_COUNTS = {
     "attention_replacement": {"smoke": 1 * 2, "tiny": 4 * 2, "paper": 4 * 2},
     "mlp_replacement": {"smoke": 1 * 3, "tiny": 4 * 3, "paper": 4 * 3},
-    "recursion_ablation": {"smoke": 1 * 9, "tiny": 2 * 9, "paper": 4 * 9 * 3},
+    "recursion_ablation": {"smoke": 1 * 13 * 2, "tiny": 1 * 13 * 3, "paper": 4 * 13 * 3 * 3},
     "lr_sweep": {"smoke": 1 * 2 * 3, "tiny": 2 * 2 * 5, "paper": 4 * 2 * 5},
     "lr_search": {"smoke": 1 * 2, "tiny": 1 * 2, "paper": 4 * 2},  # grid cells; Optuna samples inside each
     "kq_diagonal": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
-    "reuse_vs_recursion_mlp": {"smoke": 1 * 6, "tiny": 2 * 6, "paper": 4 * 6},
-    "reuse_vs_recursion_attention": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
+    "reuse_vs_recursion_mlp": {"smoke": 1 * 8 * 2, "tiny": 1 * 8 * 3, "paper": 4 * 8 * 3},
+    "reuse_vs_recursion_attention": {"smoke": 1 * 5 * 2, "tiny": 1 * 5 * 3, "paper": 4 * 5 * 3},
     "gp_recursion": {"smoke": 2 * 2 * 1, "tiny": 2 * 4 * 3, "paper": 2 * 4 * 5},
     "scale_256m": {"smoke": 2, "tiny": 2, "paper": 2 * 3},
+    "x0_ablation": {"smoke": 1 * 9 * 2, "tiny": 1 * 9 * 3, "paper": 2 * 9 * 3},
 }
 
 
@@ -106,28 +107,29 @@ def test_expansion_is_deterministic():
     assert a == b
     ids = [i for i, _ in a]
     assert ids[0] == "86m__llama__lr2e-3__s0"
-    assert ids[:5] == ["86m__llama__lr2e-3__s0", "86m__cem-attn_T1_diag__lr2e-3__s0",
-                       "86m__cem-attn_T1_dplr__lr2e-3__s0", "86m__cem-attn_T2_diag__lr2e-3__s0",
-                       "86m__cem-attn_T2_dplr__lr2e-3__s0"]
+    assert ids[:5] == ["86m__llama__lr2e-3__s0", "86m__llama__lr2e-3__s1", "86m__llama__lr2e-3__s2",
+                       "86m__cem-attn_T1_diag__lr2e-3__s0", "86m__cem-attn_T1_diag__lr2e-3__s1"]
+    assert ids[-1] == "86m__cem-mlp_T2_dplr_eta-1-T__lr2e-3__s2"
 
 
 def test_trial_config_is_the_layered_settings():
     """A trial's config equals one built by hand from scales.yaml and the sweep file's layers."""
     scales = load_scales()
     tiny = scales["tiny"]
-    t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["134m__cem-mlp_T2_dplr__lr2e-3__s0"]
-    size = tiny.sizes["134m"]
+    t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["86m__cem-mlp_T2_dplr_eta-1-T__lr2e-3__s1"]
+    size = tiny.sizes["86m"]
     by_hand = RunConfig.model_validate({
-        "model": {**tiny.lm.base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr"},
+        "model": {**tiny.lm.base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr",
+                  "mlp_eta": "1/T"},
         "data": tiny.lm.base["data"],
-        "train": {**tiny.lm.base["train"], **size.train, "lr": 2e-3, "seed": 0},
+        "train": {**tiny.lm.base["train"], **size.train, "lr": 2e-3, "seed": 1},
     })
     assert t.config_hash == by_hand.hash()
-    assert t.axes == {"size": "134m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr", "lr": 2e-3, "seed": 0,
-                      "T": 2, "precond": "dplr"}
-    assert t.config.model.d_model == size.model["d_model"] and t.config.model.name == "134m"
+    assert t.axes == {"size": "86m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr eta=1/T", "lr": 2e-3,
+                      "seed": 1, "precond": "dplr", "eta": "1/T"}
+    assert t.config.model.d_model == size.model["d_model"] and t.config.model.name == "86m"
     assert t.config.train.tokens == size.train["tokens"]
-    assert t.config.tracking.tags[schema.axis_tag("T")] == "2"
+    assert t.config.tracking.tags[schema.axis_tag("eta")] == "1/T"
     assert t.config.tracking.tags[schema.MODEL_KIND] == "cem-mlp"
     assert t.resources.workers == 1 and t.resources.gpus == 0
 
@@ -149,7 +151,8 @@ def test_paper_scale_is_table1_with_chinchilla_tokens_on_slimpajama():
 def test_scale_restrictions_replace_axis_values():
     spec = load_sweep("recursion_ablation")
     tiny, paper = spec.expand("tiny"), spec.expand("paper")
-    assert sorted({t.size for t in tiny}) == ["134m", "86m"] and {t.axes["lr"] for t in tiny} == {2e-3}
+    assert sorted({t.size for t in tiny}) == ["86m"] and {t.axes["lr"] for t in tiny} == {2e-3}
+    assert {t.axes["seed"] for t in tiny} == {0, 1, 2} and {t.axes.get("eta") for t in tiny} == {None, 1, "1/T"}
     assert {t.axes["lr"] for t in paper} == {1e-3, 2e-3, 4e-3}
     gp = load_sweep("gp_recursion").expand("smoke")
     assert sorted({t.axes["T"] for t in gp}) == [1, 2] and {t.axes["seed"] for t in gp} == {0}
@@ -339,7 +342,7 @@ def test_plan_counts_params_tokens_and_flops_independently():
     from cemlab.sweeps.plan import make_plan
 
     plan = make_plan("recursion_ablation", "smoke", read_store=False)
-    assert len(plan.rows) == 9 and plan.store is None
+    assert len(plan.rows) == 26 and plan.store is None
     for r in plan.rows:
         cfg = r.trial.config
         seq = cfg.model.context_length
@@ -551,3 +554,53 @@ def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch
     data = json.loads(capsys.readouterr().out)
     assert data["search"] == "optuna" and data["total_tokens"] == plan.total_tokens
     assert [(t["samples"], t["status"]) for t in data["trials"]] == [(3, "done"), (3, "partial"), (3, "todo")]
+
+
+@pytest.mark.parametrize("name", ["recursion_ablation", "reuse_vs_recursion_attention", "reuse_vs_recursion_mlp"])
+def test_workstation_scale_trains_every_trial_at_20_tokens_per_llama_parameter(name):
+    """Chinchilla, as the paper: 20 training tokens per parameter of the matched Llama (counted
+    here from a real model), and 3 seeds in every cell of the recursion sweeps."""
+    from cemlab.models import build_model, count_parameters
+    from cemlab.sweeps.plan import make_plan
+
+    plan = make_plan(name, "workstation", read_store=False)
+    assert plan.rows
+    for r in plan.rows:
+        llama = count_parameters(build_model(r.trial.config.model.matched_baseline()))["total"]
+        assert r.budget_params == llama and r.tokens >= 20 * llama
+    cells: dict[str, set] = {}
+    for r in plan.rows:
+        key = tuple(sorted((k, str(v)) for k, v in r.trial.axes.items() if k != "seed"))
+        cells.setdefault(key, set()).add(r.trial.axes["seed"])
+    assert min(len(s) for s in cells.values()) >= 3
+
+
+def test_prose_scales_are_their_base_scale_on_another_corpus():
+    """A `like:` scale keeps the models, budgets and the sweep's restrictions of its base scale and
+    changes what it names: here the corpus."""
+    for base, prose in (("tiny", "tiny-prose"), ("workstation", "workstation-prose")):
+        a, b = load_sweep("recursion_ablation").expand(base), load_sweep("recursion_ablation").expand(prose)
+        assert [t.trial_id for t in a] == [t.trial_id for t in b]
+        for x, y in zip(a, b):
+            assert x.config.model == y.config.model and x.config.train == y.config.train
+            assert x.config.data.source != "text" and y.config.data.source == "text"
+            assert y.config.data.path == "/usr/share/doc/python3.11/html/_sources"
+            assert x.config_hash != y.config_hash
+
+
+def test_like_must_name_a_base_scale(sweep_dir):
+    text = (sweep_dir / "scales.yaml").read_text() + "\nloop-a:\n  like: loop-b\nloop-b:\n  like: tiny\n"
+    (sweep_dir / "scales.yaml").write_text(text)
+    with pytest.raises(SweepError, match=r"loop-a.like: 'loop-b' must name a scale of this file that is not itself"):
+        load_scales(sweep_dir / "scales.yaml")
+
+
+def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
+    """What `cemlab plan recursion_ablation --scale tiny --json` shows under "grid"."""
+    from cemlab.sweeps.plan import make_plan
+
+    grid = make_plan("recursion_ablation", "tiny", read_store=False).grid()
+    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, "1/T"]
+    assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
+    smoke = make_plan("recursion_ablation", "smoke", read_store=False).grid()
+    assert smoke["seeds_per_cell"] == [2, 2]

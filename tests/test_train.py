@@ -172,7 +172,7 @@ def test_mlflow_holds_params_tags_histories_energies_and_config(env, runs_dir):
 
     cfg = lm_config(env, "model.attention=cem", "model.mlp=cem", "model.attn_steps=2", "model.mlp_steps=2",
                     "model.attn_precond=dplr", "model.mlp_precond=dplr", "train.tokens=16384", "train.batch_size=16",
-                    "train.micro_batch_size=8", "train.val_interval=4", "train.test_batches=2")
+                    "train.micro_batch_size=8", "train.val_interval=4", "train.test_batches=2", "model.mlp_eta=learned")
     reports = []
     result = train(cfg, tracking_uri=env["uri"], resume=False, report=reports.append)
     client = env["client"]
@@ -219,6 +219,19 @@ def test_mlflow_holds_params_tags_histories_energies_and_config(env, runs_dir):
         np.testing.assert_allclose([v for _, v in logged], trace.tolist(), rtol=1e-5, atol=1e-5)
         drops = history(client, result.run_id, schema.energy_drop_metric(sub, layer))
         assert drops[-1][0] == steps and drops[-1][1] == pytest.approx(float(trace[0] - trace[-1]), abs=1e-4)
+
+    # Step sizes at the end: attention's fixed eta = 1 (total 2), the MLP's learned values (from 1/2).
+    assert "T=2 steps of eta=1.0 (total step T*eta = 2)" in tags["mlflow.note.content"]
+    assert "NOT the gradient" not in tags["mlflow.note.content"]  # no KQ diagonal here
+    for (sub, layer), etas in {(n, i): s.step_sizes() for n, i, s in model.cem_sublayers()}.items():
+        logged = history(client, result.run_id, schema.step_size_metric(sub, layer))
+        assert [t for t, _ in logged] == [1, 2] and [v for _, v in logged] == pytest.approx(etas, rel=1e-6)
+        total = history(client, result.run_id, schema.total_step_metric(sub, layer))
+        assert total[-1][0] == steps and total[-1][1] == pytest.approx(sum(etas), rel=1e-6)
+        if sub == "attn":
+            assert etas == [1.0, 1.0]
+        else:
+            assert all(e > 0 for e in etas) and etas != [0.5, 0.5]  # learned: moved from 1/T
 
     curve = history(client, result.run_id, schema.TEST_PPL_AT_STEPS)
     assert [s for s, _ in curve] == [1, 2, 3, 4] and result.test_at_steps.keys() == {1, 2, 3, 4}

@@ -3,15 +3,22 @@
 Both sublayers share one shape (paper Algorithm 1, read as pre-norm; ../shared/DESIGN.md sec. 1):
 
     cache = prepare(h)                 # computed once per layer: keys (= values), or gamma = W h
-    x = h
+    x = h                              # x0 = 'h'; x0 = 'rmsnorm': x = RMSNorm(h) (Algorithm 1 literally)
     for t in range(T):                 # within-layer recursion (sec. 2.3)
         u = RMSNorm(x)                 # the same norm (and weight) as the one applied to h
-        x = x + eta * direction(u)     # direction(u) = -sum_k P_k grad_u E_k(u), closed form
+        x = x + eta_t * direction(u)   # direction(u) = -sum_k P_k grad_u E_k(u), closed form
 
 ``energy(u, cache)`` evaluates the energy itself from the layer's own parameters, so a test can
 differentiate it with autograd and compare with ``direction``. The step is the gradient with
 respect to the *normalised* iterate u: the RMSNorm Jacobian is not applied (as in Algorithm 1).
 With T = 1, P = I and no KQ diagonal, a CEM sublayer is a weight-tied Transformer sublayer.
+
+Step size eta_t (``*_eta``): a fixed number (the same at every step), ``"1/T"`` (1/steps: T steps
+move as far in total as one step of eta = 1), or ``"learned"`` (eta_t = softplus(a_t), one scalar
+per layer and step, positive by construction, initialised to 1/T). Where the state starts (``x0``):
+``"h"`` keeps the residual stream (x0 = h, output h + sum of the steps); ``"rmsnorm"`` reads
+Algorithm 1 literally: x0 = RMSNorm(h), the residual absorbed into the recursion (output x_T, no
+separate skip connection). docs/layers.md puts both beside the equations.
 """
 
 from __future__ import annotations
@@ -29,19 +36,54 @@ from cemlab.models.common import (
 )
 
 
+def _softplus_inverse(y: float) -> float:
+    """a with softplus(a) = y (y > 0)."""
+    return y + math.log(-math.expm1(-y))
+
+
 class CEMSublayer(nn.Module):
     """Recursion machinery shared by CEM attention and the CEM MLP.
 
     ``steps`` (T), ``eta`` (step size) and ``reuse`` (plain reuse of the whole sub-block, which
     re-runs ``prepare`` on the current state: the ablation control) are plain attributes, so the
-    number of steps can be changed at test time (``CausalLM.set_recursion_steps``).
+    number of steps can be changed at test time (``CausalLM.set_recursion_steps``). In the
+    ``1/T`` mode the step size follows the steps in use; a learned step size beyond the trained
+    steps repeats the last learned value.
     """
 
     norm: nn.Module
     steps: int = 1
     eta: float = 1.0
+    eta_mode: str = "fixed"      # 'fixed' (eta), '1/T' or 'learned' (softplus(eta_raw[t]))
+    x0: str = "h"                # 'h' or 'rmsnorm' (see the module docstring)
     reuse: int = 1
     checkpointed: bool = False
+
+    def _set_step_size(self, eta: float | str, x0: str = "h") -> None:
+        """Called by subclasses after ``steps`` is set: the step-size mode and where x starts."""
+        if x0 not in ("h", "rmsnorm"):
+            raise ValueError(f"x0 must be 'h' or 'rmsnorm', got {x0!r}")
+        self.x0 = x0
+        if eta == "learned":
+            self.eta_mode, self.eta = "learned", 1.0 / self.steps
+            self.eta_raw = nn.Parameter(torch.full((self.steps,), _softplus_inverse(1.0 / self.steps)))
+        elif eta == "1/T":
+            self.eta_mode = "1/T"
+        else:
+            self.eta_mode, self.eta = "fixed", float(eta)
+
+    def step_size(self, t: int) -> float | torch.Tensor:
+        """eta_t of recursion step t (0-based)."""
+        if self.eta_mode == "learned":
+            return F.softplus(self.eta_raw[min(t, self.eta_raw.numel() - 1)])
+        if self.eta_mode == "1/T":
+            return 1.0 / self.steps
+        return self.eta
+
+    def step_sizes(self) -> list[float]:
+        """eta_t of every step at the current number of steps (their sum is the total step)."""
+        with torch.no_grad():
+            return [float(self.step_size(t)) for t in range(self.steps)]
 
     def prepare(self, h: torch.Tensor, pos: Positions) -> tuple:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -52,22 +94,25 @@ class CEMSublayer(nn.Module):
     def energy(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def step(self, x: torch.Tensor, *cache) -> torch.Tensor:
+    def step(self, x: torch.Tensor, *cache, eta: float | torch.Tensor | None = None) -> torch.Tensor:
         """One descent step x <- x + eta * P (-grad E)(RMSNorm(x)) (eq. 3 / eq. 9, preconditioned eq. 12 / 13)."""
-        return x + self.eta * self.direction(self.norm(x), cache)
+        return x + (self.step_size(0) if eta is None else eta) * self.direction(self.norm(x), cache)
 
     def forward(self, h: torch.Tensor, pos: Positions, trace: list | None = None) -> torch.Tensor:
         x = h
         for r in range(self.reuse):
             cache = self.prepare(x, pos)
+            if self.x0 == "rmsnorm":
+                x = self.norm(x)  # Algorithm 1 literally: x0 = RMSNorm(h), the residual absorbed
             if trace is not None and r == 0:
                 trace.append(self.energy(self.norm(x), cache).mean())
-            for _ in range(self.steps):
+            for t in range(self.steps):
+                eta = self.step_size(t)
                 if self.checkpointed and torch.is_grad_enabled():
                     # Only x is kept per step; the step's activations are recomputed in backward.
-                    x = checkpoint(self.step, x, *cache, use_reentrant=False)
+                    x = checkpoint(self.step, x, *cache, eta=eta, use_reentrant=False)
                 else:
-                    x = self.step(x, *cache)
+                    x = self.step(x, *cache, eta=eta)
                 if trace is not None and r == 0:
                     trace.append(self.energy(self.norm(x), cache).mean())
         return x
@@ -120,7 +165,8 @@ class CEMAttention(CEMSublayer):
             Preconditioner(K, D, cfg.attn_precond, cfg.attn_precond_rank, cfg.init_std)
             if cfg.attn_precond != "none" else None
         )
-        self.steps, self.eta, self.reuse = cfg.attn_steps, cfg.attn_eta, cfg.attn_reuse
+        self.steps, self.reuse = cfg.attn_steps, cfg.attn_reuse
+        self._set_step_size(cfg.attn_eta, cfg.cem_x0)
         self.checkpointed = cfg.checkpoint_recursion
         self.flex_on = {"cuda": uses_flex(cfg, "cuda"), "other": uses_flex(cfg, "cpu")}  # by device type
         self.register_buffer("alibi_slopes", alibi_slopes(K, cfg.alibi_max_bias).float(), persistent=False)
@@ -322,22 +368,24 @@ class CEMMLP(CEMSublayer):
     ``d_hidden`` is D_v (x1.5 of the Llama MLP width when parameter-matched).
     """
 
-    def __init__(self, d_model: int, d_hidden: int, steps: int = 1, eta: float = 1.0,
+    def __init__(self, d_model: int, d_hidden: int, steps: int = 1, eta: float | str = 1.0,
                  precond: str = "none", precond_rank: int = 16, norm_eps: float = 1e-6,
-                 reuse: int = 1, checkpointed: bool = False, init_std: float = 0.02):
+                 reuse: int = 1, checkpointed: bool = False, init_std: float = 0.02, x0: str = "h"):
         super().__init__()
         self.d_model, self.d_hidden = d_model, d_hidden
         self.norm = RMSNorm(d_model, norm_eps)
         self.W = nn.Linear(d_model, d_hidden, bias=False)  # gamma = W hn (the "gate" of eq. 6, W^g)
         self.V = nn.Linear(d_model, d_hidden, bias=False)  # inside SiLU (W^u); V^T is the down projection
         self.precond = Preconditioner(1, d_model, precond, precond_rank, init_std) if precond != "none" else None
-        self.steps, self.eta, self.reuse, self.checkpointed = steps, eta, reuse, checkpointed
+        self.steps, self.reuse, self.checkpointed = steps, reuse, checkpointed
+        self._set_step_size(eta, x0)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "CEMMLP":
         return cls(cfg.d_model, cfg.cem_mlp_width, steps=cfg.mlp_steps, eta=cfg.mlp_eta,
                    precond=cfg.mlp_precond, precond_rank=cfg.mlp_precond_rank, norm_eps=cfg.norm_eps,
-                   reuse=cfg.mlp_reuse, checkpointed=cfg.checkpoint_recursion, init_std=cfg.init_std)
+                   reuse=cfg.mlp_reuse, checkpointed=cfg.checkpoint_recursion, init_std=cfg.init_std,
+                   x0=cfg.cem_x0)
 
     def prepare(self, h: torch.Tensor, pos: Positions | None = None) -> tuple:
         return (self.W(self.norm(h)),)

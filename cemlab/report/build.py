@@ -255,8 +255,33 @@ def _run_link(uri: str, run) -> str:
 
 
 def _claims_frame(verdicts) -> pd.DataFrame:
-    return claims_mod.verdict_frame(verdicts)[["id", "paper", "claim", "verdict", "scale", "numbers", "missing",
-                                               "rule"]]
+    """The claims table of the page: the verdict, its interval and its regime next to the paper's."""
+    df = claims_mod.verdict_frame(verdicts)
+    df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
+    df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
+    return df[["id", "paper", "claim", "condition", "verdict", "effect (95% CI)", "regime", "paper_regime", "numbers",
+               "missing", "rule"]]
+
+
+def _effect_text(r) -> str:
+    def pct(x):
+        return f"{x * 100:+.1f}%"
+    if not np.isfinite(r["effect"]):
+        return ""
+    ci = f" [{pct(r['ci_low'])}, {pct(r['ci_high'])}]" if np.isfinite(r["ci_low"]) else " (no interval)"
+    return f"{pct(r['effect'])}{ci}, n={int(r['n_seeds'])}"
+
+
+def _regime_text(r) -> str:
+    parts = [f"scale {r['scale']}"]
+    if r["corpus"]:
+        parts.append(f"corpus {r['corpus']}")
+    if np.isfinite(r["tokens_per_param"]):
+        parts.append(f"{r['tokens_per_param']:.3g} tokens/param")
+    if np.isfinite(r["steps"]):
+        parts.append(f"{int(r['steps'])} steps")
+    parts.append(f"{int(r['n_seeds'])} seeds")
+    return ", ".join(parts)
 
 
 def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> ReportResult:
@@ -288,7 +313,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
             sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
             made.append(f.id)
 
-    verdicts = claims_mod.evaluate(claims_mod.claims_for(ctx.sweep), ctx.cells, ctx.scale)
+    verdicts = claims_mod.evaluate(claims_mod.claims_for(ctx.sweep), ctx.cells, ctx.scale, ctx.trials, ctx.history)
     claims_df = _claims_frame(verdicts)
     claim_file = _csv(claims_mod.verdict_frame(verdicts), out_dir, "claims", written)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
@@ -391,7 +416,7 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     for claim in claims_mod.CLAIMS:
         s = scale or next((scales[n] for n in claim.sweeps if n in scales), grids.default_scale)
         ctx = contexts.setdefault(s, ReportContext(claim.sweeps[0], s, store, grids))
-        verdicts += claims_mod.evaluate([claim], ctx.cells, s)
+        verdicts += claims_mod.evaluate([claim], ctx.cells, s, ctx.trials, ctx.history)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:

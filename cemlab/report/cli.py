@@ -91,7 +91,8 @@ def _print_result(r) -> None:
         print(f"{r.sweep} [{r.scale}]: NO RUNS in {r.tracking_uri}; run `cemlab sweep {r.sweep} --scale {r.scale}` "
               f"first. Page: {r.index_html}")
         return
-    verdicts = ", ".join(f"{v.id}: {v.verdict}" for v in r.verdicts) or "no claims"
+    verdicts = ", ".join(f"{v.id}{f' ({v.condition})' if v.condition else ''}: {v.verdict}" for v in r.verdicts) \
+        or "no claims"
     others = ", ".join(f"{n} {s}" for s, n in c.items() if s not in ("trials", "runs", "reused", "finished") and n)
     print(f"{r.sweep} [{r.scale}]: {c['finished']}/{c['trials']} trials finished"
           f"{' (' + others + ')' if others else ''}; figures: {', '.join(r.figures) or 'none'}")

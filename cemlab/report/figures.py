@@ -208,11 +208,11 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
     cem = cells[cells["family"] == family]
     if cem.empty:
         return None
-    cem = _lr_reduced(cem, ["variant", "size", "T", "precond"])
+    cem = _lr_reduced(cem, ["variant", "size", "T", "precond", "eta"])
     base = ctx.baselines(cells)
     data = cem.copy()
     data["baseline_mean"] = [base.get(s, {}).get("mean", math.nan) for s in data["size"]]
-    csv = _cell_columns(data, ["T", "precond"])
+    csv = _cell_columns(data, ["T", "precond", "eta"])
     csv["baseline_mean"] = data["baseline_mean"].to_numpy()
 
     sizes = _sizes(data)
@@ -221,11 +221,15 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
     for ax, size in zip(axes[0], sizes):
         d = data[data["size"] == size]
         for precond, g in d.groupby("precond", sort=False):
-            g = g.sort_values("T")
-            ok = np.isfinite(g["mean"].to_numpy(dtype=float))
-            if ok.any():
-                _errorbar(ax, g["T"][ok], g["mean"][ok], g["std"].to_numpy(dtype=float)[ok], fmt="-o",
-                          color=PRECOND_COLORS.get(precond), label=f"precond {precond}")
+            # one line per step size of the T>1 cells; T=1 is the same model under every eta
+            etas = list(dict.fromkeys(g.loc[g["T"] > 1, "eta"])) or list(dict.fromkeys(g["eta"]))
+            for k, eta in enumerate(etas):
+                line = g[(g["T"] == 1) | (g["eta"] == eta)].sort_values("T")
+                ok = np.isfinite(line["mean"].to_numpy(dtype=float))
+                if ok.any():
+                    label = f"precond {precond}" + (f", eta={eta}" if len(etas) > 1 or eta not in ("", "1") else "")
+                    _errorbar(ax, line["T"][ok], line["mean"][ok], line["std"].to_numpy(dtype=float)[ok],
+                              fmt="-o" if k == 0 else "--s", color=PRECOND_COLORS.get(precond), label=label)
         b = base.get(size, {}).get("mean", math.nan)
         if _finite(b):
             ax.axhline(b, ls="--", color=LLAMA_COLOR, label="Llama")
@@ -247,14 +251,18 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
 
 def fig2c(ctx) -> Figure | None:
     return _recursion(ctx, "fig2c", "cem-attn", "Fig. 2c: CEM attention, recursion x preconditioner",
-                      "Test perplexity against recursion steps T, one colour per preconditioner, one panel "
-                      "per size; the dashed line is the Llama baseline of the same dimensions.")
+                      "Test perplexity against recursion steps T (seed means, bars = std), one colour per "
+                      "preconditioner, one line style per step size eta of the T=2 cells (solid eta=1, dashed "
+                      "eta=1/T), one panel per size; the dashed grey line is the Llama baseline of the same "
+                      "dimensions.")
 
 
 def fig2d(ctx) -> Figure | None:
     return _recursion(ctx, "fig2d", "cem-mlp", "Fig. 2d: CEM MLP, recursion x preconditioner",
-                      "Test perplexity against recursion steps T, one colour per preconditioner, one panel "
-                      "per size; the dashed line is the Llama baseline of the same dimensions.")
+                      "Test perplexity against recursion steps T (seed means, bars = std), one colour per "
+                      "preconditioner, one line style per step size eta of the T=2 cells (solid eta=1, dashed "
+                      "eta=1/T), one panel per size; the dashed grey line is the Llama baseline of the same "
+                      "dimensions.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,19 +399,28 @@ def recursion_gains(cells: pd.DataFrame, attention: bool) -> pd.DataFrame:
     """Per (setting, size): perplexity at T=1 and T=2 and the gain ppl(T=1) - ppl(T=2)."""
     cells = cells.copy()
     cells["setting"] = [reuse_setting(r, attention) for _, r in cells.iterrows()]
-    cells = _lr_reduced(cells, ["setting", "size", "T"])
+    cells = _lr_reduced(cells, ["setting", "size", "T", "eta"])
     rows = []
     for (setting, size), g in cells.groupby(["setting", "size"], sort=False):
-        by_t = {int(t): r for t, r in g.set_index("T").iterrows()}
-        r1, r2 = by_t.get(1), by_t.get(2)
-        row = dict(setting=setting, size=size)
-        for t, r in ((1, r1), (2, r2)):
-            for k in ("mean", "std", "n", "n_expected", "lr", "note"):
-                row[f"T{t}_{k}"] = r[k] if r is not None else (math.nan if k != "note" else "not in grid")
-        row["gain"] = row["T1_mean"] - row["T2_mean"]
-        row["rel_gain"] = row["gain"] / row["T1_mean"]
-        rows.append(row)
+        # CEM at several step sizes: one setting per eta of its T=2 cells, all sharing the T=1 cell
+        etas = list(dict.fromkeys(g.loc[g["T"] > 1, "eta"])) if setting != "plain reuse" else []
+        for eta in etas or [None]:
+            sel = g if eta is None else g[(g["T"] == 1) | (g["eta"] == eta)]
+            name = setting if eta is None or (len(etas) == 1 and eta in ("", "1")) else f"{setting} eta={eta}"
+            rows.append(_gain_row(name, size, {int(t): r for t, r in sel.set_index("T").iterrows()}))
     return pd.DataFrame(rows)
+
+
+def _gain_row(setting: str, size: str, by_t: dict) -> dict:
+    """One row of ``recursion_gains`` from the cells at T=1 and T=2 (``by_t``)."""
+    row = dict(setting=setting, size=size)
+    for t in (1, 2):
+        r = by_t.get(t)
+        for k in ("mean", "std", "n", "n_expected", "lr", "note"):
+            row[f"T{t}_{k}"] = r[k] if r is not None else (math.nan if k != "note" else "not in grid")
+    row["gain"] = row["T1_mean"] - row["T2_mean"]
+    row["rel_gain"] = row["gain"] / row["T1_mean"]
+    return row
 
 
 def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> Figure | None:
@@ -413,7 +430,7 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     gains = recursion_gains(cells, attention)
     settings = list(dict.fromkeys(gains["setting"]))
     order = ["plain reuse", "CEM dim-matched", "CEM", "CEM param-matched"]
-    settings.sort(key=lambda s: order.index(s) if s in order else len(order))
+    settings.sort(key=lambda s: (order.index(s.split(" eta=")[0]) if s.split(" eta=")[0] in order else len(order), s))
     sizes = list(dict.fromkeys(gains["size"]))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(5.8, 1.1 * len(settings) * len(sizes) + 2.5), 4.2))
@@ -422,7 +439,8 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     for setting in settings:
         g = gains[gains["setting"] == setting].set_index("size").reindex(sizes)
         xs = np.arange(len(sizes)) + x0
-        ax.axvspan(xs[0] - 0.45, xs[-1] + 0.45, color=SETTING_FILL.get(setting, "#eeeeee"), alpha=0.6, lw=0)
+        ax.axvspan(xs[0] - 0.45, xs[-1] + 0.45, color=SETTING_FILL.get(setting.split(" eta=")[0], "#eeeeee"),
+                   alpha=0.6, lw=0)
         ax.text((xs[0] + xs[-1]) / 2, 1.01, setting, transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
         for t, color in ((1, T1_COLOR), (2, T2_COLOR)):
             _errorbar(ax, xs, g[f"T{t}_mean"].to_numpy(dtype=float), g[f"T{t}_std"].to_numpy(dtype=float),
@@ -513,7 +531,7 @@ def energy(ctx) -> Figure | None:
             for step, value in ctx.history(t["run_id"], key):
                 rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
                                  run_id=t["run_id"], sublayer=m.group(1), layer=int(m.group(2)), step=step,
-                                 energy=value))
+                                 energy=value, score_only=bool(t.get("score_only", False)) and m.group(1) == "attn"))
     if not rows:
         return None
     data = pd.DataFrame(rows)
@@ -532,7 +550,15 @@ def energy(ctx) -> Figure | None:
             curve = g.groupby("step")["delta"].mean()
             first = g.iloc[0]
             label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if trials["lr"].nunique() > 1 else "")
-            ax.plot(curve.index, curve.values, "-o", ms=3, color=CYCLE[i % len(CYCLE)], label=label)
+            if first["score_only"]:
+                label += " (score-only: not descent)"
+            # the seed spread: a band between the lowest and highest seed (mean over layers)
+            per_seed = g.groupby(["seed", "step"])["delta"].mean().unstack("seed")
+            if per_seed.shape[1] > 1:
+                ax.fill_between(per_seed.index, per_seed.min(axis=1), per_seed.max(axis=1), alpha=0.15,
+                                color=CYCLE[i % len(CYCLE)], lw=0)
+            ax.plot(curve.index, curve.values, "--o" if first["score_only"] else "-o", ms=3,
+                    color=CYCLE[i % len(CYCLE)], label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("recursion step t")
         ax.set_ylabel("energy - energy at t=0")
@@ -545,7 +571,10 @@ def energy(ctx) -> Figure | None:
     data = data.drop(columns=["cell"])
     return Figure("energy", "Energy after each recursion step", (
         "Mean energy of each CEM sublayer on a fixed validation batch after each recursion step, as the "
-        "change from the starting point (t=0), averaged over layers and seeds. Descent steps lower it."),
+        "change from the starting point (t=0), averaged over layers and seeds (bands: lowest to highest seed). "
+        "Descent steps with a small enough step size lower it. Attention runs marked 'score-only' (dashed) use "
+        "Algorithm 1's KQ diagonal in the scores only: their step is not the gradient of the stated energy, so "
+        "the energy need not fall (exact_energy_gradient=true makes it so; docs/layers.md)."),
         {"energy": data}, fig)
 
 
@@ -578,6 +607,10 @@ def test_time(ctx) -> Figure | None:
             first = g.iloc[0]
             color = CYCLE[i % len(CYCLE)]
             label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if many_lr else "")
+            per_seed = g.pivot_table(index="test_T", columns="seed", values="value")
+            if per_seed.shape[1] > 1:  # the seed spread: lowest to highest seed
+                ax.fill_between(per_seed.index, per_seed.min(axis=1), per_seed.max(axis=1), alpha=0.15, color=color,
+                                lw=0)
             ax.plot(curve.index, curve.values, "-o", ms=3, color=color, label=label)
             if first["trained_T"] in curve.index:  # the recursion steps it was trained with
                 ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=color)
@@ -591,7 +624,8 @@ def test_time(ctx) -> Figure | None:
     fig.tight_layout()
     return Figure("test_time_recursion", "Test-time recursion", (
         "Test metric when only the number of recursion steps at evaluation is changed (the model is trained "
-        "with T steps, squares). A new dimension for test-time compute (paper sec. 5.2)."),
+        "with T steps, squares; bands: lowest to highest seed). A new dimension for test-time compute (paper "
+        "sec. 5.2); the claim 'test-time-recursion' judges it."),
         {"test_time_recursion": data.drop(columns=["cell"])}, fig)
 
 

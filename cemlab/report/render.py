@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from cemlab.report.claims import CONTRADICTED, NOT_ENOUGH, SUPPORTED
+from cemlab.report.claims import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
 
-VERDICT_CLASS = {SUPPORTED: "supported", CONTRADICTED: "contradicted", NOT_ENOUGH: "notenough"}
+VERDICT_CLASS = {SUPPORTED: "supported", CONTRADICTED: "contradicted", INCONCLUSIVE: "inconclusive",
+                 NOT_ENOUGH: "notenough"}
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -24,6 +25,7 @@ th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-al
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .supported { background: #d9f2d9; } .contradicted { background: #f8d4d4; } .notenough { background: #eeeeee; }
+.inconclusive { background: #fff3c4; }
 .banner { padding: 0.8em 1em; border: 1px solid #e0b000; background: #fff6d6; margin: 1em 0; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #444; max-width: 900px; }
@@ -115,9 +117,12 @@ def render_html(page: Page) -> str:
         out.append("<p>" + " &middot; ".join(f'<a href="{e(h)}">{e(t)}</a>' for t, h in page.links) + "</p>")
     if page.claims is not None:
         out.append('<h2 id="claims">Claims of the paper</h2>')
-        out.append('<p class="small">Each claim with its rule, verdict (supported / contradicted / not enough runs), '
-                   "the numbers behind it and the scale of the runs. A verdict at a small scale says what those "
-                   "runs show, not what the paper's runs show.</p>")
+        out.append('<p class="small">Each claim with its rule and verdict (supported / contradicted / inconclusive / '
+                   "not enough runs), decided by the 95% confidence interval of the paired difference over seeds "
+                   "(effect: relative change of the main metric unless the numbers say otherwise), the numbers behind "
+                   "it, and its regime (scale, corpus, tokens per parameter, optimizer steps, seeds) next to the "
+                   "paper's. A verdict at a small scale says what those runs show, not what the paper's runs show."
+                   "</p>")
         out.append('<div id="verdicts">' + _html_table(page.claims, verdict_col="verdict") + "</div>")
     for s in page.sections:
         out.append(f'<h2 id="{e(s.id)}">{e(s.title)}</h2>')

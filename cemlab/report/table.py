@@ -59,11 +59,13 @@ MODEL_FACTS = {
     "flops_per_token": schema.FLOPS_PER_TOKEN,
     "flops_per_example": schema.FLOPS_PER_EXAMPLE,
     "token_budget": schema.TOKEN_BUDGET,
+    "total_steps": schema.TOTAL_STEPS,
+    "train_tokens": schema.DATA_TRAIN_TOKENS,
 }
 
 #: Columns that identify a cell (with ``cell``, the JSON of the axes without the seed).
 CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size", "task", "metric", "lr", "T",
-                "precond", "kq_diagonal", "kernel", "param_matched"]
+                "precond", "kq_diagonal", "kernel", "param_matched", "eta", "x0", "corpus"]
 
 
 def metric_for_task(task: str) -> str:
@@ -119,6 +121,33 @@ def _derived_precond(cfg) -> str:
     return "none"
 
 
+def _derived_eta(cfg) -> str:
+    """The step size of the CEM sublayer(s) a recursion figure is about: a number (fixed eta),
+    ``1/T`` or ``learned``; empty for a model without CEM sublayers."""
+    if cfg.task == "gp":
+        return str(_gp_settings(cfg).get("eta", ""))
+    m = cfg.model
+    etas = [str(e) for e, kind in ((m.attn_eta, m.attention), (m.mlp_eta, m.mlp)) if kind == "cem"]
+    etas = list(dict.fromkeys(_fmt_eta(e) for e in etas))
+    return "/".join(etas)
+
+
+def _fmt_eta(e: Any) -> str:
+    try:
+        return f"{float(e):g}"
+    except ValueError:
+        return str(e)
+
+
+def corpus_of(cfg) -> str:
+    """A short name of the corpus a run trained on (``data.source`` plus its name or path)."""
+    if cfg.task == "gp":
+        return "gp:" + str(_gp_settings(cfg).get("kernel", ""))
+    d = cfg.data
+    name = {"hf": d.hf_dataset, "text": d.path}.get(d.source) or getattr(d, "text_package", None)
+    return f"{d.source}:{name}" if name else str(d.source)
+
+
 def _scalar(v: Any) -> Any:
     """Axis values as plain JSON scalars (lists and objects as their JSON text)."""
     if isinstance(v, (str, int, float, bool)) or v is None:
@@ -152,6 +181,12 @@ def trial_row(trial, order: int) -> dict[str, Any]:
         "kq_diagonal": str(axes.get("kq_diagonal", cfg.model.kq_diagonal)),
         "kernel": str(axes.get("kernel", gp.get("kernel", ""))),
         "param_matched": bool(axes.get("param_matched", cfg.model.mlp_param_matched)),
+        "eta": _fmt_eta(axes["eta"]) if "eta" in axes else _derived_eta(cfg),
+        "x0": str(axes.get("x0", getattr(cfg.model, "cem_x0", "h"))) if cfg.task == "lm" else "",
+        "corpus": corpus_of(cfg),
+        # Algorithm 1's KQ diagonal in the scores only: the attention step is not the energy's gradient
+        "score_only": bool(cfg.task == "lm" and cfg.model.attention == "cem" and cfg.model.kq_diagonal != "none"
+                           and not cfg.model.exact_energy_gradient),
     }
     cell_axes = {k: v for k, v in axes.items() if k != "seed"}
     cell_axes.update(group=group, variant=row["variant"], size=row["size"], sweep=row["sweep"])
@@ -203,7 +238,8 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             rows.append(row)
     columns = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
                "task", "metric", "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched",
-               "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail", *MODEL_FACTS]
+               "eta", "x0", "corpus", "score_only", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail",
+               *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
 
 

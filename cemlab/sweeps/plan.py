@@ -62,6 +62,7 @@ class TrialPlan:
     status: str = STATUS_TODO
     run_id: str | None = None
     samples: int = 1              # runs the row stands for: search: optuna samples of its cell, else 1
+    llama_params: int = 0         # parameters of the matched Llama (language models): tokens per parameter
     sample_statuses: dict[str, int] = field(default_factory=dict)  # search: optuna: sampled runs per status
 
     @property
@@ -103,6 +104,20 @@ class Plan:
         for r in self.rows:
             out[r.status] = out.get(r.status, 0) + 1
         return out
+
+    def grid(self) -> dict:
+        """The grid's shape: cells (trials equal but for the seed), seeds per cell (fewest, most)
+        and every axis with its values, e.g. to check a sweep has 3 seeds and 2 step sizes."""
+        cells: dict[tuple, set] = {}
+        axes: dict[str, list] = {}
+        for r in self.rows:
+            key = tuple(sorted((k, str(v)) for k, v in r.trial.axes.items() if k != "seed"))
+            cells.setdefault(key, set()).add(r.trial.axes.get("seed"))
+            for k, v in r.trial.axes.items():
+                if k not in ("group", "variant") and v not in axes.setdefault(k, []):
+                    axes[k].append(v)
+        sizes = [len(s) for s in cells.values()] or [0]
+        return {"cells": len(cells), "seeds_per_cell": [min(sizes), max(sizes)], "axes": axes}
 
 
 class _Accounting:
@@ -157,7 +172,8 @@ class _Accounting:
             params, fpt = self.lm_params(cfg.model), flops_per_token(cfg.model, tp.seq_len)["train"]
         return TrialPlan(trial=trial, params=params, budget_params=budget_params, tokens=tp.tokens,
                          steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens,
-                         samples=trial.search.samples if trial.search is not None else 1)
+                         samples=trial.search.samples if trial.search is not None else 1,
+                         llama_params=self.lm_params(cfg.model.matched_baseline()) if cfg.task == "lm" else 0)
 
 
 def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, str | None]]:

@@ -126,8 +126,13 @@ class TaskScale(_Strict):
 
 
 class ScaleSpec(_Strict):
-    """One scale: the concrete meaning of the size names, and per-task settings and resources."""
+    """One scale: the concrete meaning of the size names, and per-task settings and resources.
 
+    ``like: <scale>`` makes a variant of another scale (e.g. the same models on another corpus): it
+    starts from that scale's settings, merged key by key under its own, and takes the sweep files'
+    per-scale axis values of that scale unless a sweep file names this one."""
+
+    like: str | None = Field(default=None, description="A scale this one is a variant of (one level).")
     description: str = ""
     sizes: dict[str, SizeSpec] = Field(default_factory=dict)
     lm: TaskScale = Field(default_factory=TaskScale)
@@ -351,6 +356,14 @@ def load_scales(path: str | Path | None = None) -> dict[str, ScaleSpec]:
     if not p.is_file():
         raise SweepError(f"{p}: scales file not found; set CEMLAB_SWEEPS_DIR to a folder with scales.yaml")
     data = _read_yaml(p)
+    for name, raw in list(data.items()):
+        parent = raw.get("like") if isinstance(raw, dict) else None
+        if parent is None:
+            continue
+        if parent not in data or not isinstance(data[parent], dict) or data[parent].get("like"):
+            raise SweepError(f"{p}: {name}.like: {parent!r} must name a scale of this file that is not itself a "
+                             f"variant (choose among {sorted(k for k, v in data.items() if not v.get('like'))})")
+        data[name] = _merge_dicts(data[parent], raw)
     scales: dict[str, ScaleSpec] = {}
     for name, raw in data.items():
         try:
@@ -541,7 +554,7 @@ def _slug(text: str) -> str:
 def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
     src = spec.source
     scales_src = str(_scales_path_for(spec._path))
-    overrides = spec.scales.get(scale_name, {})
+    overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
     task_scale: TaskScale = getattr(scale, spec.task)
     top = {k: list(overrides.get(k, v)) for k, v in spec.top_axes().items()}
     if spec.task == "lm":

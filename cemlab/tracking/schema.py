@@ -84,6 +84,17 @@ def energy_drop_metric(sublayer: str, layer: int) -> str:
     return f"energy/{sublayer}/L{layer}/final_drop"
 
 
+def step_size_metric(sublayer: str, layer: int) -> str:
+    """eta_t of each recursion step of a CEM sublayer at the end of training (``step`` = t, 1-based):
+    the fixed eta, 1/T, or the learned value."""
+    return f"eta/{sublayer}/L{layer}"
+
+
+def total_step_metric(sublayer: str, layer: int) -> str:
+    """sum_t eta_t of a CEM sublayer at the end of training (T * eta for a fixed step size)."""
+    return f"eta/{sublayer}/L{layer}/total"
+
+
 # Static model facts, logged once (step 0).
 PARAMS_TOTAL = "model/params_total"
 PARAMS_ATTENTION = "model/params_attention"

@@ -197,6 +197,8 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             parent = parent_run_id or cfg.tracking.parent_run_id
             experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
             tags = mr.run_tags(cfg, role=role or ("trial" if parent else "train"), parent_run_id=parent)
+            if task.description():
+                tags.setdefault("mlflow.note.content", task.description())  # the run's description in the UI
             run_id = mr.create_run(client, experiment_id, name, tags)
             mr.log_params(client, run_id, flatten(cfg))
             mr.log_config(client, run_id, cfg)
@@ -382,6 +384,10 @@ def _final_evaluation(cfg, trainer, module, task, data, plan, energy_batch, metr
             for t, value in enumerate(trace.tolist()):
                 metrics.add(schema.energy_metric(sub, layer), value, t)
             metrics.add(schema.energy_drop_metric(sub, layer), float(trace[0] - trace[-1]), step)
+        for (sub, layer), etas in task.step_sizes().items():  # fixed, 1/T or the learned values at the end
+            for t, eta in enumerate(etas, 1):
+                metrics.add(schema.step_size_metric(sub, layer), eta, t)
+            metrics.add(schema.total_step_metric(sub, layer), sum(etas), step)
     return final, curve
 
 

@@ -84,6 +84,31 @@ class LanguageModelTask:
     def energy_trace(self, x: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
         return self.model.energy_trace(x)
 
+    def step_sizes(self) -> dict[tuple[str, int], list[float]]:
+        """eta_t of every CEM sublayer's steps (fixed, 1/T or learned), by (sublayer, layer)."""
+        return {(name, i): sub.step_sizes() for name, i, sub in self.model.cem_sublayers()}
+
+    def description(self) -> str:
+        """The run's MLflow description: what each CEM sublayer's step is (see ``step_description``)."""
+        return step_description(self.cfg.model)
+
+
+def step_description(m) -> str:
+    """One line per CEM sublayer: steps, step size, total step, where the state starts, and whether
+    the step is the gradient of the stated energy (a KQ diagonal in the scores only is not)."""
+    lines = []
+    for sub, kind, T, eta in (("attention", m.attention, m.attn_steps, m.attn_eta), ("MLP", m.mlp, m.mlp_steps,
+                                                                                        m.mlp_eta)):
+        if kind != "cem":
+            continue
+        total = {"1/T": "1", "learned": "learned, initialised to 1"}.get(eta) if isinstance(eta, str) else \
+            f"{T * float(eta):g}"
+        lines.append(f"CEM {sub}: T={T} steps of eta={eta} (total step T*eta = {total}), x0={m.cem_x0}.")
+    if m.attention == "cem" and m.kq_diagonal != "none" and not m.exact_energy_gradient:
+        lines.append("Score-only KQ diagonal (Algorithm 1): the attention step is NOT the gradient of the stated "
+                     "energy, so the energy need not fall along the recursion (exact_energy_gradient=true makes it so).")
+    return " ".join(lines)
+
 
 class GPTask:
     kind = "gp"
@@ -129,6 +154,12 @@ class GPTask:
     def recursion_steps(self, steps: int):
         with self.model.recursion_steps(steps):
             yield
+
+    def step_sizes(self) -> dict[tuple[str, int], list[float]]:
+        return {}
+
+    def description(self) -> str:
+        return ""
 
     def energy_trace(self, x: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
         trace = self.model.energy_trace(x)  # [n_layers, T+1]
