@@ -160,7 +160,7 @@ def test_x0_is_left_out_of_the_config_hash_at_its_default():
     # at the default, the hash is the one of the config without the field (runs made before it match)
     d = a.model_dump(mode="json")
     d["model"].pop("cem_x0")
-    for sec, key in (("model", "name"), ("model", "checkpoint_recursion")):
+    for sec, key in (("model", "name"), ("model", "checkpoint_recursion"), ("model", "attn_kernel")):
         d[sec].pop(key)
     for key in ("progress_bar", "compile", "checkpoint_dir", "val_interval", "checkpoint_every", "num_threads",
                 "test_recursion_steps", "devices", "accelerator"):
