@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking.store import artifact_root, default_tracking_uri, healthy
+from cemlab.tracking.store import StoreError, artifact_root, default_tracking_uri, healthy, open_sqlite_store
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -155,6 +155,7 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
             return info.url
         _stop_recorded()  # a stale record: its process, if any is left, is ours to end
         backend = default_tracking_uri()
+        open_sqlite_store(backend)  # created/migrated here, under its lock, not by the server racing others
         artifacts = artifact_root()
         log_path = mlflow_dir() / LOG_FILE
         if port is not None and not _port_free(port):
@@ -230,6 +231,15 @@ def stop_server() -> bool:
     """Stop the recorded local server of this project's store. True if one was running."""
     with _locked():
         return _stop_recorded()
+
+
+def probe_store(uri: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`~cemlab.tracking.store.StoreError` naming ``uri`` unless the store answers
+    within ``timeout_s``: an HTTP server's ``GET /health``; a sqlite store needs nothing (it is
+    created on first use)."""
+    if uri.startswith(("http://", "https://")) and not healthy(uri, timeout=timeout_s):
+        raise StoreError(f"the MLflow server at {uri} does not answer (GET /health within {timeout_s:g}s); "
+                         f"start it (or point MLFLOW_TRACKING_URI at one that runs), then run the command again")
 
 
 def shared_tracking_uri() -> str:

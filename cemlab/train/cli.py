@@ -74,9 +74,15 @@ def run(args: argparse.Namespace) -> int:
     m = result.metrics
     headline = " ".join(f"{k}={m[k]:.4g}" for k in ("test/ppl", "test/rmse", "val/ppl", "val/rmse", "train/loss")
                         if k in m)
-    print(f"cemlab train: {result.run_name}: {result.status} after {result.steps}/{result.total_steps} steps "
-          f"in {result.seconds:.0f}s; {headline}; MLflow run {result.run_id} in {result.tracking_uri}",
-          file=sys.stderr)
+    size = f" ({result.params:,} parameters)" if result.params else ""
+    if result.outcome == "trained":
+        what = f"{result.status} after {result.steps}/{result.total_steps} steps in {result.seconds:.0f}s"
+    else:  # nothing was trained: say so, never "finished"
+        what = {"reused": "already in the store, not trained again",
+                "recorded": "recorded from local state into the store, not trained again"}.get(result.outcome,
+                                                                                             result.outcome)
+    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id} in "
+          f"{result.tracking_uri}", file=sys.stderr)
     if result.diverged:
         print(f"cemlab train: diverged at step {result.diverged_step}", file=sys.stderr)
         return EXIT_DIVERGED
