@@ -11,10 +11,13 @@
    ``cemlab/<sweep>`` and a *parent run* (``cemlab.role=sweep``, tags sweep, figure, scale); when
    the latest parent run of this sweep and scale did not finish (the driver died, was interrupted,
    or trials failed), it is reopened instead, so a rerun continues the same invocation;
-3. decides per trial from the store, by config hash (the source of truth, not Tune's state):
+3. decides per trial from the store, by config hash (the source of truth, not Tune's state nor
+   the runs folder; ``cemlab.train.decide``, which ``cemlab train --resume`` uses too):
    a trial with a finished or diverged run anywhere in the store is not run again (``done`` when
    that run is a child of this parent, ``reused`` otherwise: the shared Llama baselines; reused run
-   ids are recorded on the parent as ``cemlab.reused_from``). Every other trial runs with
+   ids are recorded on the parent as ``cemlab.reused_from``). A trial whose result the runs folder
+   keeps but the store lacks (another server, a run deleted in the UI, a reset database) is
+   ``recorded`` into the store under this parent, without training. Every other trial runs with
    ``train(resume=True)``: an interrupted or failed one continues from its checkpoint in its own
    MLflow run. Runs of the trial under this parent that its checkpoint does not point to (a crash
    between creating a run and recording it) are deleted, so MLflow holds each trial once;
@@ -31,9 +34,22 @@
    no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result);
 5. shows one progress table (``cemlab.sweeps.progress``); trials log to
    ``<runs>/logs/<sweep>-<scale>/<trial>.log``;
-6. finishes the parent run (``finished``, or ``failed`` when a trial failed), writes
-   ``<runs>/logs/<sweep>-<scale>/summary.json`` and builds the sweep's report
+6. checks every outcome against the store (a trial that claims a result without an active run
+   holding it is ``missing``, a failure), finishes the parent run (``finished``, or ``failed``
+   when a trial failed) with those counts, writes ``<runs>/logs/<sweep>-<scale>/summary.json`` and
+   ``summary-<parent run id>.json`` (each replaced atomically) and builds the sweep's report
    (``cemlab.report.build_report``).
+
+Two drivers of the same sweep and scale at once (one runs folder): the second finds the first's
+``driver.lock`` held, does not reopen its parent run but opens its own, and its trials wait on
+the per-trial locks; a trial that waited takes the first sweep's run (``waited``), and the
+summary names that sweep's parent run.
+
+A store that goes away: while trials run the driver asks an HTTP store ``GET /health`` every
+2 s; after two failures in a row (or when a call of the driver fails and the store does not
+answer) it stops every trial (their checkpoints are kept), writes ``summary.json`` with the
+error, names the URI and exits with code 4; ``cemlab sweep NAME`` again, once the server is back,
+resumes. MLflow's own HTTP retries are shortened for every cemlab process (docs/tracking.md).
 
 On a cluster (``$RAY_ADDRESS``): cemlab must be installed on every node, the runs folder
 (``$CEMLAB_RUNS_DIR``: checkpoints, trial logs, Ray's storage) must be storage every node sees at
@@ -49,7 +65,8 @@ the same command resumes (step 3).
 Exit codes (:attr:`SweepResult.exit_code`): 0 every trial has a result (finished, diverged,
 stopped early, done or reused); 1 at least one trial failed (after its retries); 2 the sweep
 could not start (bad sweep file or scale, store unreachable, resources the cluster cannot give);
-3 the trials are fine but the report could not be built; 130 interrupted (rerun to resume).
+3 the trials are fine but the report could not be built; 4 the tracking store stopped answering
+(rerun once it is back); 130 interrupted (rerun to resume).
 """
 
 from __future__ import annotations
@@ -913,9 +930,9 @@ def _check_against_store(state: _Run, outcomes: list[TrialOutcome]) -> None:
             try:
                 run = state.client.get_run(o.run_id)
             except Exception as e:
-                from cemlab.train.decide import _is_connection_error
+                from cemlab.train.decide import is_connection_error
 
-                if _is_connection_error(e):
+                if is_connection_error(e):
                     raise
             if run is not None and run.info.lifecycle_stage != "active":
                 run = None

@@ -117,13 +117,13 @@ def _active_run(client: "MlflowClient", run_id: str | None) -> "Run | None":
     try:
         run = client.get_run(run_id)
     except Exception as e:  # not in this store (another server, a reset database)
-        if _is_connection_error(e):
+        if is_connection_error(e):
             raise
         return None
     return run if run.info.lifecycle_stage == "active" else None
 
 
-def _is_connection_error(e: BaseException) -> bool:
+def is_connection_error(e: BaseException) -> bool:
     import requests
 
     text = str(e)
