@@ -46,7 +46,7 @@ the per-trial locks; a trial that waited takes the first sweep's run (``waited``
 summary names that sweep's parent run.
 
 A store that goes away: while trials run the driver asks an HTTP store ``GET /health`` every
-2 s; after two failures in a row (or when a call of the driver fails and the store does not
+2 s; after three failures in a row (or when a call of the driver fails and the store does not
 answer) it stops every trial (their checkpoints are kept), writes ``summary.json`` with the
 error, names the URI and exits with code 4; ``cemlab sweep NAME`` again, once the server is back,
 resumes. MLflow's own HTTP retries are shortened for every cemlab process (docs/tracking.md).
@@ -109,10 +109,10 @@ STOP_WAIT_S = 30.0
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
 DRIVER_MEMORY = 256 * 2**20
 #: The driver asks an HTTP store ``GET /health`` this often while trials run (seconds), with this
-#: timeout, and calls it gone after this many failures in a row: named within about 10 s.
+#: timeout, and calls it gone after this many failures in a row: named within about 15 s.
 STORE_CHECK_EVERY_S = 2.0
 STORE_CHECK_TIMEOUT_S = 3.0
-STORE_CHECK_FAILURES = 2
+STORE_CHECK_FAILURES = 3
 #: Files in the sweep's log folder: the lock a running driver holds, and what it records there.
 DRIVER_LOCK = "driver.lock"
 DRIVER_STATE = "driver.json"

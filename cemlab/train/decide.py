@@ -132,34 +132,38 @@ def is_connection_error(e: BaseException) -> bool:
 
 
 def decide(client: "MlflowClient", config_hash: str, folder: Path, state: dict[str, Any] | None = None,
-           runs: "list[Run] | None" = None) -> Decision:
+           runs: "list[Run] | None" = None, own_run_first: bool = False) -> Decision:
     """The action for the config ``config_hash`` (see the module docstring). ``state``: the
     folder's ``state.json`` (read here when None); ``runs``: the store's active runs of the hash,
-    newest first, when the caller has searched already."""
+    newest first, when the caller has searched already. ``own_run_first``: the run the folder
+    names, when the store holds it, is reused or resumed before any other run of the hash is
+    looked at (``cemlab train --resume`` continues its own checkpoint; a sweep reuses any result)."""
     from cemlab.train import checkpoint as ckpt
-    from cemlab.tracking.store import best_run, find_runs_by_hash
+    from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
 
     if state is None and Path(folder).is_dir():
         state = ckpt.read_state(Path(folder))
     if runs is None:
         runs = find_runs_by_hash([config_hash], client)[config_hash]
+    own_id = (state or {}).get("run_id")
+    own = (next((r for r in runs if r.info.run_id == own_id), None) or _active_run(client, own_id)) if own_id else None
+    if own is not None and own_run_first:
+        if run_status(own) in RESULT_STATUSES:
+            return Decision(REUSE, own, state, f"the store holds this folder's run {own_id} with a result")
+        return Decision(RESUME, own, state, f"continuing run {own_id}")
     done = best_run(runs, RESULT_STATUSES)
     if done is not None:
         return Decision(REUSE, done, state, f"the store holds run {done.info.run_id} with a result")
     if state and state.get("result"):
         gap = local_record_gap(folder, state)
         if gap is None:
-            return Decision(RECORD, None, state, f"the store lacks run {state.get('run_id')}; its result is kept "
-                                                 f"in {folder}")
-        return Decision(RUN, None, None, f"the store lacks run {state.get('run_id')} and the local result cannot "
-                                         f"be recorded ({gap}): training again")
-    if state and state.get("run_id"):
-        run = next((r for r in runs if r.info.run_id == state["run_id"]), None) or \
-            _active_run(client, state["run_id"])
-        if run is not None:
-            return Decision(RESUME, run, state, f"continuing run {run.info.run_id}")
-        return Decision(RUN, None, state, f"run {state['run_id']} is not in this store (or deleted); "
-                                          f"logging into a new run")
+            return Decision(RECORD, None, state, f"the store lacks run {own_id}; its result is kept in {folder}")
+        return Decision(RUN, None, None, f"the store lacks run {own_id} and the local result cannot be recorded "
+                                         f"({gap}): training again")
+    if own is not None:
+        return Decision(RESUME, own, state, f"continuing run {own_id}")
+    if own_id:
+        return Decision(RUN, None, state, f"run {own_id} is not in this store (or deleted); logging into a new run")
     return Decision(RUN, None, state, "no run of this config yet")
 
 

@@ -183,7 +183,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         from cemlab.train import decide as dc
 
         uri = resolve_tracking_uri(tracking_uri)
-        decision = dc.decide(store.get_client(uri), config_hash, folder, state)
+        decision = dc.decide(store.get_client(uri), config_hash, folder, state, own_run_first=True)
         if decision.action == dc.REUSE:
             result = dc.result_from_run(decision.run, state, uri)
             if zero:
