@@ -656,8 +656,15 @@ def _run_grid(state: _Run, trials: list[Trial]) -> None:
             _skip(state, t, decision.run)
             continue
         if decision.action == dc.RECORD:
-            _record(state, t, folder, decision.state)
-            continue
+            with tr.try_trial_lock(folder) as mine:  # another driver may be recording or training it
+                if mine:  # decided again under the lock: what the store and the folder hold now
+                    decision = dc.decide(state.client, t.config_hash, folder)
+                    if decision.action == dc.REUSE:
+                        _skip(state, t, decision.run)
+                        continue
+                    if decision.action == dc.RECORD:
+                        _record(state, t, folder, decision.state)
+                        continue
         prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.runs_dir)
         todo[t.trial_id] = t
     if not todo:

@@ -16,7 +16,8 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    data cache folders), so the trial keeps the hash of its grid cell;
 4. holds an exclusive lock on the trial's checkpoint folder while training, so that two sweeps
    sharing a trial (the Llama baselines) never train it at the same time: the second waits, and
-   ``train(resume=True)`` then returns the first one's result without training;
+   ``train(resume=True)`` then returns the first one's result without training, reported as
+   ``waited`` with the first sweep's parent run (``cemlab_waited_on``);
 5. calls ``train(..., resume=True)``: a retried trial (Tune's ``FailureConfig``) or one rerun
    after the driver died continues from its last checkpoint and logs into the same MLflow run.
    With ``resources.workers > 1`` every Ray Train worker calls it (``distributed.fit_trial``);
@@ -147,6 +148,23 @@ def trial_lock(folder: Path):
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield waited
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def try_trial_lock(folder: Path):
+    """The trial lock of ``folder`` if no other process holds it: yields True (held until the
+    block ends) or False (busy, not waited for)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
