@@ -447,6 +447,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     owns_ray = connect_ray(cpus)
+    driver_lock = None
     try:
         warning = check_resources(trials, scale)
         if warning:
@@ -499,8 +500,9 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             else:
                 _mark_interrupted(state)
         result = _finish(state, reopened, interrupted and not watch.lost, t0, store_error=watch.lost)
-        driver_lock.release()
     finally:
+        if driver_lock is not None:
+            driver_lock.release()
         if owns_ray:
             import ray
 
