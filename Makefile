@@ -43,8 +43,8 @@ sweep: $(STAMP) ## Run a sweep: make sweep SWEEP=recursion_ablation [SCALE=tiny]
 plan: $(STAMP) ## Show a sweep's trials, what is done, tokens, FLOPs and GPU-hours (no compute)
 	$(CEMLAB) plan $(SWEEP) --scale $(SCALE)
 
-report: $(STAMP) ## Regenerate the report of a sweep from MLflow: make report SWEEP=...
-	$(CEMLAB) report $(SWEEP)
+report: $(STAMP) ## Regenerate the report of a sweep from MLflow: make report SWEEP=... [SCALE=tiny]
+	$(CEMLAB) report $(SWEEP) --scale $(SCALE)
 
 ui: $(STAMP) ## Open the MLflow dashboard on the project's store and print its address
 	$(CEMLAB) ui

@@ -9,73 +9,15 @@ the server's artifact folder.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cemlab.tracking import schema
-from pg_support import PostgresServer, die_with_parent, free_port, postgres, postgres_server  # noqa: F401
+from mlflow_support import mlflow_server
+from pg_support import PostgresServer, postgres, postgres_server  # noqa: F401
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-SERVER_START_TIMEOUT_S = 180.0
-
-
-def _mlflow_executable() -> str:
-    """The ``mlflow`` console script of the Python running the tests."""
-    exe = Path(sys.executable).with_name("mlflow")
-    return str(exe) if exe.exists() else (shutil.which("mlflow") or "mlflow")
-
-
-@contextlib.contextmanager
-def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator[str]:
-    """Run ``mlflow server`` on 127.0.0.1 and a free port; yield its URL; stop its process group."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [_mlflow_executable(), "server", "--backend-store-uri", backend_uri,
-             "--serve-artifacts", "--artifacts-destination", str(artifacts),
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=log_path.parent,
-            start_new_session=True, preexec_fn=die_with_parent,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server not healthy after {SERVER_START_TIMEOUT_S:.0f}s:\n"
-                            f"{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
 
 def test_mlflow_server_on_postgres_logs_and_reads_back_a_run(postgres: PostgresServer, tmp_path):
     from mlflow.tracking import MlflowClient

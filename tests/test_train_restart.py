@@ -52,7 +52,7 @@ def test_rerun_resumes_or_reports_finished_and_restart_keeps_the_old_files(env, 
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["resumed"] is True and result["run_id"] == first_run and result["steps"] == 8
-    assert result["already_done"] is False
+    assert result["outcome"] == "trained"
     assert client.get_run(first_run).data.tags["cemlab.status"] == "finished"
     finished_ckpt = digest(ck / "last.ckpt")
     finished_state = (ck / "state.json").read_text()
@@ -63,7 +63,7 @@ def test_rerun_resumes_or_reports_finished_and_restart_keeps_the_old_files(env, 
     out = capsys.readouterr()
     again = json.loads(out.out)
     assert again["run_id"] == first_run and again["metrics"] == result["metrics"]
-    assert again["already_done"] is True and "already has a result" in out.err and "--restart" in out.err
+    assert again["outcome"] == "reused" and "already has a result" in out.err and "--restart" in out.err
     assert digest(ck / "last.ckpt") == finished_ckpt and (ck / "state.json").read_text() == finished_state
     assert len(client.search_runs([exp])) == n_runs
 

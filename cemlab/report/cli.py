@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     for r in results:
         _print_result(r)
+        if r.empty:
+            _name_other_scales(r, store, grids, count_runs)
     if len(results) != 1:
         overview = build_overview(results, args.out, store, grids, args.scale)
         print(f"overview: {overview}")
@@ -83,6 +85,19 @@ def run(args: argparse.Namespace) -> int:
     if not results or any(r.empty for r in results):
         return EXIT_NO_RUNS
     return EXIT_OK
+
+
+def _name_other_scales(r, store, grids, count_runs) -> None:
+    """A sweep with no runs at the asked scale: name the scales where it has some."""
+    others = []
+    for s in grids.scales():
+        try:
+            if s != r.scale and count_runs(r.sweep, s, store, grids):
+                others.append(s)
+        except ValueError:  # the sweep has no grid at that scale
+            continue
+    if others:
+        print(f"  {r.sweep} has runs at scale {', '.join(others)}: add --scale {others[0]}")
 
 
 def _print_result(r) -> None:

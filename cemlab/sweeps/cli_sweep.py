@@ -4,8 +4,9 @@ See ``cemlab.sweeps.runner`` for what happens. Exit codes: 0 every trial has a r
 diverged, stopped early by ASHA, or already in the store); 1 at least one trial failed after its
 retries (the others ran; the failures and their log files are listed); 2 the sweep could not
 start (bad sweep file or scale, unreachable MLflow server, resources the Ray cluster lacks);
-3 the trials are fine but the report could not be built; 130 interrupted (Ctrl-C or SIGTERM):
-rerun the same command to resume.
+3 the trials are fine but the report could not be built; 4 the MLflow store stopped answering
+during the sweep (the running trials were stopped; rerun once it is back); 130 interrupted
+(Ctrl-C or SIGTERM): rerun the same command to resume.
 """
 
 from __future__ import annotations

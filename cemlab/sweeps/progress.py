@@ -34,10 +34,16 @@ RUNNING = "running"
 RETRYING = "retrying"
 REUSED = "reused"      # the store had a finished run of this config from another sweep invocation
 DONE = "done"          # finished in an earlier invocation of this sweep (same parent run)
+RECORDED = "recorded"  # the runs folder kept a result the store lacked: recorded into it, not trained
+WAITED = "waited"      # another sweep trained this config meanwhile (the trial waited on its lock): its run
+MISSING = "missing"    # the trial said it had a result, but the store holds no such run after the sweep
+#: Statuses that mean nothing was trained in this invocation.
+NOT_TRAINED = (REUSED, DONE, RECORDED, WAITED)
 #: Statuses a trial ends with (besides REUSED and DONE): finished, diverged, stopped, failed.
 FINAL = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED,
-         schema.STATUS_INTERRUPTED, REUSED, DONE)
-STYLE = {schema.STATUS_FINISHED: "green", DONE: "green", REUSED: "cyan", schema.STATUS_DIVERGED: "yellow",
+         schema.STATUS_INTERRUPTED, REUSED, DONE, RECORDED, WAITED, MISSING)
+STYLE = {schema.STATUS_FINISHED: "green", DONE: "green", REUSED: "cyan", RECORDED: "cyan", WAITED: "cyan",
+         MISSING: "bold red", schema.STATUS_DIVERGED: "yellow",
          schema.STATUS_STOPPED: "magenta", schema.STATUS_FAILED: "bold red", schema.STATUS_INTERRUPTED: "red",
          RUNNING: "bold blue", RETRYING: "bold yellow", QUEUED: "dim"}
 #: Axes shown in the table's "axes" column (size and variant have their own columns).
@@ -162,9 +168,9 @@ class SweepProgress:
     # -- rendering ----------------------------------------------------------------------------
     def _event_line(self, row: Row) -> str:
         parts = [time.strftime("%H:%M:%S"), f"{row.status:<11}", row.trial_id]
-        if row.status in (schema.STATUS_FINISHED, DONE, REUSED) and not math.isnan(row.test_ppl):
+        if row.status in (schema.STATUS_FINISHED,) + NOT_TRAINED and not math.isnan(row.test_ppl):
             parts.append(f"test {self.metric} {row.test_ppl:{'.2f' if self.metric == 'ppl' else '.4f'}}")
-        if row.status in FINAL and row.elapsed is not None and row.status not in (REUSED, DONE):
+        if row.status in FINAL and row.elapsed is not None and row.status not in (REUSED, DONE, RECORDED):
             parts.append(f"in {_duration(row.elapsed)}")
         if row.note:
             parts.append(f"({row.note})")
@@ -179,8 +185,9 @@ class SweepProgress:
         counts = self.counts()
         total = sum(counts.values())
         ended = sum(n for s, n in counts.items() if s in FINAL)
-        order = [RUNNING, RETRYING, QUEUED, schema.STATUS_FINISHED, DONE, REUSED, schema.STATUS_DIVERGED,
-                 schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED]
+        order = [RUNNING, RETRYING, QUEUED, schema.STATUS_FINISHED, DONE, REUSED, RECORDED, WAITED,
+                 schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED,
+                 MISSING]
         parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
         return f"{self.title}: {ended}/{total} trials done ({', '.join(parts)}), {_duration(time.time() - self.started)}"
 

@@ -13,10 +13,13 @@
    ``cemlab/<sweep>`` and a *parent run* (``cemlab.role=sweep``, tags sweep, figure, scale); when
    the latest parent run of this sweep and scale did not finish (the driver died, was interrupted,
    or trials failed), it is reopened instead, so a rerun continues the same invocation;
-3. decides per trial from the store, by config hash (the source of truth, not Tune's state):
+3. decides per trial from the store, by config hash (the source of truth, not Tune's state nor
+   the runs folder; ``cemlab.train.decide``, which ``cemlab train --resume`` uses too):
    a trial with a finished or diverged run anywhere in the store is not run again (``done`` when
    that run is a child of this parent, ``reused`` otherwise: the shared Llama baselines; reused run
-   ids are recorded on the parent as ``cemlab.reused_from``). Every other trial runs with
+   ids are recorded on the parent as ``cemlab.reused_from``). A trial whose result the runs folder
+   keeps but the store lacks (another server, a run deleted in the UI, a reset database) is
+   ``recorded`` into the store under this parent, without training. Every other trial runs with
    ``train(resume=True)``: an interrupted or failed one continues from its checkpoint in its own
    MLflow run. Runs of the trial under this parent that its checkpoint does not point to (a crash
    between creating a run and recording it) are deleted, so MLflow holds each trial once;
@@ -33,9 +36,22 @@
    no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result);
 5. shows one progress table (``cemlab.sweeps.progress``); trials log to
    ``<runs>/logs/<sweep>-<scale>/<trial>.log``;
-6. finishes the parent run (``finished``, or ``failed`` when a trial failed), writes
-   ``<runs>/logs/<sweep>-<scale>/summary.json`` and builds the sweep's report
+6. checks every outcome against the store (a trial that claims a result without an active run
+   holding it is ``missing``, a failure), finishes the parent run (``finished``, or ``failed``
+   when a trial failed) with those counts, writes ``<runs>/logs/<sweep>-<scale>/summary.json`` and
+   ``summary-<parent run id>.json`` (each replaced atomically) and builds the sweep's report
    (``cemlab.report.build_report``).
+
+Two drivers of the same sweep and scale at once (one runs folder): the second finds the first's
+``driver.lock`` held, does not reopen its parent run but opens its own, and its trials wait on
+the per-trial locks; a trial that waited takes the first sweep's run (``waited``), and the
+summary names that sweep's parent run.
+
+A store that goes away: while trials run the driver asks an HTTP store ``GET /health`` every
+2 s; after three failures in a row (or when a call of the driver fails and the store does not
+answer) it stops every trial (their checkpoints are kept), writes ``summary.json`` with the
+error, names the URI and exits with code 4; ``cemlab sweep NAME`` again, once the server is back,
+resumes. MLflow's own HTTP retries are shortened for every cemlab process (docs/tracking.md).
 
 On a cluster (``$RAY_ADDRESS``): cemlab must be installed on every node, the runs folder
 (``$CEMLAB_RUNS_DIR``: checkpoints, trial logs, Ray's storage) must be storage every node sees at
@@ -51,7 +67,8 @@ the same command resumes (step 3).
 Exit codes (:attr:`SweepResult.exit_code`): 0 every trial has a result (finished, diverged,
 stopped early, done or reused); 1 at least one trial failed (after its retries); 2 the sweep
 could not start (bad sweep file or scale, store unreachable, resources the cluster cannot give);
-3 the trials are fine but the report could not be built; 130 interrupted (rerun to resume).
+3 the trials are fine but the report could not be built; 4 the tracking store stopped answering
+(rerun once it is back); 130 interrupted (rerun to resume).
 """
 
 from __future__ import annotations
@@ -82,6 +99,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_REPORT = 3
+EXIT_STORE_LOST = 4
 EXIT_INTERRUPTED = 130
 
 #: Statuses of a trial's run that are a result: never run again.
@@ -92,6 +110,14 @@ SEARCH_RESULT_STATUSES = RESULT_STATUSES + (schema.STATUS_STOPPED,)
 STOP_WAIT_S = 30.0
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
 DRIVER_MEMORY = 256 * 2**20
+#: The driver asks an HTTP store ``GET /health`` this often while trials run (seconds), with this
+#: timeout, and calls it gone after this many failures in a row: named within about 15 s.
+STORE_CHECK_EVERY_S = 2.0
+STORE_CHECK_TIMEOUT_S = 3.0
+STORE_CHECK_FAILURES = 3
+#: Files in the sweep's log folder: the lock a running driver holds, and what it records there.
+DRIVER_LOCK = "driver.lock"
+DRIVER_STATE = "driver.json"
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -101,7 +127,8 @@ class TrialOutcome:
     """How one trial of the sweep ended in this invocation."""
 
     trial: Trial
-    status: str                    # finished | diverged | stopped | failed | interrupted | reused | done
+    status: str                    # finished | diverged | stopped | failed | interrupted | reused | done |
+                                   # recorded | waited | missing (see cemlab.sweeps.progress)
     run_id: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float | None = None   # training time measured by the trial (train's RunResult.seconds)
@@ -111,6 +138,8 @@ class TrialOutcome:
     log_path: str | None = None
     error: str | None = None
     nodes: list[str] = field(default_factory=list)   # Ray node id of each rank (last attempt), when it ran now
+    note: str | None = None        # recorded: where from; waited/reused: whose run
+    waited_on: str | None = None   # waited: the parent run of the sweep that trained it
 
 
 @dataclass
@@ -141,6 +170,9 @@ class SweepResult:
     report_error: str | None = None
     interrupted: bool = False
     seconds: float = 0.0
+    store_error: str | None = None       # the store went away during the sweep (exit code 4)
+    concurrent_with: list[str] = field(default_factory=list)   # parent runs of sweeps this one waited on
+    counts_checked: bool = False         # the counts were checked against the store after the sweep
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -150,10 +182,12 @@ class SweepResult:
 
     @property
     def failed(self) -> list[TrialOutcome]:
-        return [o for o in self.outcomes if o.status == schema.STATUS_FAILED]
+        return [o for o in self.outcomes if o.status in (schema.STATUS_FAILED, pg.MISSING)]
 
     @property
     def exit_code(self) -> int:
+        if self.store_error:
+            return EXIT_STORE_LOST
         if self.interrupted:
             return EXIT_INTERRUPTED
         if self.failed:
@@ -278,21 +312,25 @@ def check_resources(trials: list[Trial], scale: str) -> str | None:
 
 
 def open_parent_run(client: "MlflowClient", experiment_id: str, spec: SweepSpec, scale: str,
-                    n_trials: int) -> tuple[str, bool]:
+                    n_trials: int, other_running: str | None = None) -> tuple[str, bool]:
     """The parent run of this invocation: the latest one of this sweep and scale when it did not
-    finish (reopened), else a new one. Returns (run id, reopened)."""
+    finish (reopened), else a new one. Returns (run id, reopened). ``other_running``: another
+    driver of this sweep and scale is running now (its parent run id, or "" when unknown): its
+    parent is not reopened, this invocation gets its own, tagged ``cemlab.concurrent_with``."""
     from cemlab.tracking import mlflow_run as mr
     from cemlab.tracking.store import run_status
 
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{schema.ROLE}` = 'sweep' and "
                               f"tags.`{schema.SCALE}` = '{scale}'", order_by=["attributes.start_time DESC"],
                               max_results=1)
-    if runs and run_status(runs[0]) != schema.STATUS_FINISHED:
+    if runs and run_status(runs[0]) != schema.STATUS_FINISHED and other_running is None:
         run_id = runs[0].info.run_id
         mr.reopen_run(client, run_id)
         return run_id, True
     tags = {schema.ROLE: "sweep", schema.SWEEP: spec.name, schema.FIGURE: spec.figure, schema.SCALE: scale,
             schema.TASK: spec.task, schema.STATUS: schema.STATUS_RUNNING}
+    if other_running is not None:
+        tags[schema.CONCURRENT_WITH] = other_running or (runs[0].info.run_id if runs else "")
     commit = mr.git_commit()
     if commit:
         tags[schema.GIT_COMMIT] = commit
@@ -346,6 +384,27 @@ def _skip(state: "_Run", trial: Trial, run: "Run", status: str | None = None) ->
     note = "" if mine else f"run {run.info.run_id[:8]} of {run.data.tags.get(schema.SWEEP, '?')}"
     state.progress.set_status(trial.trial_id, status, note=note)
     state.progress.update(trial.trial_id, {**_run_metrics(run), tr.RUN_ID_KEY: run.info.run_id})
+
+
+def _record(state: "_Run", trial: Trial, folder: Path, local: dict) -> None:
+    """The runs folder holds ``trial``'s result and the store lacks its run: record it under this
+    parent (``cemlab.train.decide.record_from_local``), without training; say so in the trial's
+    log and the table."""
+    from cemlab.train import decide as dc
+
+    cfg = tr.prepare_config(trial, state.job())
+    origin = f"run {str(local.get('run_id'))[:8]} of {(local.get('store') or {}).get('tracking_uri') or local.get('tracking_uri') or '?'}"
+    result = dc.record_from_local(state.client, cfg, folder, local, state.uri, state.parent_run_id, "trial")
+    note = f"recorded from local state ({origin}); not trained"
+    log_path = state.log_dir / f"{trial.trial_id}.log"
+    with open(log_path, "a") as fh:
+        fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}): "
+                 f"{note}: the store {state.uri} lacked it; now run {result.run_id}\n")
+    state.progress.add(trial)
+    state.outcomes[trial.trial_id] = TrialOutcome(trial, pg.RECORDED, result.run_id, dict(result.metrics),
+                                                  seconds=0.0, log_path=str(log_path), note=note)
+    state.progress.set_status(trial.trial_id, pg.RECORDED, note=note)
+    state.progress.update(trial.trial_id, {**result.metrics, tr.RUN_ID_KEY: result.run_id})
 
 
 def search_cell_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
@@ -447,6 +506,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     owns_ray = connect_ray(cpus)
+    driver_lock = None
     try:
         warning = check_resources(trials, scale)
         if warning:
@@ -456,8 +516,11 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
                           f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",
                           highlight=False)
         client = get_client(uri)
+        driver_lock = _DriverLock(log_dir)
         experiment_id = ensure_experiment(f"cemlab/{spec.name}", client)
-        parent_run_id, reopened = open_parent_run(client, experiment_id, spec, scale, len(trials))
+        other = None if driver_lock.held else driver_lock.other_parent()
+        parent_run_id, reopened = open_parent_run(client, experiment_id, spec, scale, len(trials), other)
+        driver_lock.record(parent_run_id)
         progress = pg.SweepProgress(f"{spec.name} ({spec.figure}) at scale {scale}")
         state = _Run(spec, scale, client, uri, experiment_id, parent_run_id, runs, log_dir, retries,
                      str(Path(cache_dir).resolve()) if cache_dir else None, faults, progress)
@@ -465,35 +528,178 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
                 if spec.search == "optuna" and trials else f"{len(trials)} trials")
         console.print(f"Sweep {spec.name} ({spec.figure}), scale {scale}: {what}; MLflow {uri}, "
                       f"parent run {parent_run_id}{' (resumed)' if reopened else ''}; logs {log_dir}")
+        if other is not None:
+            console.print(f"note: another `cemlab sweep {spec.name} --scale {scale}` is running "
+                          f"(pid {driver_lock.other_pid() or '?'}, parent run {other or 'not known yet'}); trials it "
+                          f"is training wait for it and take its result", highlight=False)
         interrupted = False
+        watch = _StoreWatch(uri)
         with _Interrupt(), pg.ProgressDisplay(progress, console, live=live, interval=interval):
             try:
-                if spec.search == "optuna":
-                    _run_searches(state, trials)
-                else:
-                    _run_grid(state, trials)
+                try:
+                    with watch:
+                        if spec.search == "optuna":
+                            _run_searches(state, trials)
+                        else:
+                            _run_grid(state, trials)
+                except Exception as e:  # a store call of the driver failed: is the store gone?
+                    if not watch.confirm_lost(e):
+                        raise
             except KeyboardInterrupt:
                 interrupted = True
-        if interrupted:
+        if interrupted or watch.lost:
             import ray
 
             ray.shutdown()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
-            _mark_interrupted(state)
-        result = _finish(state, reopened, interrupted, t0)
+            if watch.lost:
+                _mark_store_lost(state, watch.lost)
+            else:
+                _mark_interrupted(state)
+        result = _finish(state, reopened, interrupted and not watch.lost, t0, store_error=watch.lost)
     finally:
+        if driver_lock is not None:
+            driver_lock.release()
         if owns_ray:
             import ray
 
             ray.shutdown()
     _print_end(result, console)
-    if report and not result.interrupted:
+    if report and not result.interrupted and not result.store_error:
         _make_report(result, console)
     return result
 
 
+class _DriverLock:
+    """``<log dir>/driver.lock``, held by the running driver of a sweep and scale (released when
+    its process dies); ``driver.json`` beside it names that driver's pid and parent run. A second
+    driver that finds it held runs anyway (its trials wait on the per-trial locks), but under a
+    parent run of its own, and says whose sweep it found."""
+
+    def __init__(self, log_dir: Path):
+        import fcntl
+
+        self.log_dir = log_dir
+        self._fh = open(log_dir / DRIVER_LOCK, "a")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = True
+        except BlockingIOError:
+            self.held = False
+            self._fh.close()
+
+    def _state(self) -> dict:
+        try:
+            return json.loads((self.log_dir / DRIVER_STATE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def other_parent(self) -> str:
+        """The running driver's parent run id ("" until it has recorded it)."""
+        return str(self._state().get("parent_run_id") or "")
+
+    def other_pid(self) -> int | None:
+        return self._state().get("pid")
+
+    def record(self, parent_run_id: str) -> None:
+        if self.held:
+            _write_atomic(self.log_dir / DRIVER_STATE, {"pid": os.getpid(), "parent_run_id": parent_run_id,
+                                                         "started": time.time()})
+
+    def release(self) -> None:
+        if self.held:
+            (self.log_dir / DRIVER_STATE).unlink(missing_ok=True)
+            self._fh.close()  # closing the file releases the lock
+            self.held = False
+
+
+def _write_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class _StoreWatch:
+    """While the trials run: ask an HTTP store ``GET /health`` every :data:`STORE_CHECK_EVERY_S`
+    seconds; after :data:`STORE_CHECK_FAILURES` failures in a row, record why in ``lost`` and
+    interrupt the main thread (the sweep then stops its trials, see :func:`_mark_store_lost`).
+    A sqlite store (a file) is not watched."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.lost: str | None = None
+        self._armed = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _down(self) -> bool:
+        from cemlab.tracking.store import healthy
+
+        return not healthy(self.uri, timeout=STORE_CHECK_TIMEOUT_S)
+
+    def _message(self) -> str:
+        return (f"the MLflow store at {self.uri} stopped answering (GET /health failed "
+                f"{STORE_CHECK_FAILURES} times, {time.strftime('%H:%M:%S')})")
+
+    def _loop(self) -> None:
+        import _thread
+
+        failures = 0
+        while not self._stop.wait(STORE_CHECK_EVERY_S):
+            failures = failures + 1 if self._down() else 0
+            if failures >= STORE_CHECK_FAILURES:
+                with self._lock:
+                    if self._armed and self.lost is None:
+                        self.lost = self._message()
+                        log.error("%s: stopping the sweep", self.lost)
+                        _thread.interrupt_main()
+                return
+
+    def confirm_lost(self, error: BaseException) -> bool:
+        """After ``error`` in the driver: True (and ``lost`` set) when the store does not answer."""
+        if self.lost is None and self.uri.startswith(("http://", "https://")) and self._down():
+            self.lost = self._message() + f"; the driver's last call failed with {type(error).__name__}"
+        return self.lost is not None
+
+    def __enter__(self) -> "_StoreWatch":
+        if self.uri.startswith(("http://", "https://")):
+            self._armed = True
+            self._thread = threading.Thread(target=self._loop, name="cemlab-store-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        with self._lock:
+            self._armed = False
+        self._stop.set()
+        return False
+
+
+def _mark_store_lost(state: _Run, message: str) -> None:
+    """The store went away (trial processes already ended): every trial without an outcome is
+    interrupted with ``message`` (its checkpoint is kept; nothing is written to the store, which
+    does not answer). A rerun once the store is back continues them."""
+    for tid, row in list(state.progress.rows.items()):
+        if tid in state.outcomes and state.outcomes[tid].status != schema.STATUS_FAILED:
+            continue
+        trial = state.progress.trials[tid]
+        if row.status in (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED) + pg.NOT_TRAINED:
+            metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
+            state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
+                                               wall=row.elapsed, attempts=row.attempts,
+                                               log_path=str(state.log_dir / f"{tid}.log"))
+            continue
+        state.progress.set_status(tid, schema.STATUS_INTERRUPTED, note="MLflow store not answering")
+        state.outcomes[tid] = TrialOutcome(trial, schema.STATUS_INTERRUPTED, row.run_id or None, wall=row.elapsed,
+                                           attempts=row.attempts, log_path=str(state.log_dir / f"{tid}.log"),
+                                           error=message)
+
+
 def _run_grid(state: _Run, trials: list[Trial]) -> None:
-    from cemlab.tracking.store import best_run, find_runs_by_hash
+    from cemlab.train import checkpoint as ckpt
+    from cemlab.train import decide as dc
+    from cemlab.tracking.store import find_runs_by_hash
 
     for t in trials:
         state.progress.add(t)
@@ -501,10 +707,23 @@ def _run_grid(state: _Run, trials: list[Trial]) -> None:
     todo: dict[str, Trial] = {}
     for t in trials:
         runs = by_hash[t.config_hash]
-        done = best_run(runs, RESULT_STATUSES)
-        if done is not None:
-            _skip(state, t, done)
+        folder = state.runs_dir / "checkpoints" / t.config_hash
+        # The store decides (cemlab.train.decide); a folder another sweep is training in is its business.
+        local = ckpt.read_state(folder) if folder.is_dir() and tr.lock_is_free(folder) else None
+        decision = dc.decide(state.client, t.config_hash, folder, local or {}, runs)
+        if decision.action == dc.REUSE:
+            _skip(state, t, decision.run)
             continue
+        if decision.action == dc.RECORD:
+            with tr.try_trial_lock(folder) as mine:  # another driver may be recording or training it
+                if mine:  # decided again under the lock: what the store and the folder hold now
+                    decision = dc.decide(state.client, t.config_hash, folder)
+                    if decision.action == dc.REUSE:
+                        _skip(state, t, decision.run)
+                        continue
+                    if decision.action == dc.RECORD:
+                        _record(state, t, folder, decision.state)
+                        continue
         prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.runs_dir)
         todo[t.trial_id] = t
     if not todo:
@@ -665,6 +884,11 @@ def _tune_outcome(state: _Run, trial: Trial, result, row: pg.Row, error_file: st
         return o
     if metrics.get(tr.STATUS_KEY):
         o.status = metrics[tr.STATUS_KEY]
+        if o.status == pg.WAITED:
+            o.waited_on = str(metrics.get(tr.WAITED_ON_KEY) or "") or None
+            o.note = f"another sweep (parent run {o.waited_on or '?'}) trained it; its run {run_id}"
+        elif o.status == pg.RECORDED:
+            o.note = "recorded from local state; not trained"
         if run_id and o.attempts > 1:  # an earlier attempt's error is not this run's outcome
             with contextlib.suppress(Exception):
                 state.client.delete_tag(run_id, schema.ERROR)
@@ -753,48 +977,116 @@ def _mark_interrupted(state: _Run) -> None:
                                            attempts=row.attempts, log_path=log_path)
 
 
-def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepResult:
-    """Record the invocation on the parent run and in ``summary.json``."""
+def _check_against_store(state: _Run, outcomes: list[TrialOutcome]) -> None:
+    """Make every outcome that claims a result agree with the store after the sweep: a trained,
+    done or recorded trial needs an active run with a result under this parent; a reused or
+    waited one an active run with a result and the trial's config hash. Otherwise it is
+    ``missing`` (a failure), whatever the trial said."""
+    from cemlab.tracking.store import run_status, search_runs
+
+    results = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED)
+    children = {r.info.run_id: r for r in search_runs(state.client, [state.experiment_id],
+                                                       f"tags.`{schema.PARENT_RUN_ID}` = '{state.parent_run_id}'")}
+    for o in outcomes:
+        if o.status not in results + pg.NOT_TRAINED:
+            continue
+        mine = o.status in (pg.DONE, pg.RECORDED)   # must be children of this parent
+        run = children.get(o.run_id or "")
+        if run is None and not mine and o.run_id:
+            try:
+                run = state.client.get_run(o.run_id)
+            except Exception as e:
+                from cemlab.train.decide import is_connection_error
+
+                if is_connection_error(e):
+                    raise
+            if run is not None and run.info.lifecycle_stage != "active":
+                run = None
+        ok = (run is not None and run_status(run) in results
+              and run.data.tags.get(schema.CONFIG_HASH) == o.trial.config_hash)
+        if not ok:
+            o.error = (f"said {o.status}, but the store {state.uri} holds no active run with a result for it "
+                       f"(run {o.run_id}){' under this parent' if mine else ''}")
+            o.status = pg.MISSING
+            state.progress.set_status(o.trial.trial_id, pg.MISSING, note=o.error)
+
+
+def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float, store_error: str | None = None) -> SweepResult:
+    """Check the outcomes against the store, record the invocation on the parent run and in
+    ``summary.json`` (and ``summary-<parent run id>.json``). With ``store_error`` (the store went
+    away) nothing is written to the store and the counts are what this invocation saw."""
     from cemlab.tracking import mlflow_run as mr
 
     outcomes = [state.outcomes[tid] for tid in state.progress.rows if tid in state.outcomes]
-    reused = sorted({o.run_id for o in outcomes if o.status == pg.REUSED and o.run_id})
     client = state.client
-    if reused:
-        before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")
-        ids = sorted(set(filter(None, before.split(","))) | set(reused))
-        client.set_tag(state.parent_run_id, schema.REUSED_FROM, ",".join(ids)[:5000])
+    checked = False
+    if store_error is None:
+        try:
+            _check_against_store(state, outcomes)
+            checked = True
+        except Exception as e:  # the store went away just now
+            store_error = f"the MLflow store at {state.uri} failed while the sweep was checked ({type(e).__name__})"
+    reused = sorted({o.run_id for o in outcomes if o.status == pg.REUSED and o.run_id})
+    waited_on = sorted({o.waited_on for o in outcomes if o.status == pg.WAITED and o.waited_on})
     result = SweepResult(state.spec.name, state.scale, state.uri, state.experiment_id, state.parent_run_id, reopened,
-                         outcomes, state.searches, reused, interrupted=interrupted, seconds=time.time() - t0)
+                         outcomes, state.searches, reused, interrupted=interrupted, seconds=time.time() - t0,
+                         store_error=store_error, concurrent_with=waited_on, counts_checked=checked)
     counts = result.counts()
-    if interrupted:
-        mr.finish_run(client, state.parent_run_id, schema.STATUS_INTERRUPTED)
-    else:
-        mr.finish_run(client, state.parent_run_id,
-                      schema.STATUS_FAILED if result.failed else schema.STATUS_FINISHED,
-                      {"cemlab.trial_counts": json.dumps(counts, sort_keys=True)})
+    if store_error is None:
+        try:
+            if reused:
+                before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")
+                ids = sorted(set(filter(None, before.split(","))) | set(reused))
+                client.set_tag(state.parent_run_id, schema.REUSED_FROM, ",".join(ids)[:5000])
+            if waited_on:
+                client.set_tag(state.parent_run_id, schema.CONCURRENT_WITH, ",".join(waited_on)[:5000])
+            if interrupted:
+                mr.finish_run(client, state.parent_run_id, schema.STATUS_INTERRUPTED)
+            else:
+                mr.finish_run(client, state.parent_run_id,
+                              schema.STATUS_FAILED if result.failed else schema.STATUS_FINISHED,
+                              {"cemlab.trial_counts": json.dumps(counts, sort_keys=True)})
+        except Exception as e:
+            result.store_error = f"the MLflow store at {state.uri} failed while the sweep was recorded ({type(e).__name__})"
     summary = {
         "sweep": result.sweep, "scale": result.scale, "tracking_uri": result.tracking_uri,
         "parent_run_id": result.parent_run_id, "seconds": round(result.seconds, 1), "counts": counts,
-        "exit_code": result.exit_code,
+        "counts_checked_against_store": result.counts_checked, "exit_code": result.exit_code,
+        "waited_on_parent_runs": result.concurrent_with, "store_error": result.store_error,
         "trials": [{"trial_id": o.trial.trial_id, "status": o.status, "run_id": o.run_id,
                     "train_seconds": o.seconds, "wall_seconds": o.wall, "attempts": o.attempts,
-                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error, "nodes": o.nodes}
+                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error, "note": o.note,
+                    "nodes": o.nodes}
                    for o in outcomes],
         "searches": [s.__dict__ for s in result.searches],
     }
-    (state.log_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    # One file per parent run, and summary.json (the latest), each replaced atomically: a
+    # concurrent sweep of the same name never leaves a mix of two.
+    _write_atomic(state.log_dir / f"summary-{result.parent_run_id}.json", summary)
+    _write_atomic(state.log_dir / "summary.json", summary)
     return result
 
 
 def _print_end(result: SweepResult, console: "Console") -> None:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
-    console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'} in "
+    checked = " (checked against the store)" if result.counts_checked else ""
+    console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'}{checked} in "
                   f"{pg._duration(result.seconds)}", highlight=False)
     for o in result.failed:
-        console.print(f"  failed: {o.trial.trial_id}: {o.error or 'see its log'}\n          log {o.log_path}",
+        console.print(f"  {o.status}: {o.trial.trial_id}: {o.error or 'see its log'}\n          log {o.log_path}",
                       highlight=False)
-    if result.interrupted:
+    for o in result.outcomes:
+        if o.status == pg.RECORDED:
+            console.print(f"  recorded: {o.trial.trial_id}: {o.note} (run {o.run_id})", highlight=False)
+    if result.concurrent_with:
+        n = sum(o.status == pg.WAITED for o in result.outcomes)
+        console.print(f"  waited: {n} trial(s) were trained meanwhile by another sweep (parent run(s) "
+                      f"{', '.join(result.concurrent_with)}); this sweep took their runs", highlight=False)
+    if result.store_error:
+        console.print(f"Stopped: {result.store_error}. Finished trials are kept in the store, stopped ones keep "
+                      f"their checkpoints. Once the server answers again, run `cemlab sweep {result.sweep} --scale "
+                      f"{result.scale}` again to resume.", highlight=False)
+    elif result.interrupted:
         console.print("Interrupted: rerun the same command to resume (finished trials are kept, interrupted "
                       "ones continue from their checkpoints).", highlight=False)
     console.print(f"MLflow: {result.dashboard_url()}", highlight=False)

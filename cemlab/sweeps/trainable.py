@@ -16,7 +16,8 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    data cache folders), so the trial keeps the hash of its grid cell;
 4. holds an exclusive lock on the trial's checkpoint folder while training, so that two sweeps
    sharing a trial (the Llama baselines) never train it at the same time: the second waits, and
-   ``train(resume=True)`` then returns the first one's result without training;
+   ``train(resume=True)`` then returns the first one's result without training, reported as
+   ``waited`` with the first sweep's parent run (``cemlab_waited_on``);
 5. calls ``train(..., resume=True)``: a retried trial (Tune's ``FailureConfig``) or one rerun
    after the driver died continues from its last checkpoint and logs into the same MLflow run.
    With ``resources.workers > 1`` every Ray Train worker calls it (``distributed.fit_trial``);
@@ -61,7 +62,8 @@ FAULTS_ENV = "CEMLAB_SWEEP_FAULTS"
 #: Lock file inside a trial's checkpoint folder (held while the trial trains).
 LOCK_NAME = "sweep.lock"
 #: Keys of the final report (besides the run's metrics).
-STATUS_KEY = "cemlab_status"
+STATUS_KEY = "cemlab_status"       # finished | diverged | recorded | reused | waited
+WAITED_ON_KEY = "cemlab_waited_on"  # the parent run of the sweep whose run a trial that waited got
 RUN_ID_KEY = "cemlab_run_id"
 STEP_KEY = "cemlab_step"
 TOTAL_KEY = "cemlab_total_steps"
@@ -108,8 +110,11 @@ class TrialJob:
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
+        from cemlab.tracking.store import configure_http
+
         return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
-                "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+                "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+                **configure_http()}
 
 
 def prepare_config(trial: Trial, job: TrialJob):
@@ -129,12 +134,37 @@ def prepare_config(trial: Trial, job: TrialJob):
 
 @contextlib.contextmanager
 def trial_lock(folder: Path):
-    """Exclusive lock on ``folder/sweep.lock`` (released when the process dies)."""
+    """Exclusive lock on ``folder/sweep.lock`` (released when the process dies). Yields True when
+    another process held it and this one waited (another sweep trained the same config)."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK_NAME, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with open(folder / LOCK_NAME, "a") as fh:
+        waited = False
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waited = True
+            print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} another process holds {folder / LOCK_NAME} "
+                  f"(another sweep trains this config): waiting for it", flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield waited
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def try_trial_lock(folder: Path):
+    """The trial lock of ``folder`` if no other process holds it: yields True (held until the
+    block ends) or False (busy, not waited for)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -293,7 +323,7 @@ def _run(trial: Trial, job: TrialJob) -> None:
     cfg = prepare_config(trial, job)
     folder = Path(cfg.train.checkpoint_dir)
     t0 = time.perf_counter()
-    with trial_lock(folder):
+    with trial_lock(folder) as waited:
         if trial.resources.workers > 1:
             from cemlab.sweeps.distributed import fit_trial
 
@@ -307,11 +337,34 @@ def _run(trial: Trial, job: TrialJob) -> None:
             nodes = [node]
     reporter.run_id = result.run_id or reporter.run_id
     reporter.total_steps = result.total_steps
-    print(f"--- trial {trial.trial_id}: {result.status} after {result.steps}/{result.total_steps} steps "
-          f"in {time.perf_counter() - t0:.1f}s (run {result.run_id})", flush=True)
+    status, extra = result.status, {}
+    if result.outcome == "recorded":
+        status = "recorded"
+        line = f"recorded from local state as run {result.run_id}; not trained"
+    elif result.outcome == "reused":
+        status = "waited" if waited else "reused"
+        other = _parent_of(job.tracking_uri, result.run_id)
+        extra[WAITED_ON_KEY] = other
+        line = (f"{status}: run {result.run_id} of sweep parent run {other or '?'} has the result; not trained")
+    else:
+        line = f"{result.status} after {result.steps}/{result.total_steps} steps"
+    print(f"--- trial {trial.trial_id}: {line} in {time.perf_counter() - t0:.1f}s (run {result.run_id})", flush=True)
     send({**result.metrics, "step": result.steps}, reporter, final=True,
-         extra={STATUS_KEY: result.status, SECONDS_KEY: result.seconds, RESUMED_KEY: int(result.resumed),
-                NODES_KEY: ",".join(nodes)})
+         extra={STATUS_KEY: status, SECONDS_KEY: result.seconds, RESUMED_KEY: int(result.resumed),
+                NODES_KEY: ",".join(nodes), **extra})
+
+
+def _parent_of(uri: str, run_id: str | None) -> str:
+    """The parent (sweep) run of ``run_id``, or "" when it has none or the store cannot say."""
+    if not run_id:
+        return ""
+    from cemlab.tracking import schema
+    from cemlab.tracking.store import get_client
+
+    try:
+        return get_client(uri).get_run(run_id).data.tags.get(schema.PARENT_RUN_ID, "")
+    except Exception:  # the result stands; the name of the other sweep is a courtesy
+        return ""
 
 
 def set_fault(job: TrialJob, trial: Trial) -> dict[str, int] | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import yaml
 
@@ -67,13 +67,27 @@ def format_lr(lr: float) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+#: Model dimensions that make a size, with their short labels (``d128 L3``).
+SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))
+
+
 def size_label(cfg: "RunConfig") -> str:
-    """The size a person recognises: the preset name (``86m``, ``tiny``) or the dimensions."""
+    """The size a person recognises: the preset name (``86m``, ``tiny``) while the model has that
+    preset's dimensions; otherwise the dimensions that differ from it (``d128 L3``), or all of
+    them without a preset (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
+    from cemlab.config import PRESETS
+
     if cfg.task == "gp":
         gp = cfg.gp
         return f"d{gp.latent_dim}" + (f"x{gp.n_layers}" if gp.n_layers > 1 else "")
     m = cfg.model
-    return m.name or f"d{m.d_model}L{m.n_layers}"
+    preset = PRESETS.get(m.name) if m.name else None
+    if m.name and preset is None:
+        return m.name  # a size name of a sweep scale (its dimensions are that scale's)
+    differ = [(f, short) for f, short in SIZE_DIMS if preset is None or getattr(m, f) != preset[f]]
+    if not differ:
+        return m.name
+    return " ".join(f"{short}{getattr(m, f)}" for f, short in differ)
 
 
 def model_kind(cfg: "RunConfig") -> str:
@@ -227,8 +241,10 @@ class MetricBuffer:
     and values at or below that step are dropped: the steps replayed after a restart from a
     checkpoint (which recompute the same values) are then logged once."""
 
-    def __init__(self, client: "MlflowClient", run_id: str, flush_every_s: float = 10.0):
+    def __init__(self, client: "MlflowClient", run_id: str, flush_every_s: float = 10.0,
+                 on_flush: "Callable[[list], None] | None" = None):
         self.client, self.run_id = client, run_id
+        self.on_flush = on_flush  # sees every batch before the store does (the local copy of the history)
         self.flush_every_s = flush_every_s
         self._pending: list = []
         self._last_flush = time.monotonic()
@@ -258,6 +274,8 @@ class MetricBuffer:
 
     def flush(self) -> None:
         pending, self._pending = self._pending, []
+        if self.on_flush is not None:
+            self.on_flush(pending)
         for i in range(0, len(pending), MAX_METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=pending[i : i + MAX_METRICS_PER_BATCH])
         self._last_flush = time.monotonic()

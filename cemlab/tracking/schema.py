@@ -32,6 +32,9 @@ REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused 
 ERROR = "cemlab.error"                    # type and message of the error of a failed run
 STOPPED_STEP = "cemlab.stopped_step"      # optimizer step at which the scheduler (ASHA) stopped a trial
 SEARCH_CELL = "cemlab.search_cell"        # search: optuna: trial id of the grid cell whose lr was searched
+RECORDED_FROM_URI = "cemlab.recorded_from_uri"  # a run recorded from a runs folder's local result: the store it was first logged to
+RECORDED_FROM_RUN = "cemlab.recorded_from_run"  # ... and its run id there
+CONCURRENT_WITH = "cemlab.concurrent_with"      # on a sweep's parent: parent run of the same sweep running at the same time
 LOG_FILE = "cemlab.log_file"              # a sweep trial's log file (stdout, stderr, logging of its process)
 
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking.store import StoreError, artifact_root, default_tracking_uri, healthy
+from cemlab.tracking.store import StoreError, artifact_root, default_tracking_uri, healthy, open_sqlite_store
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -158,6 +158,7 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
             return info.url
         _stop_recorded()  # a stale record: its process, if any is left, is ours to end
         backend = default_tracking_uri()
+        open_sqlite_store(backend)  # created/migrated here, under its lock, not by the server racing others
         artifacts = artifact_root()
         log_path = mlflow_dir() / LOG_FILE
         if port is not None and not _port_free(port):

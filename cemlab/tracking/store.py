@@ -6,9 +6,15 @@ the project's embedded store, an absolute ``sqlite:///<runs>/mlflow/mlflow.db`` 
 directory, so the path is absolute).
 
 Concurrency: several processes opening one *fresh* sqlite store at once race on its schema
-migration (../shared/DESIGN.md section 4). So a sweep driver creates the store and the experiment
-itself (:func:`ensure_experiment`) or starts one local server (``cemlab.tracking.server``) and
-hands its URL to the trials; trials never open the sqlite file directly.
+migration (MLflow creates and upgrades the tables when it opens the store). :func:`get_client`
+therefore opens a sqlite store for the first time in a process under a file lock beside the
+database (``mlflow.db.lock``): the first process creates and migrates it, the others wait and
+then find it ready. A sweep still hands its trials one local server's URL
+(``cemlab.tracking.server``), never the sqlite path.
+
+Remote stores: MLflow retries a failing HTTP call for about four minutes by default. cemlab's
+calls use short settings instead (:data:`HTTP_SETTINGS`, see docs/tracking.md), so a server that
+went away is named within seconds; a variable already set in the environment wins.
 
 Reuse: every trial run carries the tag ``cemlab.config_hash``; :func:`find_runs_by_hash` finds
 the runs of given hashes in all experiments, :func:`finished_run_for` the one to reuse.
@@ -35,6 +41,28 @@ SCAN_THRESHOLD = 16
 
 #: Status order for choosing among runs of the same config (best first), see :func:`run_status`.
 STATUS_PREFERENCE = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_RUNNING, schema.STATUS_FAILED)
+
+
+#: MLflow's own HTTP retry settings for cemlab's calls (``os.environ.setdefault``: a user's value
+#: wins). A refused connection fails after about 3 s (retries after 0 s and 2 s, plus jitter);
+#: a server that accepts but never answers after about 3 x 5 s + 3 s = 18 s. Both are under the
+#: 30 s within which a sweep must name a store that went away.
+HTTP_SETTINGS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+#: Lock file beside a sqlite database, held while a process opens (creates, migrates) it.
+SQLITE_LOCK_SUFFIX = ".lock"
+
+
+def configure_http() -> dict[str, str]:
+    """Set :data:`HTTP_SETTINGS` in this process's environment (unless already set); returns the
+    values in force. Trials get them through their environment too (``TrialJob.env``)."""
+    for k, v in HTTP_SETTINGS.items():
+        os.environ.setdefault(k, v)
+    return {k: os.environ[k] for k in HTTP_SETTINGS}
 
 
 def default_tracking_uri() -> str:
@@ -87,12 +115,41 @@ def check_reachable(uri: str | None = None) -> None:
     probe_store(uri or tracking_uri(), timeout_s=5.0)
 
 
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///`` URI."""
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+#: sqlite URIs this process has opened (created/migrated) under the lock already.
+_OPENED: set[str] = set()
+
+
+def open_sqlite_store(uri: str) -> None:
+    """Create and migrate the sqlite store ``uri`` once, under a file lock beside it, so that any
+    number of processes starting at once on a fresh (or old) database do not race on its schema.
+    MLflow keeps one store object per URI in a process, so later clients reuse this one."""
+    if uri in _OPENED:
+        return
+    from filelock import FileLock
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    db = sqlite_path(uri)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(db) + SQLITE_LOCK_SUFFIX, timeout=300):
+        _get_store(uri)  # creates the tables or upgrades them; MLflow caches the store per URI
+    _OPENED.add(uri)
+
+
 def get_client(uri: str | None = None) -> "MlflowClient":
-    """An ``MlflowClient`` on ``uri`` (default :func:`tracking_uri`). Opening a fresh sqlite
-    store creates its tables: do it in one process (the sweep driver), not in every trial."""
+    """An ``MlflowClient`` on ``uri`` (default :func:`tracking_uri`), with cemlab's short HTTP
+    retry settings; a sqlite store is opened under its file lock (:func:`open_sqlite_store`)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri or tracking_uri())
+    configure_http()
+    uri = uri or tracking_uri()
+    if is_local_sqlite(uri):
+        open_sqlite_store(uri)
+    return MlflowClient(tracking_uri=uri)
 
 
 def ensure_experiment(name: str, client: "MlflowClient | None" = None) -> str:

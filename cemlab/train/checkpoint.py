@@ -74,10 +74,10 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
 
 
 def set_aside(folder: Path) -> Path | None:
-    """Start afresh without deleting anything: move ``last.ckpt`` and ``state.json`` (with any
-    stray temporary files) into a new ``replaced-<UTC time>/`` subfolder; return it, or None when
-    there was nothing to move."""
-    names = [n for n in (CHECKPOINT_NAME, STATE_NAME, f"{CHECKPOINT_NAME}.tmp", f"{STATE_NAME}.tmp")
+    """Start afresh without deleting anything: move ``last.ckpt``, ``state.json`` and the metric
+    history ``metrics.jsonl`` (with any stray temporary files) into a new ``replaced-<UTC time>/``
+    subfolder; return it, or None when there was nothing to move."""
+    names = [n for n in (CHECKPOINT_NAME, STATE_NAME, "metrics.jsonl", f"{CHECKPOINT_NAME}.tmp", f"{STATE_NAME}.tmp")
              if (folder / n).exists()]
     if not names:
         return None

@@ -107,16 +107,22 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_DIVERGED if result.diverged else EXIT_OK
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
-    if result.already_done:
+    if result.outcome != "trained":
         print(f"cemlab train: {result.run_name} already has a result ({result.status}, MLflow run {result.run_id}); "
               f"nothing trained, nothing deleted; --restart trains it anew (the old files are kept aside)",
               file=sys.stderr)
     m = result.metrics
     headline = " ".join(f"{k}={m[k]:.4g}" for k in ("test/ppl", "test/rmse", "val/ppl", "val/rmse", "train/loss")
                         if k in m)
-    print(f"cemlab train: {result.run_name}: {result.status} after {result.steps}/{result.total_steps} steps "
-          f"in {result.seconds:.0f}s; {headline}; MLflow run {result.run_id} in {result.tracking_uri}",
-          file=sys.stderr)
+    size = f" ({result.params:,} parameters)" if result.params else ""
+    if result.outcome == "trained":
+        what = f"{result.status} after {result.steps}/{result.total_steps} steps in {result.seconds:.0f}s"
+    else:  # nothing was trained: say so, never "finished"
+        what = {"reused": "already in the store, not trained again",
+                "recorded": "recorded from local state into the store, not trained again"}.get(result.outcome,
+                                                                                             result.outcome)
+    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id} in "
+          f"{result.tracking_uri}", file=sys.stderr)
     if result.diverged:
         print(f"cemlab train: diverged at step {result.diverged_step}", file=sys.stderr)
         return EXIT_DIVERGED

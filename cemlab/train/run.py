@@ -12,9 +12,14 @@ logged) -> model (seeded) -> MLflow run (created, or reopened when resuming) -> 
 Resuming (``resume=True``): the checkpoint folder of the config (``train.checkpoint_dir`` or
 ``<runs>/checkpoints/<config hash>``) holds ``last.ckpt`` and ``state.json``. A run that is still
 ``running`` there continues from its checkpoint (model, optimizer, schedule, data position, RNG)
-and logs into the same MLflow run, each step once; a run that already has a result returns it
-without training. ``resume=False`` starts afresh (a new MLflow run); the folder's old checkpoint and
-state are moved aside into ``replaced-<time>/`` (``checkpoint.set_aside``), never deleted.
+and logs into the same MLflow run, each step once. What counts as done is decided by the store in
+use, not by the folder (``cemlab.train.decide``): a run the store holds with a result is returned
+without training (``outcome="reused"``); a result the folder keeps whole (state, metric history
+``metrics.jsonl``) but the store lacks is recorded into it without training (``outcome="recorded"``);
+a local result that cannot be recorded is trained again. ``resume=False`` starts afresh (a new
+MLflow run). Whenever training starts afresh in a folder that holds an earlier checkpoint, that
+checkpoint and its state are moved aside into ``replaced-<time>/`` (``checkpoint.set_aside``),
+never deleted.
 
 Divergence: a NaN/inf training loss stops the run at that step; the run is tagged
 ``cemlab.status=diverged`` and ``cemlab.diverged_step``, keeps what it logged, and ``train``
@@ -33,6 +38,7 @@ Either way the data order and gradient accumulation make an optimizer step see t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -68,7 +74,8 @@ class RunResult:
     checkpoint_dir: str | None = None
     seconds: float = 0.0
     resumed: bool = False
-    already_done: bool = False                    # an earlier result, returned without training
+    outcome: str = "trained"                      # trained | reused (the store had it) | recorded (from local state)
+    params: int | None = None                     # the model's parameter count
 
     @property
     def diverged(self) -> bool:
@@ -171,14 +178,31 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             f"{folder / ckpt.STATE_NAME} belongs to config hash {state.get('config_hash')}, this config's hash is "
             f"{config_hash}; point train.checkpoint_dir elsewhere or start afresh with --restart"
         )
-    if state is not None and state.get("result"):
-        log.info("run %s already has a result in %s; not training again (--restart trains it anew)",
-                 state.get("run_id"), folder)
-        return RunResult.from_dict({**state["result"], "already_done": True})
+    static_metrics = task.static_metrics(plan.seq_len)
+    n_params = int(static_metrics[schema.PARAMS_TOTAL])
+    decision = None
+    if resume:  # the store decides what is done; every rank asks it (only rank zero writes)
+        from cemlab.train import decide as dc
+
+        uri = resolve_tracking_uri(tracking_uri)
+        decision = dc.decide(store.get_client(uri), config_hash, folder, state, own_run_first=True)
+        if decision.action == dc.REUSE:
+            result = dc.result_from_run(decision.run, state, uri)
+            if zero:
+                log.info("%s: the store %s already holds run %s with a result; not training again", name, uri,
+                         result.run_id)
+            return result
+        if decision.action == dc.RECORD:
+            if not zero:
+                return RunResult.from_dict({**state["result"], "run_id": None, "outcome": "recorded"})
+            return dc.record_from_local(store.get_client(uri), cfg, folder, state, uri, parent_run_id, role)
+        if zero and decision.action == dc.RUN and state:
+            log.info("%s: %s", name, decision.reason)
+        state = decision.state  # None: the local result is not used (trained again from scratch)
     ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
     if ckpt_path is not None and not ckpt_path.is_file():
         ckpt_path = None
-    if not resume and zero:
+    if zero and (not resume or state is None):  # starting afresh: keep what the folder held
         aside = ckpt.set_aside(folder)
         if aside is not None:
             log.info("starting afresh: the previous checkpoint and state of this config are kept in %s", aside)
@@ -187,13 +211,19 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     uri = client = run_id = metrics = None
     if zero:
         uri = resolve_tracking_uri(tracking_uri)
+        from cemlab.train import decide as dc
+
         client = store.get_client(uri)
-        run_id = _reusable_run(client, state)
-        if run_id is not None:
+        keep_local = functools.partial(dc.append_metrics, folder)  # the history, kept beside the checkpoint
+        resumed_run = decision.run if decision is not None and decision.action == dc.RESUME else None
+        if resumed_run is not None:
+            run_id, experiment_id = resumed_run.info.run_id, resumed_run.info.experiment_id
             mr.reopen_run(client, run_id)
-            metrics = mr.MetricBuffer(client, run_id)
+            metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
             metrics.skip_logged()
         else:
+            if state and state.get("run_id"):
+                log.warning("run %s is not in this MLflow store (or deleted); logging into a new run", state["run_id"])
             parent = parent_run_id or cfg.tracking.parent_run_id
             experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
             tags = mr.run_tags(cfg, role=role or ("trial" if parent else "train"), parent_run_id=parent)
@@ -202,20 +232,26 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             run_id = mr.create_run(client, experiment_id, name, tags)
             mr.log_params(client, run_id, flatten(cfg))
             mr.log_config(client, run_id, cfg)
-            metrics = mr.MetricBuffer(client, run_id)
-            static = task.static_metrics(plan.seq_len)
+            metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
+            upto = int((state or {}).get("step", 0)) if ckpt_path is not None else -1
+            kept = [m for m in dc.read_metrics(folder) if int(m["step"]) <= upto and m["key"].startswith("train/")]
+            dc.clear_metrics(folder)
+            for m in kept:  # continuing a checkpoint in a new run: the history so far comes along
+                metrics.add(m["key"], m["value"], int(m["step"]))
+            static = dict(static_metrics)
             static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
                            schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
             metrics.add_many(static, 0)
             metrics.flush()
         state = {"config_hash": config_hash, "run_id": run_id, "run_name": name, "tracking_uri": uri,
-                 "status": schema.STATUS_RUNNING, "step": (state or {}).get("step", 0),
+                 "store": dc.store_identity(uri, experiment_id), "status": schema.STATUS_RUNNING,
+                 "step": (state or {}).get("step", 0),
                  "total_steps": plan.total_steps, "plan": plan.to_dict()}
         ckpt.write_state(folder, state)
     resumed = ckpt_path is not None
     if zero:
-        log.info("%s: %s %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind, task.unit,
-                 f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
+        log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind,
+                 f"{n_params:,}", task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
                  f", resuming from {ckpt_path}" if resumed else "", run_id)
 
     def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
@@ -250,7 +286,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             status=schema.STATUS_DIVERGED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
             steps=e.step - 1, total_steps=plan.total_steps, tokens=(e.step - 1) * plan.tokens_per_step,
             metrics=_finite(callback.latest), diverged_step=e.step, checkpoint_dir=str(folder),
-            seconds=time.perf_counter() - t0, resumed=resumed,
+            seconds=time.perf_counter() - t0, resumed=resumed, params=n_params,
         )
         finish(schema.STATUS_DIVERGED, {schema.DIVERGED_STEP: str(e.step)})
         if zero:
@@ -281,7 +317,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         status=schema.STATUS_FINISHED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
         steps=trainer.global_step, total_steps=plan.total_steps, tokens=trainer.global_step * plan.tokens_per_step,
         metrics=_finite(callback.latest), test_at_steps=curve, checkpoint_dir=str(folder),
-        seconds=time.perf_counter() - t0, resumed=resumed,
+        seconds=time.perf_counter() - t0, resumed=resumed, params=n_params,
     )
     finish(schema.STATUS_FINISHED)
     if zero:
@@ -322,22 +358,6 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
 
         trainer = prepare_trainer(trainer)
     return trainer
-
-
-def _reusable_run(client, state: dict | None) -> str | None:
-    """The MLflow run of an interrupted attempt, when this store has it. The store is asked, not
-    the URI compared: a sweep resumed after its driver died reaches the same store through a
-    new local server on another port."""
-    if not state or not state.get("run_id"):
-        return None
-    try:
-        alive = client.get_run(state["run_id"]).info.lifecycle_stage == "active"
-    except Exception:  # another store
-        alive = False
-    if not alive:
-        log.warning("run %s is not in this MLflow store (or deleted); logging into a new run", state["run_id"])
-        return None
-    return state["run_id"]
 
 
 def _train_units(data, plan) -> int:
