@@ -17,7 +17,8 @@ import yaml
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 SWEEP_FILES = sorted(p for p in REPO_SWEEPS.glob("*.yaml") if p.name != "scales.yaml")
-SCALES = list(yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text()))
+SCALES_YAML = yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text())
+SCALES = list(SCALES_YAML)
 
 
 def expected_grid(path: Path, scale: str) -> tuple[int, int]:
@@ -25,7 +26,9 @@ def expected_grid(path: Path, scale: str) -> tuple[int, int]:
     variants of the product of their own axes, each axis replaced by the file's override at
     ``scale``; a ``search: optuna`` file has one row per cell standing for ``samples`` runs."""
     d = yaml.safe_load(path.read_text())
-    over = (d.get("scales") or {}).get(scale, {})
+    per_scale = d.get("scales") or {}
+    like = SCALES_YAML[scale].get("like")  # a `like:` scale takes its parent's sweep overrides
+    over = per_scale.get(scale, per_scale.get(like, {}) if like else {})
     axes = d.get("axes") or {}
 
     def n(name: str, default: list) -> int:
@@ -38,7 +41,7 @@ def expected_grid(path: Path, scale: str) -> tuple[int, int]:
     if not searched:
         return cells, cells
     samples = d["optuna"]["samples"]
-    return cells, cells * (samples[scale] if isinstance(samples, dict) else samples)
+    return cells, cells * (samples.get(scale, samples.get(like)) if isinstance(samples, dict) else samples)
 
 
 def test_the_project_has_sweeps_and_scales():

@@ -121,7 +121,9 @@ def test_killed_run_resumes_to_the_same_result(env, runs_dir, tmp_path):
     assert cfg.hash() == whole_cfg.hash()  # the checkpoint folder is not part of what a run computes
     cfg_file = tmp_path / "run.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    proc = subprocess.Popen([sys.executable, "-m", "cemlab.cli", "train", str(cfg_file), "--tracking-uri", env["uri"]],
+    # --restart: the store already holds this config's finished run (`whole`), which a plain rerun reuses
+    proc = subprocess.Popen([sys.executable, "-m", "cemlab.cli", "train", str(cfg_file), "--restart",
+                             "--tracking-uri", env["uri"]],
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state_file = killed_dir / "state.json"

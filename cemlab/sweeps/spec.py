@@ -221,8 +221,11 @@ class LrSearch(_Strict):
         """The geometric centre of the range, to 3 significant digits: the first point tried."""
         return round_lr(math.sqrt(self.lr[0] * self.lr[1]))
 
-    def samples_at(self, scale: str) -> int | None:
-        return self.samples.get(scale) if isinstance(self.samples, dict) else self.samples
+    def samples_at(self, scale: str, like: str | None = None) -> int | None:
+        """Samples per cell at ``scale`` (or at the scale it is ``like``, when it names none)."""
+        if not isinstance(self.samples, dict):
+            return self.samples
+        return self.samples.get(scale, self.samples.get(like) if like else None)
 
 
 def round_lr(lr: float) -> float:
@@ -572,7 +575,7 @@ def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
     lrs = top.get("lr", [None])
     search = None
     if spec.search == "optuna":
-        samples = spec.optuna.samples_at(scale_name)
+        samples = spec.optuna.samples_at(scale_name, scale.like)
         if samples is None:
             raise SweepError(f"{src}: optuna.samples gives no number for scale {scale_name!r}; add "
                              f"{scale_name}: N to it or give one number for every scale")
