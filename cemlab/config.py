@@ -182,6 +182,12 @@ class TrackingConfig(StrictModel):
     run_name: str | None = Field(default=None, description="Readable run name; derived from the config when empty.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags.")
     parent_run_id: str | None = Field(default=None, description="Nest under this run (sweeps set it).")
+    system_metrics: bool | None = Field(
+        default=None, description="MLflow's system metrics (CPU, memory, GPU) on the run; None: on unless "
+        "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false.")
+    log_model: bool | None = Field(
+        default=None, description="Log the final model as an MLflow model (mlflow.pytorch); None: yes, except at "
+        "the smoke scale.")
 
 
 class RunConfig(StrictModel):

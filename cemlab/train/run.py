@@ -145,6 +145,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     from cemlab.train.module import CEMLabModule, Diverged
     from cemlab.train.plan import make_plan
     from cemlab.train.tasks import make_task, test_recursion_list
+    from cemlab.tracking import conventions
     from cemlab.tracking import mlflow_run as mr
     from cemlab.tracking import store
 
@@ -197,6 +198,9 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             mr.log_config(client, run_id, cfg)
             metrics = mr.MetricBuffer(client, run_id)
             static = task.static_metrics(plan.seq_len)
+            conventions.log_run_conventions(
+                client, run_id, cfg, name, data_stats=data.stats, params=static.get(schema.PARAMS_TOTAL),
+                budget=plan.budget, split_sizes=_split_units(data, plan))
             static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
                            schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
             metrics.add_many(static, 0)
@@ -206,12 +210,15 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
                  "total_steps": plan.total_steps, "plan": plan.to_dict()}
         ckpt.write_state(folder, state)
     resumed = ckpt_path is not None
+    monitor = conventions.start_system_metrics(cfg, uri, run_id, resume=resumed) if zero else None
     if zero:
         log.info("%s: %s %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind, task.unit,
                  f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
                  f", resuming from {ckpt_path}" if resumed else "", run_id)
 
     def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
+        if monitor is not None:
+            monitor.finish()
         if client is not None:
             try:
                 metrics.flush()
@@ -270,6 +277,11 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         raise
     callback.latest.update(final)
+    if zero and conventions.log_model_enabled(cfg):
+        try:
+            conventions.log_final_model(client, run_id, module.model, cfg, trainer.global_step)
+        except Exception as e:  # the result stands without its model artifact
+            log.warning("%s: could not log the final model: %s", name, e)
     result = RunResult(
         status=schema.STATUS_FINISHED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
         steps=trainer.global_step, total_steps=plan.total_steps, tokens=trainer.global_step * plan.tokens_per_step,
@@ -337,6 +349,13 @@ def _train_units(data, plan) -> int:
     if data.train_stream is not None:
         return len(data.train_stream)
     return len(data.train) * plan.seq_len
+
+
+def _split_units(data, plan) -> dict[str, int]:
+    """Tokens (GP: examples) of each split, for the run's dataset inputs."""
+    if isinstance(data.stats.get("tokens"), dict):
+        return {k: int(v) for k, v in data.stats["tokens"].items()}
+    return {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
 
 
 def _energy_batch(dataset, indices: list[int], task):
