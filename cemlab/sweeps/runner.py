@@ -362,9 +362,10 @@ class _Run:
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, report: bool = True, console: "Console | None" = None,
-              live: bool | None = None, interval: float = 30.0) -> SweepResult:
+              live: bool | None = None, interval: float = 30.0, overrides: list[str] | None = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
-    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store."""
+    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
+    ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``."""
     from rich.console import Console
 
     from cemlab.paths import runs_dir as project_runs_dir
@@ -376,7 +377,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
-    trials = spec.expand(scale)
+    trials = spec.expand(scale, overrides=overrides)
     faults = tr.faults_from_env()
     runs = project_runs_dir()
     log_dir = runs / "logs" / f"{spec.name}-{scale}"

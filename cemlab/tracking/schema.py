@@ -32,6 +32,7 @@ REUSED_FROM = "cemlab.reused_from"        # on a sweep's parent: run ids reused 
 ERROR = "cemlab.error"                    # type and message of the error of a failed run
 STOPPED_STEP = "cemlab.stopped_step"      # optimizer step at which the scheduler (ASHA) stopped a trial
 SEARCH_CELL = "cemlab.search_cell"        # search: optuna: trial id of the grid cell whose lr was searched
+OVERRIDES = "cemlab.overrides"            # a sweep trial's command-line config overrides (key=value ...)
 MODEL_URI = "cemlab.model_uri"            # models:/<id> of the run's final model (mlflow.pytorch.load_model)
 LOG_FILE = "cemlab.log_file"              # a sweep trial's log file (stdout, stderr, logging of its process)
 
