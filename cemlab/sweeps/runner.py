@@ -512,7 +512,7 @@ def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int,
     reports = _validation_reports(cell)
     searcher = OptunaSearch(space={"lr": FloatDistribution(s.lr[0], s.lr[1], log=True)}, metric=s.metric,
                             mode=s.mode, points_to_evaluate=[{"lr": lr} for lr in points] or None,
-                            seed=s.seed + len(done_runs))
+                            sampler=s.make_sampler(s.samples, s.seed + len(done_runs)))
     for run in done_runs:
         value = run.data.metrics.get(s.metric)
         if value is not None and math.isfinite(value):

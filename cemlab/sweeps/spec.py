@@ -35,6 +35,8 @@ Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` t
       metric: val/loss              # what ASHA and Optuna compare (reported at every validation), min
       grace_period: 1               # validations every trial gets before ASHA may stop it
       reduction_factor: 2           # ASHA keeps about 1/reduction_factor of the trials at each rung
+      sampler: gp                   # Optuna sampler: gp (default; suits 8-12 samples), tpe or random
+      startup_trials: 2             # random samples before the model guides (default: samples/4, >= 2)
 
 Every other axis stays a grid: the runner gives each grid cell its own Optuna searcher and ASHA
 scheduler (Tune's ``OptunaSearch`` takes no grid axes and never prunes). ``expand`` returns one
@@ -196,6 +198,12 @@ class LrSearch(_Strict):
     grace_period: int = Field(default=1, ge=1, description="Validations before ASHA may stop a trial.")
     reduction_factor: float = Field(default=2, gt=1, description="ASHA keeps ~1/reduction_factor per rung.")
     seed: int = Field(default=0, description="Seed of Optuna's sampler.")
+    sampler: Literal["gp", "tpe", "random"] = Field(
+        default="gp", description="Optuna sampler: 'gp' (Gaussian process, suits 8-12 samples of one parameter), "
+        "'tpe' or 'random'.")
+    startup_trials: int | None = Field(
+        default=None, ge=1, description="Samples drawn at random (the first is the range's centre) before the "
+        "sampler's model guides the rest; None: a quarter of the samples, at least 2.")
 
     @field_validator("lr")
     @classmethod
@@ -218,6 +226,23 @@ class LrSearch(_Strict):
 
     def samples_at(self, scale: str) -> int | None:
         return self.samples.get(scale) if isinstance(self.samples, dict) else self.samples
+
+    def startup(self, samples: int) -> int:
+        """Random samples before the model-guided ones, for a cell of ``samples``: fewer than the
+        budget, so the sampler's model chooses most of them (Optuna's default, 10, would leave a
+        search of 8 samples random)."""
+        return self.startup_trials if self.startup_trials is not None else max(2, samples // 4)
+
+    def make_sampler(self, samples: int, seed: int):
+        """The Optuna sampler of a cell (imports Optuna)."""
+        import optuna
+
+        startup = self.startup(samples)
+        if self.sampler == "gp":
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+        if self.sampler == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+        return optuna.samplers.RandomSampler(seed=seed)
 
 
 def round_lr(lr: float) -> float:
