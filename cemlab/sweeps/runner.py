@@ -469,6 +469,8 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
     the others (interrupted, failed) are tried again first, from their checkpoints."""
     from cemlab.tracking.store import best_run, run_status
 
+    for cell in cells:  # the time-left estimate counts every cell's samples from the start
+        state.progress.expect(cell, cell.search.samples)
     for cell in cells:
         found = search_cell_runs(state.client, state.experiment_id, cell)
         samples = cell.search.samples
@@ -489,6 +491,7 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         remaining = samples - len(done_runs)
         if remaining <= 0:
             continue
+        state.progress.expect(cell, remaining)  # for the time-left estimate
         points = pending_lrs[:remaining] if (found or pending_lrs) else [cell.config.train.lr]
         for lr in points:  # interrupted samples continue from their checkpoints
             t = state.job(cell=cell).resolve({"lr": lr})
