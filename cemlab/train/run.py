@@ -108,12 +108,12 @@ def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
     return accelerator, t.precision
 
 
-def _peak_flops(accelerator: str) -> float | None:
+def _peak_flops(accelerator: str, precision: str = "bf16-mixed") -> float | None:
     if accelerator != "gpu":
         return None
     from cemlab.hardware import peak_flops
 
-    return peak_flops()
+    return peak_flops(precision=precision)
 
 
 def _progress_bar(cfg: RunConfig, override: bool | None) -> bool:
@@ -232,7 +232,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     callback = RunCallback(
         plan=plan, task=task, val_dataset=data.val, energy_batch=energy_batch, folder=folder,
         state=state or {}, metrics=metrics, report=report if zero else None,
-        flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=_peak_flops(accelerator),
+        flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=_peak_flops(accelerator, precision),
         val_batches=cfg.train.val_batches,
     )
     show_bar = _progress_bar(cfg, progress_bar) and zero
