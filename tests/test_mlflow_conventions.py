@@ -136,3 +136,67 @@ def test_system_metrics_and_model_switches(monkeypatch):
     assert log_model_enabled(smoke) is False
     smoke.tracking.log_model = True
     assert log_model_enabled(smoke) is True
+
+
+@pytest.mark.slow
+def test_reused_runs_are_linked_once_under_the_parent_that_reused_them(tmp_path):
+    from mlflow import MlflowClient
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from cemlab.tracking.conventions import LINKED_RUN, link_reused_runs
+    from cemlab.tracking.store import ensure_experiment, get_client, search_runs
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = get_client(uri)
+    first = ensure_experiment("cemlab/first", client)
+    second = ensure_experiment("cemlab/second", client)
+    old_parent = client.create_run(first, tags={schema.ROLE: "sweep"}).info.run_id
+    reused = client.create_run(first, run_name="llama s1 lr2e-3", tags={
+        schema.ROLE: "trial", schema.PARENT_RUN_ID: old_parent, schema.CONFIG_HASH: "abc", schema.SWEEP: "first",
+        schema.TRIAL_ID: "s1__llama__lr2e-3__s0", schema.axis_tag("lr"): "0.002", schema.SEARCH_CELL: "x"})
+    rid = reused.info.run_id
+    client.log_batch(rid, params=[], metrics=[])
+    client.log_param(rid, "train.lr", "0.002")
+    client.log_metric(rid, schema.TEST_PPL, 41.5, step=10)
+    client.log_metric(rid, "system/cpu_utilization_percentage", 80.0)
+    client.set_terminated(rid)
+    parent = client.create_run(second, tags={schema.ROLE: "sweep"}).info.run_id
+
+    made = link_reused_runs(client, parent, [client.get_run(rid)])
+    assert len(made) == 1 and link_reused_runs(client, parent, [client.get_run(rid)]) == []  # idempotent
+    link = MlflowClient(uri).get_run(made[0])
+    tags = link.data.tags
+    assert link.info.experiment_id == second and link.info.status == "FINISHED"
+    assert tags[schema.PARENT_RUN_ID] == parent and tags[LINKED_RUN] == rid and tags[schema.ROLE] == "link"
+    assert link.info.run_name == "llama s1 lr2e-3 (reused)"
+    assert tags[schema.TRIAL_ID] == "s1__llama__lr2e-3__s0" and tags[schema.axis_tag("lr")] == "0.002"
+    for key in (schema.CONFIG_HASH, schema.SWEEP, schema.SEARCH_CELL):  # never taken for the trial's run
+        assert key not in tags
+    assert search_runs(client, [second], f"tags.`{schema.CONFIG_HASH}` = 'abc'") == []
+    assert link.data.params == {"train.lr": "0.002"} and link.data.metrics == {schema.TEST_PPL: 41.5}
+    assert f"#/experiments/{first}/runs/{rid}" in tags[MLFLOW_RUN_NOTE]
+    assert client.get_run(rid).data.tags[schema.PARENT_RUN_ID] == old_parent  # the reused run stays where it ran
+
+
+@pytest.mark.slow
+def test_ui_serves_on_a_stable_port_from_5000_or_the_next_free_one(runs_dir, tmp_path, monkeypatch, capsys):
+    import socket
+
+    from cemlab.cli import main
+    from cemlab.tracking.server import PORT_ENV, stop_server
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as probe:  # a base port, held so that the next one is taken
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+        monkeypatch.setenv(PORT_ENV, str(base))
+        try:
+            assert main(["ui"]) == 0
+            first = capsys.readouterr().out
+            port = int(first.split("http://127.0.0.1:")[1].split()[0])
+            assert base < port < base + 20, first
+            stop_server()
+            assert main(["ui"]) == 0  # restarted: the same address again (links stay valid)
+            assert f"http://127.0.0.1:{port} " in capsys.readouterr().out
+        finally:
+            stop_server()

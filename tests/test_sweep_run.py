@@ -158,6 +158,13 @@ def test_project_sweeps_end_to_end_reuse_and_report(sweep_env, data_cache):
     assert second.reused_run_ids == [llama_run.info.run_id]
     parent2 = client.get_run(second.parent_run_id)
     assert parent2.data.tags[schema.REUSED_FROM] == llama_run.info.run_id
+    # ... and shown under the new parent by a link run (MLflow nests a run under one parent only)
+    (link,) = [r for r in experiment_runs(client, "mlp_replacement") if r.data.tags.get(schema.ROLE) == "link"]
+    assert link.data.tags[schema.PARENT_RUN_ID] == second.parent_run_id
+    assert link.data.tags["cemlab.linked_run_id"] == llama_run.info.run_id and schema.CONFIG_HASH not in link.data.tags
+    assert link.data.params == llama_run.data.params
+    assert link.data.metrics[schema.TEST_PPL] == llama_run.data.metrics[schema.TEST_PPL]
+    assert llama_run.info.run_id in link.data.tags["mlflow.note.content"]
     by_hash = {}
     for r in all_runs(client):
         if r.data.tags.get(schema.ROLE) == "trial":

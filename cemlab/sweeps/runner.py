@@ -714,6 +714,9 @@ def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepR
         before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")
         ids = sorted(set(filter(None, before.split(","))) | set(reused))
         client.set_tag(state.parent_run_id, schema.REUSED_FROM, ",".join(ids)[:5000])
+        from cemlab.tracking.conventions import link_reused_runs
+
+        link_reused_runs(client, state.parent_run_id, [client.get_run(i) for i in reused])  # shown under this parent
     result = SweepResult(state.spec.name, state.scale, state.uri, state.experiment_id, state.parent_run_id, reopened,
                          outcomes, state.searches, reused, interrupted=interrupted, seconds=time.time() - t0)
     counts = result.counts()

@@ -27,6 +27,10 @@ What a run gets (rank zero only, beside the ``cemlab.*`` tags of :mod:`cemlab.tr
 
   ``tracking.log_model``: true / false; null (default) logs it except at the ``smoke`` scale.
 
+A sweep's parent run also shows the trials it **reused** from earlier sweeps, as *link runs*
+(:func:`link_reused_runs`): MLflow nests a run under one parent only, so the reused run stays
+where it ran and a finished child of the new parent, tagged ``cemlab.role=link``, links to it.
+
 Everything goes through an explicit ``MlflowClient`` (never MLflow's fluent global state), as in
 :mod:`cemlab.tracking.mlflow_run`.
 """
@@ -40,6 +44,7 @@ import os
 import pwd
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -351,3 +356,64 @@ def log_final_model(client: "MlflowClient", run_id: str, model, cfg: "RunConfig"
     uri = f"models:/{logged.model_id}"
     client.set_tag(run_id, schema.MODEL_URI, uri)
     return uri
+
+
+# ---------------------------------------------------------------------------------------------
+# Reused trials under the sweep that reused them
+# ---------------------------------------------------------------------------------------------
+
+#: On a link run: the id of the run it stands for.
+LINKED_RUN = "cemlab.linked_run_id"
+#: ``cemlab.role`` of a link run.
+ROLE_LINK = "link"
+#: Tags copied onto a link run: what the UI's columns and a comparison view show. Never the config
+#: hash, the sweep or the search cell, so that no store lookup takes a link for a trial's run.
+_LINK_TAGS = (schema.TRIAL_ID, schema.VARIANT, schema.GROUP, schema.SIZE, schema.MODEL_KIND, schema.SCALE,
+              schema.FIGURE, schema.TASK)
+
+
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """The run's page in MLflow's UI: absolute on a server, the UI's own fragment otherwise."""
+    path = f"#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{tracking_uri.rstrip('/')}/{path}" if tracking_uri.startswith(("http://", "https://")) else path
+
+
+def link_reused_runs(client: "MlflowClient", parent_run_id: str, runs: list) -> list[str]:
+    """Show runs a sweep reused from earlier sweeps under its parent run (MLflow nests a run under
+    one parent only). Each gets a *link run*: a finished child of ``parent_run_id`` named
+    ``<run name> (reused)``, tagged ``cemlab.role=link`` and ``cemlab.linked_run_id``, with the
+    reused run's params, its final metric values (``system/`` ones left out), its display tags and
+    a description linking to it, so the parent's grid and comparison views hold every trial.
+    Idempotent (a run already linked from this parent is not linked again). Returns the new ids."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from cemlab.tracking.store import search_runs
+
+    parent = client.get_run(parent_run_id)
+    experiment_id = parent.info.experiment_id
+    existing = search_runs(client, [experiment_id], f"tags.`{schema.PARENT_RUN_ID}` = '{parent_run_id}' and "
+                                                    f"tags.`{schema.ROLE}` = '{ROLE_LINK}'")
+    linked = {r.data.tags.get(LINKED_RUN) for r in existing}
+    made = []
+    for run in runs:
+        if run.info.run_id in linked or run.data.tags.get(schema.PARENT_RUN_ID) == parent_run_id:
+            continue
+        tags = {k: v for k, v in run.data.tags.items() if k in _LINK_TAGS or k.startswith(schema.AXIS_PREFIX)}
+        tracking_uri = client.tracking_uri if isinstance(client.tracking_uri, str) else ""
+        source = run.data.tags.get(schema.SWEEP, "cemlab train")
+        tags.update({schema.ROLE: ROLE_LINK, LINKED_RUN: run.info.run_id, schema.PARENT_RUN_ID: parent_run_id,
+                     MLFLOW_RUN_NOTE: f"Reused: this trial's result is run [{run.info.run_name}]"
+                                      f"({run_url(tracking_uri, run.info.experiment_id, run.info.run_id)}) of "
+                                      f"{source}, matched by config hash {run.data.tags.get(schema.CONFIG_HASH, '?')}. "
+                                      "This run is a link that shows it in this sweep's grid; its params and final "
+                                      "metrics are copies."})
+        child = client.create_run(experiment_id, run_name=f"{run.info.run_name} (reused)", tags=tags)
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in run.data.metrics.items() if not k.startswith("system/")]
+        params = [Param(k, v) for k, v in run.data.params.items()]
+        for i in range(0, max(len(metrics), len(params), 1), 100):
+            client.log_batch(child.info.run_id, metrics=metrics[i:i + 100], params=params[i:i + 100])
+        client.set_terminated(child.info.run_id, "FINISHED")
+        made.append(child.info.run_id)
+    return made
