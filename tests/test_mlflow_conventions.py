@@ -200,3 +200,28 @@ def test_ui_serves_on_a_stable_port_from_5000_or_the_next_free_one(runs_dir, tmp
             assert f"http://127.0.0.1:{port} " in capsys.readouterr().out
         finally:
             stop_server()
+
+
+def test_sweep_parent_describes_the_sweep_and_links_mlflows_comparison_of_all_its_trials(tmp_path):
+    import json
+    from urllib.parse import unquote, urlsplit
+
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from cemlab.tracking.conventions import COMPARE_URL, describe_sweep_run
+    from cemlab.tracking.store import ensure_experiment, get_client
+
+    client = get_client(f"sqlite:///{tmp_path}/mlflow.db")
+    here, elsewhere = ensure_experiment("cemlab/mlp_replacement", client), ensure_experiment("cemlab/other", client)
+    parent = client.create_run(here).info.run_id
+    runs = [client.create_run(here).info.run_id for _ in range(2)] + [client.create_run(elsewhere).info.run_id]
+    url = describe_sweep_run(client, parent, sweep="mlp_replacement", figure="Fig 2b", scale="smoke",
+                             description="CEM MLP against the Llama MLP.", run_ids=runs)
+    tags = client.get_run(parent).data.tags
+    assert tags[COMPARE_URL] == url and f"[Compare its 3 trials]({url})" in tags[MLFLOW_RUN_NOTE]
+    assert "mlp_replacement" in tags[MLFLOW_RUN_NOTE] and "Fig 2b" in tags[MLFLOW_RUN_NOTE]
+    fragment = urlsplit(url).fragment
+    assert fragment.startswith("/compare-runs?")
+    query = dict(part.split("=", 1) for part in fragment.split("?", 1)[1].split("&"))
+    assert json.loads(unquote(query["runs"])) == sorted(runs)
+    assert json.loads(unquote(query["experiments"])) == sorted({here, elsewhere})

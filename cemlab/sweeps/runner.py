@@ -717,6 +717,10 @@ def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float) -> SweepR
         from cemlab.tracking.conventions import link_reused_runs
 
         link_reused_runs(client, state.parent_run_id, [client.get_run(i) for i in reused])  # shown under this parent
+    from cemlab.tracking.conventions import describe_sweep_run
+
+    describe_sweep_run(client, state.parent_run_id, sweep=state.spec.name, figure=state.spec.figure, scale=state.scale,
+                       description=state.spec.description, run_ids=sorted({o.run_id for o in outcomes if o.run_id}))
     result = SweepResult(state.spec.name, state.scale, state.uri, state.experiment_id, state.parent_run_id, reopened,
                          outcomes, state.searches, reused, interrupted=interrupted, seconds=time.time() - t0)
     counts = result.counts()

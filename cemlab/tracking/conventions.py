@@ -417,3 +417,44 @@ def link_reused_runs(client: "MlflowClient", parent_run_id: str, runs: list) -> 
         client.set_terminated(child.info.run_id, "FINISHED")
         made.append(child.info.run_id)
     return made
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep's comparison view
+# ---------------------------------------------------------------------------------------------
+
+#: On a sweep's parent run: MLflow's compare page of its trials.
+COMPARE_URL = "cemlab.compare_url"
+
+
+def compare_url(tracking_uri: str, experiment_ids: list[str], run_ids: list[str]) -> str:
+    """MLflow's run-comparison page (parallel coordinates, scatter, box and contour plots of params
+    against metrics, and the param and metric tables side by side) of ``run_ids``."""
+    from urllib.parse import quote
+
+    query = (f"?runs={quote(json.dumps(sorted(run_ids), separators=(',', ':')), safe='[],')}"
+             f"&experiments={quote(json.dumps(sorted(set(experiment_ids)), separators=(',', ':')), safe='[],')}")
+    base = f"{tracking_uri.rstrip('/')}/" if tracking_uri.startswith(("http://", "https://")) else ""
+    return f"{base}#/compare-runs{query}"
+
+
+def describe_sweep_run(client: "MlflowClient", parent_run_id: str, *, sweep: str, figure: str, scale: str,
+                       description: str, run_ids: list[str]) -> str:
+    """The sweep's parent run: a description (``mlflow.note.content``, its run page) saying what
+    the sweep reproduces, with a link to MLflow's comparison view of all its trials (run here or
+    reused; the view researchers open first: parallel coordinates of the axes against test
+    perplexity), also kept in the tag ``cemlab.compare_url``. Returns the URL."""
+    from mlflow.entities import RunTag
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    uri = client.tracking_uri if isinstance(client.tracking_uri, str) else ""
+    experiments = [client.get_run(parent_run_id).info.experiment_id]
+    experiments += [client.get_run(r).info.experiment_id for r in run_ids]
+    url = compare_url(uri, experiments, run_ids)
+    note = (f"Sweep **{sweep}** ({figure}) at scale {scale}. {description.strip()}\n\n"
+            f"[Compare its {len(run_ids)} trials]({url}): MLflow's parallel coordinates (choose the "
+            f"`cemlab.axis.*` params and `test/ppl`), scatter and box plots. Trials reused from other "
+            f"sweeps are shown here as link runs (`cemlab.role = link`). Report: `cemlab report {sweep} "
+            f"--scale {scale}` (also in this run's artifacts).")
+    client.log_batch(parent_run_id, tags=[RunTag(MLFLOW_RUN_NOTE, note), RunTag(COMPARE_URL, url[:5000])])
+    return url
