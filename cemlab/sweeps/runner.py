@@ -28,7 +28,9 @@
    recorded as failed and the others go on. A grid is one Tuner (storage
    ``<runs>/ray/<sweep>-<scale>``). With ``search: optuna`` each grid cell is its own Tuner with an
    ``OptunaSearch`` over the learning rate and an ``ASHAScheduler`` (Tune's ``OptunaSearch`` takes
-   no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result);
+   no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result); the cells'
+   Tuners run at once, as many as the cluster holds trials (:func:`search_concurrency`), each
+   cell with its share of the trial slots;
 5. shows one progress table (``cemlab.sweeps.progress``); trials log to
    ``<runs>/logs/<sweep>-<scale>/<trial>.log``;
 6. finishes the parent run (``finished``, or ``failed`` when a trial failed), writes
@@ -471,6 +473,7 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
 
     for cell in cells:  # the time-left estimate counts every cell's samples from the start
         state.progress.expect(cell, cell.search.samples)
+    jobs = []
     for cell in cells:
         found = search_cell_runs(state.client, state.experiment_id, cell)
         samples = cell.search.samples
@@ -497,11 +500,36 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
             t = state.job(cell=cell).resolve({"lr": lr})
             prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.experiment_id,
                            state.runs_dir)
-        _fit_search(state, cell, points, remaining, search, done_runs)
+        jobs.append((cell, points, remaining, search, done_runs))
+    if not jobs:
+        return
+    cells_at_once, per_cell = search_concurrency(len(jobs), trial_slots(jobs[0][0].resources))
+    if cells_at_once == 1:
+        for job in jobs:
+            _fit_search(state, *job, concurrency=per_cell)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # One Tuner per cell, in threads of this driver (Tune runs in a non-main thread); Ray queues
+    # their trials on the cluster's resources.
+    pool = ThreadPoolExecutor(max_workers=cells_at_once, thread_name_prefix="cemlab-search")
+    try:
+        for future in [pool.submit(_fit_search, state, *job, concurrency=per_cell) for job in jobs]:
+            future.result()
+    finally:  # on Ctrl-C the driver shuts Ray down, which ends the Tuners still running
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def search_concurrency(cells: int, slots: int) -> tuple[int, int]:
+    """``(cells searched at once, trials at once per cell)`` for ``cells`` searched cells on a
+    cluster that holds ``slots`` trials: as many cells as slots, and the slots shared among them
+    (a searcher learns from finished samples, so a cell gets no more than its share)."""
+    at_once = max(1, min(cells, slots))
+    return at_once, max(1, slots // at_once)
 
 
 def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int, search: SearchOutcome,
-                done_runs: list["Run"]) -> None:
+                done_runs: list["Run"], concurrency: int | None = None) -> None:
     """Optuna samples ``num_samples`` learning rates (``points`` first) for ``cell``; ASHA stops the
     worse ones. Samples done in an earlier invocation are told to Optuna first, and its seed moves on
     with their number, so a resumed search does not draw the same rates again."""
@@ -525,7 +553,8 @@ def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int,
                               grace_period=min(s.grace_period, reports), reduction_factor=s.reduction_factor)
     job = state.job(cell=cell)
     results = _fit(state, job, param_space={}, name=f"{state.spec.name}-{state.scale}-{cell.trial_id}",
-                   resources=cell.resources, searcher=searcher, scheduler=scheduler, num_samples=num_samples)
+                   resources=cell.resources, searcher=searcher, scheduler=scheduler, num_samples=num_samples,
+                   concurrency=concurrency)
     for r in results:
         t = job.resolve(r.config)
         search.ran.append(t.trial_id)
@@ -544,8 +573,10 @@ def _validation_reports(trial: Trial) -> int:
 
 
 def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resources, searcher=None,
-         scheduler=None, num_samples: int = 1):
-    """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome."""
+         scheduler=None, num_samples: int = 1, concurrency: int | None = None):
+    """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome. ``concurrency``:
+    at most this many trials at once (default: what the cluster holds, for searches and multi-worker
+    trials)."""
     from ray import tune
 
     callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
@@ -555,7 +586,7 @@ def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resourc
     # takes no empty request), and since Tune cannot count the workers, the number of trials at
     # once is limited to what the cluster holds. A searcher learns from finished trials: no more at
     # once than fit either.
-    slots = trial_slots(resources) if distributed or searcher is not None else None
+    slots = concurrency or (trial_slots(resources) if distributed or searcher is not None else None)
     request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
                else {"cpu": resources.cpus, "gpu": resources.gpus})
     trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job), request)
