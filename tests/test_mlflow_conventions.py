@@ -220,6 +220,8 @@ def test_sweep_parent_describes_the_sweep_and_links_mlflows_comparison_of_all_it
     tags = client.get_run(parent).data.tags
     assert tags[COMPARE_URL] == url and f"[Compare its 3 trials]({url})" in tags[MLFLOW_RUN_NOTE]
     assert "mlp_replacement" in tags[MLFLOW_RUN_NOTE] and "Fig 2b" in tags[MLFLOW_RUN_NOTE]
+    assert tags["mlflow.source.name"] == "cemlab sweep mlp_replacement --scale smoke"
+    assert tags["mlflow.user"] == _login() and len(tags["mlflow.source.git.commit"]) == 40
     fragment = urlsplit(url).fragment
     assert fragment.startswith("/compare-runs?")
     query = dict(part.split("=", 1) for part in fragment.split("?", 1)[1].split("&"))

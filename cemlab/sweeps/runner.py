@@ -434,8 +434,9 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             ray.shutdown()
     _print_end(result, console)
     if report and overrides and not result.interrupted:  # the report reads the sweep file's own trials
-        console.print(f"Report: not built for overridden trials ({' '.join(overrides)}); they are in MLflow with "
-                      f"the tag cemlab.overrides", highlight=False)
+        console.print(f"Report: not built for overridden trials ({' '.join(overrides)}): the report reads the sweep "
+                      f"file's own grid; the trials are in MLflow (config overrides in the tag cemlab.overrides)",
+                      highlight=False)
     elif report and not result.interrupted:
         _make_report(result, console)
     return result

@@ -102,13 +102,17 @@ def source_command(cfg: "RunConfig") -> str:
     return "cemlab train"
 
 
-def system_tags(cfg: "RunConfig", run_name: str, note: str | None = None) -> dict[str, str]:
-    """MLflow's ``mlflow.*`` system tags of a run (see the module docstring)."""
+def system_tags(cfg: "RunConfig | None", run_name: str | None, note: str | None = None,
+                source: str | None = None) -> dict[str, str]:
+    """MLflow's ``mlflow.*`` system tags of a run (see the module docstring); ``source`` for a run
+    without a config (a sweep's parent run)."""
     from mlflow.entities import SourceType
     from mlflow.utils import mlflow_tags as mt
 
-    tags = {mt.MLFLOW_USER: mlflow_user(), mt.MLFLOW_SOURCE_NAME: source_command(cfg),
-            mt.MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL), mt.MLFLOW_RUN_NAME: run_name}
+    tags = {mt.MLFLOW_USER: mlflow_user(), mt.MLFLOW_SOURCE_NAME: source or source_command(cfg),
+            mt.MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL)}
+    if run_name:
+        tags[mt.MLFLOW_RUN_NAME] = run_name
     commit = git_commit()
     if commit:
         tags[mt.MLFLOW_GIT_COMMIT] = commit
@@ -452,9 +456,12 @@ def describe_sweep_run(client: "MlflowClient", parent_run_id: str, *, sweep: str
     experiments += [client.get_run(r).info.experiment_id for r in run_ids]
     url = compare_url(uri, experiments, run_ids)
     note = (f"Sweep **{sweep}** ({figure}) at scale {scale}. {description.strip()}\n\n"
-            f"[Compare its {len(run_ids)} trials]({url}): MLflow's parallel coordinates (choose the "
-            f"`cemlab.axis.*` params and `test/ppl`), scatter and box plots. Trials reused from other "
-            f"sweeps are shown here as link runs (`cemlab.role = link`). Report: `cemlab report {sweep} "
-            f"--scale {scale}` (also in this run's artifacts).")
-    client.log_batch(parent_run_id, tags=[RunTag(MLFLOW_RUN_NOTE, note), RunTag(COMPARE_URL, url[:5000])])
+            f"[Compare its {len(run_ids)} trials]({url}): MLflow's parallel coordinates (choose the params "
+            f"the sweep varies, e.g. `train.lr`, `train.seed`, `model.attention`, and the metric `test/ppl`), "
+            f"scatter and box plots. Trials reused from other sweeps are shown here as link runs "
+            f"(`cemlab.role = link`). Report: `cemlab report {sweep} --scale {scale}` (also in this run's "
+            f"artifacts).")
+    tags = system_tags(None, None, note, source=f"cemlab sweep {sweep} --scale {scale}")
+    tags[COMPARE_URL] = url[:5000]
+    client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     return url
