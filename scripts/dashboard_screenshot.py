@@ -33,6 +33,48 @@ def _wait_text(driver, text: str, timeout: float = 90.0) -> None:
     raise SystemExit(f"the page never showed {text!r}: {driver.current_url}")
 
 
+def _click(driver, label: str) -> None:
+    """Click the button with this aria-label, if the page has one."""
+    from selenium.webdriver.common.by import By
+
+    for button in driver.find_elements(By.CSS_SELECTOR, f"button[aria-label='{label}']"):
+        if button.is_displayed():
+            button.click()
+            time.sleep(0.5)
+            return
+
+
+def _choose(driver, params: list[str], metric: str) -> None:
+    """Plot ``params`` against ``metric`` in the parallel coordinates (the page picks its own first):
+    open each of the two select boxes and click the options by their title."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    for button in driver.find_elements(By.XPATH, "//button[normalize-space()='Clear All']"):
+        button.click()
+        time.sleep(1)
+    for index, values in ((0, params), (1, [metric])):
+        boxes = [b for b in driver.find_elements(By.CSS_SELECTOR, "div[class$='-select-selector']") if b.is_displayed()]
+        if len(boxes) <= index:
+            return
+        boxes[index].click()
+        time.sleep(1)
+        for value in values:  # the option list is virtual: scroll it until the option is rendered
+            for _ in range(60):
+                options = [o for o in driver.find_elements(By.CSS_SELECTOR, f"div[title='{value}']") if o.is_displayed()]
+                if options:
+                    options[0].click()
+                    time.sleep(0.7)
+                    break
+                driver.execute_script("for (const h of document.querySelectorAll('.rc-virtual-list-holder')) "
+                                      "{ if (h.offsetParent) h.scrollTop += 120; }")
+                time.sleep(0.2)
+            driver.execute_script("for (const h of document.querySelectorAll('.rc-virtual-list-holder')) "
+                                  "{ if (h.offsetParent) h.scrollTop = 0; }")
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+        time.sleep(0.7)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep")
@@ -40,11 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/images")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=900)
+    parser.add_argument("--params", nargs="+", default=["train.lr", "train.seed", "model.attention"],
+                        help="params of the parallel coordinates plot")
+    parser.add_argument("--metric", default="test/ppl")
     args = parser.parse_args(argv)
 
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
 
     from cemlab.tracking import schema
     from cemlab.tracking.conventions import COMPARE_URL, run_url
@@ -77,10 +123,17 @@ def main(argv: list[str] | None = None) -> int:
             driver.set_page_load_timeout(120)
             driver.get(run_url(uri, exp.experiment_id, parent.info.run_id))
             _wait_text(driver, "Compare its")
+            _click(driver, "Close")  # MLflow's assistant panel
+            _click(driver, "Expand description")
+            heading = driver.find_element(By.XPATH, "//h4[contains(text(),'Description')]")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", heading)
             time.sleep(2)
             driver.save_screenshot(str(out / "dashboard-sweep.png"))
             driver.get(parent.data.tags[COMPARE_URL])
             _wait_text(driver, "Parallel Coordinates")
+            _click(driver, "Close")
+            time.sleep(2)
+            _choose(driver, args.params, args.metric)
             time.sleep(3)
             driver.save_screenshot(str(out / "dashboard-compare.png"))
         finally:
