@@ -573,6 +573,9 @@ def _validation_reports(trial: Trial) -> int:
     return (total - 1) // trial.config.train.val_interval + 1
 
 
+_REGISTRY_LOCK = threading.Lock()
+
+
 def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resources, searcher=None,
          scheduler=None, num_samples: int = 1, concurrency: int | None = None):
     """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome. ``concurrency``:
@@ -591,8 +594,12 @@ def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resourc
     request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
                else {"cpu": resources.cpus, "gpu": resources.gpus})
     trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job), request)
+    # Registered by name under a lock: Tune's trainable registry is not safe to fill from the
+    # threads that run searched cells at once (it iterates a dict another thread adds to).
+    with _REGISTRY_LOCK:
+        tune.register_trainable(f"cemlab-{name}", trainable)
     tuner = tune.Tuner(
-        trainable, param_space=param_space,
+        f"cemlab-{name}", param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
                                     max_concurrent_trials=slots, reuse_actors=False,
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
