@@ -217,13 +217,15 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
                  f", resuming from {ckpt_path}" if resumed else "", run_id)
 
     def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
-        if monitor is not None:
-            monitor.finish()
         if client is not None:
             try:
-                metrics.flush()
+                metrics.flush()  # first: a trial the scheduler stops has little time before its process ends
             finally:
-                mr.finish_run(client, run_id, status, extra_tags)
+                try:
+                    if monitor is not None:
+                        monitor.finish()
+                finally:
+                    mr.finish_run(client, run_id, status, extra_tags)
 
     # -- Lightning -----------------------------------------------------------------------------
     position = DataPosition()
