@@ -5,6 +5,7 @@ Every command honours ``MLFLOW_TRACKING_URI`` (otherwise the project's embedded 
 ``./runs``) and, for sweeps, ``RAY_ADDRESS``.
 """
 
+# PYTHON_ARGCOMPLETE_OK
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,34 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return sub.parse_intermixed_args(rest, namespace=argparse.Namespace(command=args.command))
 
 
+DESCRIPTION = """\
+cemlab trains Transformers with Causal Energy Minimization (CEM) attention and MLP layers beside
+Llama baselines, runs the paper's experiments as sweeps, records every run in MLflow and rebuilds
+the paper's figures and verdicts from those runs.
+
+Everyday use:
+  cemlab sweep recursion_ablation     run a sweep (same as: make sweep SWEEP=recursion_ablation);
+                                      rerun the same command to resume; --scale smoke|tiny|...(see --help)
+  cemlab ui                           the MLflow dashboard of every run (prints its address)
+  cemlab report recursion_ablation    the sweep's figures, learning-rate optima and claim verdicts
+
+`cemlab plan SWEEP` shows what a sweep would run and costs; `cemlab COMMAND --help` explains each
+command. Runs are logged to $MLFLOW_TRACKING_URI, else to the project's store under ./runs."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cemlab")
+    except PackageNotFoundError:  # a source checkout that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cemlab", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cemlab", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"cemlab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -59,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    try:  # shell completion (see README): answers the shell and exits when it asks
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    except ImportError:
+        pass
     args = parse(parser, list(sys.argv[1:] if argv is None else argv))
     if not args.command:
         parser.print_help()

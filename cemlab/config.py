@@ -11,6 +11,7 @@ Field names follow ../shared/DESIGN.md section 3 (``d_model``, ``n_layers``, ``n
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
@@ -196,6 +197,12 @@ class TrackingConfig(StrictModel):
     run_name: str | None = Field(default=None, description="Readable run name; derived from the config when empty.")
     tags: dict[str, str] = Field(default_factory=dict, description="Extra MLflow tags.")
     parent_run_id: str | None = Field(default=None, description="Nest under this run (sweeps set it).")
+    system_metrics: bool | None = Field(
+        default=None, description="MLflow's system metrics (CPU, memory, GPU) on the run; None: on unless "
+        "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false.")
+    log_model: bool | None = Field(
+        default=None, description="Log the final model as an MLflow model (mlflow.pytorch); None: yes, except at "
+        "the smoke scale.")
 
 
 class RunConfig(StrictModel):
@@ -342,6 +349,37 @@ def format_validation_error(e: ValidationError, source: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; check its spelling against the documented fields"
+            valid = _valid_keys(tuple(str(x) for x in err["loc"][:-1]))
+            close = difflib.get_close_matches(str(err["loc"][-1]), valid, n=1)
+            msg = (f"unknown key; did you mean {'.'.join([*map(str, err['loc'][:-1]), close[0]])!r}?" if close
+                   else f"unknown key; valid keys here: {', '.join(valid)}" if valid
+                   else "unknown key; check its spelling against the documented fields")
         lines.append(f"  - {loc}: {msg}")
     return "\n".join(lines)
+
+
+def _valid_keys(loc: tuple[str, ...]) -> list[str]:
+    """Field names of the config section at ``loc`` in ``RunConfig`` (for did-you-mean hints)."""
+    node: Any = RunConfig
+    for part in loc:
+        fields = getattr(node, "model_fields", {})
+        if part not in fields:
+            return []
+        ann = fields[part].annotation
+        node = next((a for a in (*getattr(ann, "__args__", ()), ann) if isinstance(a, type) and issubclass(a, BaseModel)),
+                    None)
+        if node is None:
+            return []
+    return list(getattr(node, "model_fields", {}))
+
+
+def config_sections() -> list[tuple[str, str]]:
+    """``(section, first line of its documentation)`` of a run config, for ``cemlab train --help``."""
+    out = []
+    for name, f in RunConfig.model_fields.items():
+        ann = f.annotation
+        model = next((a for a in (*getattr(ann, "__args__", ()), ann) if isinstance(a, type) and issubclass(a, BaseModel)),
+                     None)
+        doc = (model.__doc__ or "").strip().split("\n")[0] if model is not None else (f.description or "")
+        out.append((name, doc))
+    return out

@@ -3,6 +3,13 @@
 Peak numbers are dense bf16 tensor-core FLOP/s from the vendors' data sheets (no 2:4 sparsity).
 MFU (model FLOPs utilisation) = achieved model FLOP/s / peak; model FLOPs per token come from
 ``cemlab.models.flops_per_token``.
+
+The peak of the device a run trains on comes from Lightning's device table
+(``lightning.fabric.utilities.throughput.get_available_flops``: many more GPUs, and the peak of
+the run's compute dtype, e.g. TF32 for ``32-true``); cemlab's own table below is kept for what
+Lightning's cannot do: GPU-hour estimates for a named kind without that device (``cemlab plan``),
+and the H200, which Lightning's name parsing does not find. ``tests/test_gpu_paths.py`` checks the
+two tables agree where both have a kind.
 """
 
 from __future__ import annotations
@@ -35,14 +42,30 @@ def gpu_kind(device_name: str) -> str | None:
     return None
 
 
-def peak_flops(device_name: str | None = None) -> float | None:
-    """Dense bf16 peak FLOP/s of ``device_name`` (default: the current CUDA device), or None when
-    there is no CUDA device or its kind is not in :data:`PEAK_BF16_FLOPS`."""
+#: ``train.precision`` -> the dtype its matrix products run in.
+PRECISION_DTYPE = {"bf16-mixed": "bfloat16", "16-mixed": "float16", "32-true": "float32"}
+
+
+def peak_flops(device_name: str | None = None, precision: str = "bf16-mixed") -> float | None:
+    """Peak FLOP/s of the current CUDA device for ``precision`` (Lightning's table, else cemlab's
+    bf16 one), or of a named device (``device_name``, cemlab's bf16 table); None without a CUDA
+    device or when neither table knows it."""
     if device_name is None:
         import torch
 
         if not torch.cuda.is_available():
             return None
+        from lightning.fabric.utilities.throughput import get_available_flops
+
+        dtype = getattr(torch, PRECISION_DTYPE.get(precision, "bfloat16"))
+        try:
+            found = get_available_flops(torch.device("cuda"), dtype)
+        except Exception:  # an unknown name warns and returns None; anything else: use cemlab's table
+            found = None
+        if found:
+            return float(found)
+        if dtype is not torch.bfloat16:
+            return None  # cemlab's table is bf16 only
         device_name = torch.cuda.get_device_name()
     kind = gpu_kind(device_name)
     return PEAK_BF16_FLOPS[kind] if kind else None

@@ -38,6 +38,19 @@ optuna:
   lr: [5.0e-4, 8.0e-3]
   samples: 6
 """
+# The same figure as a grid sweep (lr_search beside lr_sweep in the project): its Akima optima are
+# what the searched ones are compared with.
+GRID_SWEEP = """\
+figure: "Fig 3a"
+axes: {size: [s1], lr: [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3], seed: [0]}
+variants:
+  - {group: llama, label: llama}
+  - group: cem
+    label: cem T2 dplr
+    set: {model.attention: cem, model.mlp: cem, model.attn_steps: 2, model.mlp_steps: 2,
+          model.attn_precond: dplr, model.mlp_precond: dplr}
+"""
+GRID_LRS = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
 CENTRE = 2e-3  # round_lr(sqrt(5e-4 * 8e-3))
 TRUE_OPT = {"llama": (30.0, 1.5e-3), "cem": (29.6, 3.5e-3)}
 # s1: the learning rates Optuna "sampled", with the outcome of each run
@@ -76,6 +89,7 @@ def optuna_report(tmp_path_factory, template_db):
     sweeps.mkdir()
     (sweeps / "scales.yaml").write_text(rs.SCALES_YAML)
     (sweeps / "lr_sweep.yaml").write_text(OPTUNA_LR_SWEEP)
+    (sweeps / "lr_grid.yaml").write_text(GRID_SWEEP)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CEMLAB_SWEEPS_DIR", str(sweeps))
         mp.setenv("CEMLAB_RUNS_DIR", str(root / "runs"))
@@ -108,6 +122,12 @@ def optuna_report(tmp_path_factory, template_db):
         w.trial(other, metrics=rs.lm_metrics(5.0), tags={schema.SWEEP: "another_sweep"})
         stale = trial_with_lr(s1_llama, 1.4e-3)
         w.trial(stale, metrics=rs.lm_metrics(5.0), tags={schema.CONFIG_HASH: "0" * 16}, parent_id=parent)
+
+        # The grid sweep of the same figure; a rate a sample already ran is that run (same config hash).
+        grid_parent = w.parent("lr_grid")
+        for t in load_sweep("lr_grid").expand("smoke"):
+            if S1[t.group].get(t.axes["lr"]) != "finished":
+                w.trial(t, metrics=rs.lm_metrics(curve(t.group, t.axes["lr"])), parent_id=grid_parent)
 
         store, grids = RunStore(uri), SweepGrids()
         n_with_runs = count_runs("lr_sweep", "smoke", store, grids)
@@ -181,6 +201,24 @@ def test_sampled_lrs_feed_the_akima_optimum_and_stopped_runs_are_left_out(optuna
     lr = verdicts["full-cem-higher-lr"]
     assert lr.verdict == "inconclusive" and lr.effect == pytest.approx(math.log2(cem_opt.lr / llama.lr))
     assert f"Llama {llama.lr:.3g}; CEM {cem_opt.lr:.3g}" in lr.numbers
+
+
+def test_searched_optima_are_set_beside_the_grid_sweeps_akima_optima(optuna_report):
+    """The searched sweep's report compares each searched optimum with the Akima optimum of the
+    same cell in the grid sweep of its figure, both recomputed here from the values written."""
+    compared = pd.read_csv(optuna_report["out"] / "search_vs_grid.csv")
+    assert set(zip(compared["group"], compared["size"])) == {("llama", "s1"), ("cem", "s1")}  # s2: no optimum
+    for group, samples in S1.items():
+        done = sorted(lr for lr, s in samples.items() if s == "finished")
+        searched = akima_optimum(done, [curve(group, lr) for lr in done])
+        grid = akima_optimum(list(GRID_LRS), [curve(group, lr) for lr in GRID_LRS])
+        row = compared[compared["group"] == group].iloc[0]
+        assert row["grid_sweep"] == "lr_grid" and row["grid_points"] == len(GRID_LRS)
+        assert row["searched_optimum_lr"] == pytest.approx(searched.lr)
+        assert row["grid_optimum_lr"] == pytest.approx(grid.lr)
+        assert row["delta_log10_lr"] == pytest.approx(math.log10(searched.lr) - math.log10(grid.lr))
+        assert row["grid_step_log10"] == pytest.approx(math.log10(2))
+    assert "search_vs_grid" in (optuna_report["out"] / "index.html").read_text()
 
 
 def test_stopped_interrupted_and_failed_runs_are_listed_with_what_happened(optuna_report):

@@ -158,6 +158,13 @@ def test_project_sweeps_end_to_end_reuse_and_report(sweep_env, data_cache):
     assert second.reused_run_ids == [llama_run.info.run_id]
     parent2 = client.get_run(second.parent_run_id)
     assert parent2.data.tags[schema.REUSED_FROM] == llama_run.info.run_id
+    # ... and shown under the new parent by a link run (MLflow nests a run under one parent only)
+    (link,) = [r for r in experiment_runs(client, "mlp_replacement") if r.data.tags.get(schema.ROLE) == "link"]
+    assert link.data.tags[schema.PARENT_RUN_ID] == second.parent_run_id
+    assert link.data.tags["cemlab.linked_run_id"] == llama_run.info.run_id and schema.CONFIG_HASH not in link.data.tags
+    assert link.data.params == llama_run.data.params
+    assert link.data.metrics[schema.TEST_PPL] == llama_run.data.metrics[schema.TEST_PPL]
+    assert llama_run.info.run_id in link.data.tags["mlflow.note.content"]
     by_hash = {}
     for r in all_runs(client):
         if r.data.tags.get(schema.ROLE) == "trial":
@@ -300,6 +307,40 @@ def test_optuna_search_with_asha_runs_each_sample_once(sweep_env, data_cache, tm
     assert sorted(o.status for o in again.outcomes) == sorted(
         "stopped" if t in stopped else "reused" for t in search.ran)
     assert len([r for r in experiment_runs(client, "lrsearch") if r.data.tags.get(schema.ROLE) == "trial"]) == 4
+
+
+TWO_CELLS = """\
+figure: "test: two searched cells"
+base: {train.val_interval: 8}
+axes: {size: [86m]}
+variants:
+  - {group: llama, label: llama}
+  - {group: cem-attn, label: cem-attn, set: {model.attention: cem}}
+search: optuna
+optuna:
+  lr: [1.0e-4, 1.0e-2]
+  samples: 2
+"""
+
+
+def test_searched_cells_run_at_once_when_the_cluster_holds_them(sweep_env, data_cache, tmp_path, monkeypatch):
+    """Two searched cells on 2 CPUs (1 CPU per trial): each cell gets one slot and the two cells'
+    Tuners run at the same time, which the runs' own start and end times in MLflow show."""
+    from cemlab.sweeps.runner import search_concurrency
+
+    assert search_concurrency(2, 2) == (2, 1) and search_concurrency(3, 8) == (3, 2)
+    assert search_concurrency(4, 1) == (1, 1)
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, twocells=TWO_CELLS)))
+    result = run("twocells", data_cache)
+    assert result.exit_code == 0 and sorted(len(s.ran) for s in result.searches) == [2, 2]
+    client = client_for(result)
+    runs = [r for r in experiment_runs(client, "twocells") if r.data.tags.get(schema.ROLE) == "trial"]
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for r in runs:
+        spans.setdefault(r.data.tags[schema.SEARCH_CELL], []).append((r.info.start_time, r.info.end_time))
+    (a, b) = spans.values()
+    assert len(a) == len(b) == 2
+    assert any(sa < eb and sb < ea for sa, ea in a for sb, eb in b), spans  # a run of each cell at once
 
 
 # ---------------------------------------------------------------------------------------------

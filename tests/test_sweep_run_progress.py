@@ -134,3 +134,36 @@ def test_gp_sweeps_show_rmse(monkeypatch):
     out = io.StringIO()
     Console(file=out, width=200).print(progress.table())
     assert "val rmse" in out.getvalue() and "val ppl" not in out.getvalue()
+
+
+def test_time_left_is_the_flops_left_at_the_sweeps_flop_rate(trials):
+    """Elapsed time and the time left: FLOPs still to train (queued trials, the rest of running
+    ones, samples a search cell has yet to draw) over the FLOPs this invocation trained per second
+    of wall time. Each trial's FLOPs are cemlab plan's, computed here independently."""
+    from cemlab.sweeps.plan import make_plan
+
+    flops = {r.trial.trial_id: r.flops for r in make_plan("recursion_ablation", "smoke", read_store=False).rows}
+    progress = pg.SweepProgress("recursion_ablation at scale smoke")
+    for t in trials[:4]:
+        progress.add(t)
+    assert all(progress.rows[t.trial_id].flops == pytest.approx(flops[t.trial_id]) for t in trials[:4])
+    assert progress.time_left() is None and "time left: estimating" in progress.summary()
+    a, b, c, d = (t.trial_id for t in trials[:4])
+    progress.set_status(a, pg.REUSED)                         # not trained here: neither rate nor work left
+    progress.set_status(b, pg.RUNNING)
+    progress.set_status(c, pg.RUNNING)
+    now = time.time()
+    progress.rows[b].started, progress.rows[c].started = now - 100, now - 40
+    progress.update(b, {tr.STEP_KEY: 16, tr.TOTAL_KEY: 16})
+    progress.set_status(b, schema.STATUS_FINISHED)
+    progress.update(c, {tr.STEP_KEY: 4, tr.TOTAL_KEY: 16})
+    rate = (flops[b] + flops[c] / 4) / 100                    # FLOPs trained since the first start
+    left = flops[c] * 3 / 4 + flops[d]
+    assert progress.time_left(now) == pytest.approx(left / rate, rel=1e-6)
+
+    # A search cell that will draw 3 more samples adds their FLOPs.
+    cell = trials[5]
+    progress.expect(cell, 3)
+    assert progress.time_left(now) == pytest.approx((left + 3 * flops[cell.trial_id]) / rate, rel=1e-6)
+    text = progress.summary()
+    assert "2/7 trials done" in text and "elapsed 0s" in text and f"about {pg._duration(progress.time_left())} left" in text

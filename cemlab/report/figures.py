@@ -287,11 +287,45 @@ def lr_optima(cells: pd.DataFrame) -> pd.DataFrame:
                                        "optimum_lr", "optimum_log10_lr", "optimum_ppl", "bracketed", "note"])
 
 
+def search_vs_grid(ctx, optima: pd.DataFrame) -> pd.DataFrame | None:
+    """For a ``search: optuna`` sweep: each cell's searched Akima optimum beside the Akima optimum
+    of the same cell (group, variant, size) in every grid sweep of the same figure at this scale
+    (``lr_search`` vs ``lr_sweep``): ``delta_log10_lr`` = searched - grid, and the grid's spacing,
+    so a difference can be read against one grid step. None when not searched or no grid has runs."""
+    trials = ctx.trials()
+    if trials.empty or not (trials["search_cell"] != "").any():
+        return None
+    figure = ctx.grids.figure(ctx.sweep)
+    rows = []
+    for name in ctx.grids.names():
+        if name == ctx.sweep or ctx.grids.figure(name) != figure:
+            continue
+        other = ctx.trials(name)
+        if other.empty or (other["search_cell"] != "").any():
+            continue
+        grid = lr_optima(ctx.cells(name))
+        spacing = np.diff(np.log10(sorted(set(ctx.cells(name)["lr"]))))
+        for o in optima.itertuples():
+            g = grid[(grid["group"] == o.group) & (grid["variant"] == o.variant) & (grid["size"] == o.size)]
+            if g.empty or not (_finite(o.optimum_lr) and _finite(g["optimum_lr"].iloc[0])):
+                continue
+            g = g.iloc[0]
+            delta = o.optimum_log10_lr - g["optimum_log10_lr"]
+            rows.append(dict(group=o.group, variant=o.variant, size=o.size, searched_points=o.n_points,
+                             searched_optimum_lr=o.optimum_lr, searched_optimum_ppl=o.optimum_ppl,
+                             grid_sweep=name, grid_points=int(g["n_points"]), grid_optimum_lr=g["optimum_lr"],
+                             grid_optimum_ppl=g["optimum_ppl"], delta_log10_lr=delta,
+                             grid_step_log10=float(np.median(spacing)) if len(spacing) else math.nan,
+                             note="" if o.bracketed and g["bracketed"] else "an optimum is not bracketed"))
+    return pd.DataFrame(rows) if rows else None
+
+
 def fig3a(ctx) -> Figure | None:
     cells = ctx.cells()
     if cells.empty or cells["lr"].nunique() < 2:
         return None
     optima = lr_optima(cells)
+    compared = search_vs_grid(ctx, optima)
     csv = _cell_columns(cells)
     sizes = _sizes(cells)
     plt = _plt()
@@ -335,8 +369,13 @@ def fig3a(ctx) -> Figure | None:
                "interpolation in log learning rate; stars: interpolated optima, hollow when the optimum lies "
                "at the edge of the grid (not bracketed). x at the top: diverged runs; | at the bottom: learning "
                "rates sampled by Optuna whose runs ASHA stopped early (no final result, so not a point).")
-    return Figure("fig3a", "Fig. 3a: optimal learning rate (Akima)", caption,
-                  {"fig3a": csv, "akima_optima": optima}, fig, show_tables=["akima_optima"])
+    tables = {"fig3a": csv, "akima_optima": optima}
+    if compared is not None:
+        tables["search_vs_grid"] = compared
+        caption += (" search_vs_grid: each searched optimum beside the Akima optimum of the same cell in the grid "
+                    "sweep of this figure (delta_log10_lr = searched - grid; grid_step_log10 = one grid step).")
+    return Figure("fig3a", "Fig. 3a: optimal learning rate (Akima)", caption, tables, fig,
+                  show_tables=list(tables)[1:])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``cemlab plan SWEEP --scale S``: a sweep's trials, which are done, tokens, FLOPs and GPU-hours.
+"""``cemlab plan SWEEP --scale S [key=value ...]``: a sweep's trials, which are done, tokens, FLOPs and GPU-hours.
 
 No compute: the models are built on the ``meta`` device to count parameters, and the MLflow
 store is only read. Without a sweep name it lists the sweeps with their trial counts; a file that
@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from cemlab.sweeps.spec import DEFAULT_SCALE
+from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
 
 _STATUS_STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "red",
                  "running": "cyan", "partial": "cyan", "todo": "dim"}
@@ -23,8 +23,9 @@ UPPER_BOUND = "an upper bound: ASHA stops some samples early"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sweep", nargs="?", help="sweep name (a file in sweeps/) or path; omit to list the sweeps")
-    parser.add_argument("--scale", default=DEFAULT_SCALE, help=f"smoke | tiny | paper (default {DEFAULT_SCALE})")
+    add_sweep_argument(parser, "sweep name (a file in sweeps/) or path; omit to list the sweeps", optional=True)
+    add_overrides_argument(parser)
+    add_scale_argument(parser)
     parser.add_argument("--mfu", type=float, default=0.4,
                         help="model FLOPs utilisation assumed for the GPU-hour estimate (default 0.4)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             for name, error in broken.items():
                 console.print(f"[red]broken[/] {name}: {error}", soft_wrap=True)
             return 2 if broken else 0
-        plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store)
+        plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store, overrides=args.overrides)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)
         return 2

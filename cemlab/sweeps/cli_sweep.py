@@ -1,4 +1,4 @@
-"""``cemlab sweep SWEEP --scale S``: run a sweep's grid with Ray Tune, every trial in MLflow.
+"""``cemlab sweep SWEEP --scale S [key=value ...]``: run a sweep's grid with Ray Tune, every trial in MLflow.
 
 See ``cemlab.sweeps.runner`` for what happens. Exit codes: 0 every trial has a result (finished,
 diverged, stopped early by ASHA, or already in the store); 1 at least one trial failed after its
@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cemlab.sweeps.spec import DEFAULT_SCALE
+from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sweep", help="sweep name (a file in sweeps/) or path to a sweep file")
-    parser.add_argument("--scale", default=DEFAULT_SCALE, help=f"smoke | tiny | paper (default {DEFAULT_SCALE})")
+    add_sweep_argument(parser, "sweep name (a file in sweeps/) or path to a sweep file")
+    add_overrides_argument(parser)
+    add_scale_argument(parser)
     parser.add_argument("--retries", type=int, default=1,
                         help="times a failing trial is retried from its last checkpoint (default 1)")
     parser.add_argument("--cpus", type=int, default=None,
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = run_sweep(args.sweep, args.scale, retries=args.retries, cpus=args.cpus, cache_dir=args.cache_dir,
+        result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus, cache_dir=args.cache_dir,
                            report=not args.no_report, console=console, live=False if args.plain else None,
                            interval=args.interval)
     except (SweepError, StoreError, ServerError, ValueError) as e:

@@ -230,12 +230,13 @@ def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None)
 
 
 def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
-              read_store: bool = True) -> Plan:
+              read_store: bool = True, overrides: list[str] | None = None) -> Plan:
     """The plan of ``sweep`` at ``scale``. Statuses come from ``client`` (default: the project's
     store, or ``$MLFLOW_TRACKING_URI``); a default sqlite store that does not exist yet is not
-    created, and every trial is then ``todo``."""
+    created, and every trial is then ``todo``. ``overrides``: command-line ``key=value``, see
+    ``SweepSpec.expand``."""
     spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
-    trials = spec.expand(scale)
+    trials = spec.expand(scale, overrides=overrides)
     acct = _Accounting()
     rows = [acct.row(t) for t in trials]
     store = None

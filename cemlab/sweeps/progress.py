@@ -71,11 +71,20 @@ class Row:
     seconds: float | None = None      # training time the trial itself measured
     note: str = ""                    # error message, log path, what was reused
 
+    flops: float | None = None        # training FLOPs of the whole trial (cemlab plan's count)
+
     @property
     def elapsed(self) -> float | None:
         if self.started is None:
             return self.seconds
         return (self.ended or time.time()) - self.started
+
+    @property
+    def fraction(self) -> float:
+        """Share of its training done: 1 when it ended, else steps done / total steps."""
+        if self.status in FINAL:  # a trial ASHA stopped trained only part of its steps
+            return self.step / self.total if self.status == schema.STATUS_STOPPED and self.total else 1.0
+        return min(1.0, self.step / self.total) if self.total else 0.0
 
 
 def key_axes(axes: dict[str, Any]) -> str:
@@ -111,21 +120,45 @@ class SweepProgress:
         # trials' task; the row fields val_ppl/test_ppl hold whichever it is).
         self.metric = "ppl"
         self.metric_keys = (schema.VAL_PPL, schema.TEST_PPL)
+        self._accounting = None
+        #: search: optuna cells -> [samples still to be drawn, FLOPs of one] (rows appear as they start)
+        self.expected: dict[str, list] = {}
 
     def _use_task(self, task: str) -> None:
         if task == "gp":
             self.metric, self.metric_keys = "rmse", (schema.VAL_RMSE, schema.TEST_RMSE)
 
     # -- updates ------------------------------------------------------------------------------
-    def add(self, trial) -> Row:
+    def add(self, trial, flops: float | None = None) -> Row:
+        """A trial's row (made once); ``flops``: its training FLOPs (default: counted as ``cemlab
+        plan`` counts them), for the estimate of the time left."""
         with self.lock:
             row = self.rows.get(trial.trial_id)
             if row is None:
                 self._use_task(getattr(trial, "task", "lm"))
                 row = Row(trial.trial_id, trial.variant, trial.size or "-", key_axes(trial.axes))
+                row.flops = flops if flops is not None else self._flops(trial)
                 self.rows[trial.trial_id] = row
                 self.trials[trial.trial_id] = trial
+                cell = getattr(getattr(trial, "config", None), "tracking", None)
+                cell = cell.tags.get(schema.SEARCH_CELL) if cell is not None else None
+                if cell in self.expected and self.expected[cell][0] > 0:
+                    self.expected[cell][0] -= 1
             return row
+
+    def expect(self, cell, samples: int, flops: float | None = None) -> None:
+        """``samples`` more trials of a ``search: optuna`` cell will run (their rows appear as they start)."""
+        with self.lock:
+            self.expected[cell.trial_id] = [samples, flops if flops is not None else self._flops(cell)]
+
+    def _flops(self, trial) -> float | None:
+        try:
+            from cemlab.sweeps.plan import _Accounting
+
+            self._accounting = self._accounting or _Accounting()
+            return self._accounting.row(trial).flops
+        except Exception:  # an estimate only: a trial without a count leaves the estimate out
+            return None
 
     def set_status(self, trial_id: str, status: str, note: str = "", **values: Any) -> None:
         with self.lock:
@@ -181,15 +214,36 @@ class SweepProgress:
             events, self.events = self.events, []
             return events
 
+    def time_left(self, now: float | None = None) -> float | None:
+        """Seconds until every trial has run, from the FLOPs this invocation trained so far per
+        second of wall time (trials run concurrently, so a rate of the whole sweep, not a mean
+        duration) and the FLOPs left: queued trials, the unfinished share of running ones, samples a
+        search cell has yet to draw. None before any training here finished a step, or without counts."""
+        now = now or time.time()
+        with self.lock:
+            ran = [r for r in self.rows.values() if r.started is not None]
+            if not ran or any(r.flops is None for r in self.rows.values() if r.status not in (REUSED, DONE)):
+                return None
+            done = sum(r.flops * r.fraction for r in ran)
+            wall = now - min(r.started for r in ran)
+            left = sum(r.flops * (1 - r.fraction) for r in self.rows.values() if r.status not in FINAL)
+            left += sum(n * f for n, f in self.expected.values() if n and f)
+        if left == 0:
+            return 0.0
+        return left / (done / wall) if done > 0 and wall > 0 else None
+
     def summary(self) -> str:
         counts = self.counts()
-        total = sum(counts.values())
+        total = sum(counts.values()) + sum(n for n, _ in self.expected.values())
         ended = sum(n for s, n in counts.items() if s in FINAL)
         order = [RUNNING, RETRYING, QUEUED, schema.STATUS_FINISHED, DONE, REUSED, RECORDED, WAITED,
                  schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED,
                  MISSING]
         parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
-        return f"{self.title}: {ended}/{total} trials done ({', '.join(parts)}), {_duration(time.time() - self.started)}"
+        left = self.time_left()
+        eta = "" if ended == total else f", about {_duration(left)} left" if left is not None else ", time left: estimating"
+        return (f"{self.title}: {ended}/{total} trials done ({', '.join(parts)}), elapsed "
+                f"{_duration(time.time() - self.started)}{eta}")
 
     def running_lines(self) -> list[str]:
         with self.lock:

@@ -33,7 +33,9 @@
    recorded as failed and the others go on. A grid is one Tuner (storage
    ``<runs>/ray/<sweep>-<scale>``). With ``search: optuna`` each grid cell is its own Tuner with an
    ``OptunaSearch`` over the learning rate and an ``ASHAScheduler`` (Tune's ``OptunaSearch`` takes
-   no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result);
+   no grid axes and never prunes); trials ASHA stops are marked ``stopped`` (a result); the cells'
+   Tuners run at once, as many as the cluster holds trials (:func:`search_concurrency`), each
+   cell with its share of the trial slots;
 5. shows one progress table (``cemlab.sweeps.progress``); trials log to
    ``<runs>/logs/<sweep>-<scale>/<trial>.log``;
 6. checks every outcome against the store (a trial that claims a result without an active run
@@ -472,9 +474,10 @@ class _Run:
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, report: bool = True, console: "Console | None" = None,
-              live: bool | None = None, interval: float = 30.0) -> SweepResult:
+              live: bool | None = None, interval: float = 30.0, overrides: list[str] | None = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
-    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store."""
+    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
+    ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``."""
     from rich.console import Console
 
     from cemlab.paths import runs_dir as project_runs_dir
@@ -486,7 +489,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
-    trials = spec.expand(scale)
+    trials = spec.expand(scale, overrides=overrides)
     check_data_sources(spec, trials)
     # What the sweep needs, cheapest first, before anything starts: the store (a bad tracking URI
     # never costs a Ray start-up), the Ray address, then the local MLflow server, then Ray.
@@ -565,7 +568,11 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
 
             ray.shutdown()
     _print_end(result, console)
-    if report and not result.interrupted and not result.store_error:
+    if report and overrides and not result.interrupted and not result.store_error:  # the report reads the sweep file's own trials
+        console.print(f"Report: not built for overridden trials ({' '.join(overrides)}): the report reads the sweep "
+                      f"file's own grid; the trials are in MLflow (config overrides in the tag cemlab.overrides)",
+                      highlight=False)
+    elif report and not result.interrupted and not result.store_error:
         _make_report(result, console)
     return result
 
@@ -741,6 +748,9 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
     the others (interrupted, failed) are tried again first, from their checkpoints."""
     from cemlab.tracking.store import best_run, run_status
 
+    for cell in cells:  # the time-left estimate counts every cell's samples from the start
+        state.progress.expect(cell, cell.search.samples)
+    jobs = []
     for cell in cells:
         found = search_cell_runs(state.client, state.experiment_id, cell)
         samples = cell.search.samples
@@ -761,16 +771,42 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         remaining = samples - len(done_runs)
         if remaining <= 0:
             continue
+        state.progress.expect(cell, remaining)  # for the time-left estimate
         points = pending_lrs[:remaining] if (found or pending_lrs) else [cell.config.train.lr]
         for lr in points:  # interrupted samples continue from their checkpoints
             t = state.job(cell=cell).resolve({"lr": lr})
             prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.experiment_id,
                            state.runs_dir)
-        _fit_search(state, cell, points, remaining, search, done_runs)
+        jobs.append((cell, points, remaining, search, done_runs))
+    if not jobs:
+        return
+    cells_at_once, per_cell = search_concurrency(len(jobs), trial_slots(jobs[0][0].resources))
+    if cells_at_once == 1:
+        for job in jobs:
+            _fit_search(state, *job, concurrency=per_cell)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # One Tuner per cell, in threads of this driver (Tune runs in a non-main thread); Ray queues
+    # their trials on the cluster's resources.
+    pool = ThreadPoolExecutor(max_workers=cells_at_once, thread_name_prefix="cemlab-search")
+    try:
+        for future in [pool.submit(_fit_search, state, *job, concurrency=per_cell) for job in jobs]:
+            future.result()
+    finally:  # on Ctrl-C the driver shuts Ray down, which ends the Tuners still running
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def search_concurrency(cells: int, slots: int) -> tuple[int, int]:
+    """``(cells searched at once, trials at once per cell)`` for ``cells`` searched cells on a
+    cluster that holds ``slots`` trials: as many cells as slots, and the slots shared among them
+    (a searcher learns from finished samples, so a cell gets no more than its share)."""
+    at_once = max(1, min(cells, slots))
+    return at_once, max(1, slots // at_once)
 
 
 def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int, search: SearchOutcome,
-                done_runs: list["Run"]) -> None:
+                done_runs: list["Run"], concurrency: int | None = None) -> None:
     """Optuna samples ``num_samples`` learning rates (``points`` first) for ``cell``; ASHA stops the
     worse ones. Samples done in an earlier invocation are told to Optuna first, and its seed moves on
     with their number, so a resumed search does not draw the same rates again."""
@@ -784,7 +820,7 @@ def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int,
     reports = _validation_reports(cell)
     searcher = OptunaSearch(space={"lr": FloatDistribution(s.lr[0], s.lr[1], log=True)}, metric=s.metric,
                             mode=s.mode, points_to_evaluate=[{"lr": lr} for lr in points] or None,
-                            seed=s.seed + len(done_runs))
+                            sampler=s.make_sampler(s.samples, s.seed + len(done_runs)))
     for run in done_runs:
         value = run.data.metrics.get(s.metric)
         if value is not None and math.isfinite(value):
@@ -794,7 +830,8 @@ def _fit_search(state: _Run, cell: Trial, points: list[float], num_samples: int,
                               grace_period=min(s.grace_period, reports), reduction_factor=s.reduction_factor)
     job = state.job(cell=cell)
     results = _fit(state, job, param_space={}, name=f"{state.spec.name}-{state.scale}-{cell.trial_id}",
-                   resources=cell.resources, searcher=searcher, scheduler=scheduler, num_samples=num_samples)
+                   resources=cell.resources, searcher=searcher, scheduler=scheduler, num_samples=num_samples,
+                   concurrency=concurrency)
     for r in results:
         t = job.resolve(r.config)
         search.ran.append(t.trial_id)
@@ -812,9 +849,14 @@ def _validation_reports(trial: Trial) -> int:
     return (total - 1) // trial.config.train.val_interval + 1
 
 
+_REGISTRY_LOCK = threading.Lock()
+
+
 def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resources, searcher=None,
-         scheduler=None, num_samples: int = 1):
-    """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome."""
+         scheduler=None, num_samples: int = 1, concurrency: int | None = None):
+    """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome. ``concurrency``:
+    at most this many trials at once (default: what the cluster holds, for searches and multi-worker
+    trials)."""
     from ray import tune
 
     callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
@@ -824,12 +866,16 @@ def _fit(state: _Run, job: tr.TrialJob, *, param_space: dict, name: str, resourc
     # takes no empty request), and since Tune cannot count the workers, the number of trials at
     # once is limited to what the cluster holds. A searcher learns from finished trials: no more at
     # once than fit either.
-    slots = trial_slots(resources) if distributed or searcher is not None else None
+    slots = concurrency or (trial_slots(resources) if distributed or searcher is not None else None)
     request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
                else {"cpu": resources.cpus, "gpu": resources.gpus})
     trainable = tune.with_resources(tune.with_parameters(tr.run_trial, job=job), request)
+    # Registered by name under a lock: Tune's trainable registry is not safe to fill from the
+    # threads that run searched cells at once (it iterates a dict another thread adds to).
+    with _REGISTRY_LOCK:
+        tune.register_trainable(f"cemlab-{name}", trainable)
     tuner = tune.Tuner(
-        trainable, param_space=param_space,
+        f"cemlab-{name}", param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
                                     max_concurrent_trials=slots, reuse_actors=False,
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
@@ -1038,6 +1084,14 @@ def _finish(state: _Run, reopened: bool, interrupted: bool, t0: float, store_err
                 before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")
                 ids = sorted(set(filter(None, before.split(","))) | set(reused))
                 client.set_tag(state.parent_run_id, schema.REUSED_FROM, ",".join(ids)[:5000])
+                from cemlab.tracking.conventions import link_reused_runs
+
+                link_reused_runs(client, state.parent_run_id, [client.get_run(i) for i in reused])  # shown under this parent
+            from cemlab.tracking.conventions import describe_sweep_run
+
+            describe_sweep_run(client, state.parent_run_id, sweep=state.spec.name, figure=state.spec.figure,
+                               scale=state.scale, description=state.spec.description,
+                               run_ids=sorted({o.run_id for o in outcomes if o.run_id}))
             if waited_on:
                 client.set_tag(state.parent_run_id, schema.CONCURRENT_WITH, ",".join(waited_on)[:5000])
             if interrupted:

@@ -35,6 +35,8 @@ Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` t
       metric: val/loss              # what ASHA and Optuna compare (reported at every validation), min
       grace_period: 1               # validations every trial gets before ASHA may stop it
       reduction_factor: 2           # ASHA keeps about 1/reduction_factor of the trials at each rung
+      sampler: gp                   # Optuna sampler: gp (default; suits 8-12 samples), tpe or random
+      startup_trials: 2             # random samples before the model guides (default: samples/4, >= 2)
 
 Every other axis stays a grid: the runner gives each grid cell its own Optuna searcher and ASHA
 scheduler (Tune's ``OptunaSearch`` takes no grid axes and never prunes). ``expand`` returns one
@@ -201,6 +203,12 @@ class LrSearch(_Strict):
     grace_period: int = Field(default=1, ge=1, description="Validations before ASHA may stop a trial.")
     reduction_factor: float = Field(default=2, gt=1, description="ASHA keeps ~1/reduction_factor per rung.")
     seed: int = Field(default=0, description="Seed of Optuna's sampler.")
+    sampler: Literal["gp", "tpe", "random"] = Field(
+        default="gp", description="Optuna sampler: 'gp' (Gaussian process, suits 8-12 samples of one parameter), "
+        "'tpe' or 'random'.")
+    startup_trials: int | None = Field(
+        default=None, ge=1, description="Samples drawn at random (the first is the range's centre) before the "
+        "sampler's model guides the rest; None: a quarter of the samples, at least 2.")
 
     @field_validator("lr")
     @classmethod
@@ -226,6 +234,23 @@ class LrSearch(_Strict):
         if not isinstance(self.samples, dict):
             return self.samples
         return self.samples.get(scale, self.samples.get(like) if like else None)
+
+    def startup(self, samples: int) -> int:
+        """Random samples before the model-guided ones, for a cell of ``samples``: fewer than the
+        budget, so the sampler's model chooses most of them (Optuna's default, 10, would leave a
+        search of 8 samples random)."""
+        return self.startup_trials if self.startup_trials is not None else max(2, samples // 4)
+
+    def make_sampler(self, samples: int, seed: int):
+        """The Optuna sampler of a cell (imports Optuna)."""
+        import optuna
+
+        startup = self.startup(samples)
+        if self.sampler == "gp":
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+        if self.sampler == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+        return optuna.samplers.RandomSampler(seed=seed)
 
 
 def round_lr(lr: float) -> float:
@@ -285,14 +310,21 @@ class SweepSpec(_Strict):
         return names
 
     # -- expansion --------------------------------------------------------------------------
-    def expand(self, scale: str = DEFAULT_SCALE, scales: dict[str, ScaleSpec] | None = None) -> list["Trial"]:
+    def expand(self, scale: str = DEFAULT_SCALE, scales: dict[str, ScaleSpec] | None = None,
+               overrides: list[str] | None = None) -> list["Trial"]:
         """All trials of this sweep at ``scale``, in a deterministic order (size, variant, the
-        variant's axes, lr, seed). Raises :class:`SweepError` before anything runs."""
+        variant's axes, lr, seed). Raises :class:`SweepError` before anything runs.
+
+        ``overrides``: the command line's ``key=value`` (``cemlab sweep``/``plan``): a dotted
+        config key (``train.tokens=2048``) is set in every trial after the scale and the sweep
+        file, validated like ``cemlab train``'s; an axis name (``seed=[0,1,2]``, ``T=[1,2]``)
+        replaces that axis's values. Overridden trials have their own config hashes."""
         scales = scales if scales is not None else load_scales(_scales_path_for(self._path))
         if scale not in scales:
             raise SweepError(f"{self.source}: unknown scale {scale!r}; choose one of {sorted(scales)} "
                              f"(defined in {_scales_path_for(self._path)})")
-        return _expand(self, scale, scales[scale])
+        spec, layers = (self, []) if not overrides else _with_overrides(self, scale, scales, overrides)
+        return _expand(spec, scale, scales[scale], layers)
 
 
 @dataclass(frozen=True)
@@ -341,6 +373,15 @@ def list_sweeps(directory: str | Path | None = None) -> list[str]:
     """Names of the sweep files in the sweep folder (``scales.yaml`` excluded), sorted."""
     d = Path(directory) if directory else sweeps_dir()
     return sorted(p.stem for p in d.glob("*.yaml") if p.name != "scales.yaml")
+
+
+def scale_names() -> list[str]:
+    """The scale names of the sweep folder's ``scales.yaml``, in file order (for ``--scale``'s
+    choices and shell completion); empty when there is no such file."""
+    try:
+        return list(_read_yaml(sweeps_dir() / "scales.yaml"))
+    except SweepError:
+        return []
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -480,6 +521,65 @@ def _check_scale_overrides(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> Non
 
 
 # ---------------------------------------------------------------------------------------------
+# Command-line overrides
+# ---------------------------------------------------------------------------------------------
+
+#: Where command-line overrides are said to come from in error messages.
+CLI_SOURCE = "command line"
+
+
+def _with_overrides(spec: SweepSpec, scale: str, scales: dict[str, ScaleSpec],
+                    overrides: list[str]) -> tuple[SweepSpec, list[tuple[str, dict[str, Any]]]]:
+    """Split ``key=value`` overrides into axis values (a copy of ``spec`` whose ``scales[scale]``
+    lists them) and config layers ``(text, nested dict)`` applied last to every trial."""
+    from cemlab.config import parse_override
+
+    axes = spec.axis_names()
+    axis_values: dict[str, list] = {}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    for text in overrides:
+        try:
+            path, value = parse_override(text)
+        except ValueError as e:
+            raise SweepError(f"{CLI_SOURCE}: {e}") from None
+        key = ".".join(path)
+        if len(path) == 1:
+            if key not in axes:
+                sections = [f"{k}." for k in RunConfig.model_fields]
+                close = difflib.get_close_matches(key, sorted(axes) + sections, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise SweepError(f"{CLI_SOURCE}: {text!r}: {key!r} is neither an axis of {spec.name} nor a config key; "
+                                 f"{hint}axes: {sorted(axes)}; config keys look like train.tokens=2048")
+            if spec.search == "optuna" and key == "lr":
+                raise SweepError(f"{CLI_SOURCE}: {text!r}: {spec.name} searches the learning rate with Optuna; "
+                                 f"it has no lr axis to override")
+            values = value if isinstance(value, list) else [value]
+            if key in TOP_AXES:  # typed as the sweep file's (YAML reads 1e-3 as a string)
+                try:
+                    values = getattr(Axes.model_validate({key: values}), key)
+                except ValidationError as e:
+                    raise SweepError(_format_pydantic(e, f"{CLI_SOURCE}: {text!r}", model=Axes)) from None
+            axis_values[key] = values
+            continue
+        for axis, target in AXIS_TARGETS.items():
+            if tuple(path) == target and axis in spec.top_axes():
+                raise SweepError(f"{CLI_SOURCE}: {text!r} sets {key}, which the sweep's {axis!r} axis sets for each "
+                                 f"trial; override the axis instead: {axis}=[{value}]")
+        layers.append((f"{CLI_SOURCE}: {text}", _nest({key: value}, CLI_SOURCE)))
+    if not axis_values:
+        return spec, layers
+    out = spec.model_copy(deep=True)
+    out._path = spec._path
+    out.scales = {**out.scales, scale: {**out.scales.get(scale, {}), **axis_values}}
+    try:
+        _check_scale_overrides(out, scales)
+    except SweepError as e:  # name the command line, not the sweep file
+        raise SweepError(str(e).replace(f"{spec.source}: scales.{scale}.", f"{CLI_SOURCE}: ")
+                         .replace(spec.source, CLI_SOURCE).replace(f"scales.{scale}.", "")) from None
+    return out, layers
+
+
+# ---------------------------------------------------------------------------------------------
 # Expansion
 # ---------------------------------------------------------------------------------------------
 
@@ -554,7 +654,8 @@ def _slug(text: str) -> str:
     return s.strip("_-") or "x"
 
 
-def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
+def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec,
+            cli_layers: list[tuple[str, dict[str, Any]]] | None = None) -> list[Trial]:
     src = spec.source
     scales_src = str(_scales_path_for(spec._path))
     overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
@@ -594,7 +695,7 @@ def _expand(spec: SweepSpec, scale_name: str, scale: ScaleSpec) -> list[Trial]:
                             values["lr"] = lr
                         values.update(seed=seed, **own_values)
                         trial = _make_trial(spec, scale_name, scale, task_scale, vi, variant, values,
-                                            src, scales_src, gp_model, search)
+                                            src, scales_src, gp_model, search, cli_layers or [])
                         if trial.trial_id in ids:
                             raise SweepError(
                                 f"{src}: variants[{vi}].label: two trials get the id {trial.trial_id!r} at scale "
@@ -622,7 +723,7 @@ def _trial_id(size: str | None, label: str, values: dict[str, Any]) -> str:
 
 def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, vi: int,
                 variant: Variant, values: dict[str, Any], src: str, scales_src: str, gp_model,
-                search: LrSearch | None = None) -> Trial:
+                search: LrSearch | None = None, cli_layers: list[tuple[str, dict[str, Any]]] = ()) -> Trial:
     where = f"variants[{vi}] (group {variant.group})"
     label = _render(variant.label, values)
     size = values.get("size")
@@ -642,6 +743,7 @@ def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: 
         if axis in values:
             axis_layer.setdefault(sec, {})[key] = values[axis]
     layers.append((f"{src}: axes", axis_layer))
+    layers.extend(cli_layers)
 
     data: dict[str, Any] = {}
     provenance: dict[tuple, str] = {}
@@ -665,6 +767,8 @@ def _make_trial(spec: SweepSpec, scale_name: str, scale: ScaleSpec, task_scale: 
         tags[schema.SIZE] = size
     if search is not None:  # every sampled trial of this cell keeps the cell's id here
         tags[schema.SEARCH_CELL] = trial_id
+    if cli_layers:
+        tags[schema.OVERRIDES] = " ".join(name.removeprefix(f"{CLI_SOURCE}: ") for name, _ in cli_layers)
     for k, v in axes.items():
         if k not in ("group", "variant"):
             tags[schema.axis_tag(k)] = str(v)

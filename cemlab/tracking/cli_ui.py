@@ -2,7 +2,8 @@
 
 Without ``$MLFLOW_TRACKING_URI`` it starts (or reuses) the local ``mlflow server`` on the project's
 store under ``<runs>/mlflow`` (``cemlab.tracking.server``; the same server ``cemlab sweep`` uses),
-prints its address and returns; the server keeps running in its own session until
+on port 5000 (``--port`` or ``$CEMLAB_UI_PORT``; the next free one if taken), prints its address
+and returns; the server keeps running in its own session until
 ``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that address.
 Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
 could not be started or does not answer.
@@ -16,7 +17,9 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=None, help="port of a newly started local server (default: a free one)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="port of a newly started local server (default: 5000, or $CEMLAB_UI_PORT; the next free "
+                             "one if taken)")
     parser.add_argument("--stop", action="store_true", help="stop the local server of this project's store")
 
 

@@ -35,6 +35,8 @@ SEARCH_CELL = "cemlab.search_cell"        # search: optuna: trial id of the grid
 RECORDED_FROM_URI = "cemlab.recorded_from_uri"  # a run recorded from a runs folder's local result: the store it was first logged to
 RECORDED_FROM_RUN = "cemlab.recorded_from_run"  # ... and its run id there
 CONCURRENT_WITH = "cemlab.concurrent_with"      # on a sweep's parent: parent run of the same sweep running at the same time
+OVERRIDES = "cemlab.overrides"            # a sweep trial's command-line config overrides (key=value ...)
+MODEL_URI = "cemlab.model_uri"            # models:/<id> of the run's final model (mlflow.pytorch.load_model)
 LOG_FILE = "cemlab.log_file"              # a sweep trial's log file (stdout, stderr, logging of its process)
 
 

@@ -112,6 +112,42 @@ def running_server() -> ServerInfo | None:
     return info
 
 
+#: The port a newly started local server tries first (MLflow's own default), then the next ones:
+#: the dashboard and the links in reports keep one address across restarts. ``$CEMLAB_UI_PORT``
+#: changes it.
+DEFAULT_PORT = 5000
+PORT_ENV = "CEMLAB_UI_PORT"
+PORT_TRIES = 20
+
+
+def preferred_port() -> int | None:
+    """The first free port from ``$CEMLAB_UI_PORT`` (default 5000) on, or None if the next
+    ``PORT_TRIES`` are all taken."""
+    base = int(os.environ.get(PORT_ENV) or DEFAULT_PORT)
+    return next((p for p in range(base, base + PORT_TRIES) if _port_free(p)), None)
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` or one of its children listens on ``port`` (a server that answers
+    on a well-known port may be another store's, started at the same moment)."""
+    try:
+        import psutil
+    except ImportError:  # cannot tell: trust the health check
+        return True
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return False
+    for proc in procs:
+        try:
+            if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+                   for c in proc.net_connections(kind="tcp")):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -151,7 +187,8 @@ def _log_tail(path: Path, n: int = 30) -> str:
 def start_server(port: int | None = None, timeout: float = 120.0) -> str:
     """Start (or reuse) the local MLflow server on the project's store; return its URL.
 
-    ``port``: a fixed port (default: a free one, retried if taken meanwhile)."""
+    ``port``: a fixed port (default: the first free one from :data:`DEFAULT_PORT` on, else any
+    free one; retried if taken meanwhile)."""
     with _locked():
         info = running_server()
         if info is not None:
@@ -165,7 +202,7 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
             raise ServerError(f"port {port} on {HOST} is in use; choose another port or leave it out (a free one is picked)")
         last_error = ""
         for _ in range(1 if port else 3):
-            p = port or _free_port()
+            p = port or preferred_port() or _free_port()
             url = f"http://{HOST}:{p}"
             cmd = _server_command(backend, artifacts, p)
             with open(log_path, "ab") as log:
@@ -176,7 +213,7 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
             _STARTED[proc.pid] = proc
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and proc.poll() is None:
-                if healthy(url, timeout=1.0):
+                if healthy(url, timeout=1.0) and _listens(proc.pid, p):
                     info = ServerInfo(url=url, pid=proc.pid, port=p, backend_store_uri=backend,
                                       artifacts_destination=str(artifacts), log=str(log_path),
                                       started_at=time.time())

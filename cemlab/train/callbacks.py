@@ -71,6 +71,9 @@ class RunCallback(L.Callback):
         self._t_last = time.perf_counter()  # validation and checkpoint time are not training time
 
     # -- pieces -------------------------------------------------------------------------------
+    # Throughput over the last (up to) 20 steps, validation and checkpoints excluded. Kept rather
+    # than Lightning's ``Throughput``, which reports nothing until its window is full (a smoke run
+    # of 8 steps would log no throughput at all); the device peak behind MFU is Lightning's.
     def _log_step(self, trainer, pl_module, step: int) -> None:
         now = time.perf_counter()
         self._window.append((now - self._t_last, self.plan.tokens_per_step))

@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or ./runs/mlflow)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (budget, steps, run name) and exit")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (file + overrides + defaults) as YAML and exit")
+    from cemlab.config import config_sections
+
+    parser.epilog += "\nConfig sections (KEY=VALUE overrides are SECTION.FIELD=VALUE; --print-config shows every field):\n" + \
+        "".join(f"  {name:<10} {doc}\n" for name, doc in config_sections())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
         print("cemlab train: --resume and --restart contradict each other; give one (resuming is the default)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+
+    if getattr(args, "print_config", False):
+        from cemlab.tracking.mlflow_run import config_yaml
+
+        print(config_yaml(cfg), end="")
+        return EXIT_OK
 
     from cemlab.data import DataError, check_data
     from cemlab.train.run import describe, train

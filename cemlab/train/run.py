@@ -117,12 +117,12 @@ def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
     return accelerator, t.precision
 
 
-def _peak_flops(accelerator: str) -> float | None:
+def _peak_flops(accelerator: str, precision: str = "bf16-mixed") -> float | None:
     if accelerator != "gpu":
         return None
     from cemlab.hardware import peak_flops
 
-    return peak_flops()
+    return peak_flops(precision=precision)
 
 
 def _progress_bar(cfg: RunConfig, override: bool | None) -> bool:
@@ -154,6 +154,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     from cemlab.train.module import CEMLabModule, Diverged
     from cemlab.train.plan import make_plan
     from cemlab.train.tasks import make_task, test_recursion_list
+    from cemlab.tracking import conventions
     from cemlab.tracking import mlflow_run as mr
     from cemlab.tracking import store
 
@@ -227,8 +228,6 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             parent = parent_run_id or cfg.tracking.parent_run_id
             experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
             tags = mr.run_tags(cfg, role=role or ("trial" if parent else "train"), parent_run_id=parent)
-            if task.description():
-                tags.setdefault("mlflow.note.content", task.description())  # the run's description in the UI
             run_id = mr.create_run(client, experiment_id, name, tags)
             mr.log_params(client, run_id, flatten(cfg))
             mr.log_config(client, run_id, cfg)
@@ -239,6 +238,9 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
             for m in kept:  # continuing a checkpoint in a new run: the history so far comes along
                 metrics.add(m["key"], m["value"], int(m["step"]))
             static = dict(static_metrics)
+            conventions.log_run_conventions(
+                client, run_id, cfg, name, data_stats=data.stats, params=n_params,
+                budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=task.description())
             static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
                            schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
             metrics.add_many(static, 0)
@@ -249,6 +251,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
                  "total_steps": plan.total_steps, "plan": plan.to_dict()}
         ckpt.write_state(folder, state)
     resumed = ckpt_path is not None
+    monitor = conventions.start_system_metrics(cfg, uri, run_id, resume=resumed) if zero else None
     if zero:
         log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind,
                  f"{n_params:,}", task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
@@ -257,9 +260,13 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
         if client is not None:
             try:
-                metrics.flush()
+                metrics.flush()  # first: a trial the scheduler stops has little time before its process ends
             finally:
-                mr.finish_run(client, run_id, status, extra_tags)
+                try:
+                    if monitor is not None:
+                        monitor.finish()
+                finally:
+                    mr.finish_run(client, run_id, status, extra_tags)
 
     # -- Lightning -----------------------------------------------------------------------------
     position = DataPosition()
@@ -268,7 +275,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     callback = RunCallback(
         plan=plan, task=task, val_dataset=data.val, energy_batch=energy_batch, folder=folder,
         state=state or {}, metrics=metrics, report=report if zero else None,
-        flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=_peak_flops(accelerator),
+        flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=_peak_flops(accelerator, precision),
         val_batches=cfg.train.val_batches,
     )
     show_bar = _progress_bar(cfg, progress_bar) and zero
@@ -313,6 +320,11 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         raise
     callback.latest.update(final)
+    if zero and conventions.log_model_enabled(cfg):
+        try:
+            conventions.log_final_model(client, run_id, module.model, cfg, trainer.global_step)
+        except Exception as e:  # the result stands without its model artifact
+            log.warning("%s: could not log the final model: %s", name, e)
     result = RunResult(
         status=schema.STATUS_FINISHED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
         steps=trainer.global_step, total_steps=plan.total_steps, tokens=trainer.global_step * plan.tokens_per_step,
@@ -364,6 +376,13 @@ def _train_units(data, plan) -> int:
     if data.train_stream is not None:
         return len(data.train_stream)
     return len(data.train) * plan.seq_len
+
+
+def _split_units(data, plan) -> dict[str, int]:
+    """Tokens (GP: examples) of each split, for the run's dataset inputs."""
+    if isinstance(data.stats.get("tokens"), dict):
+        return {k: int(v) for k, v in data.stats["tokens"].items()}
+    return {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
 
 
 def _energy_batch(dataset, indices: list[int], task):
