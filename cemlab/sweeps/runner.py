@@ -367,6 +367,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store."""
     from rich.console import Console
 
+    from cemlab.data.prepare import prepare_sweep_data
     from cemlab.paths import runs_dir as project_runs_dir
     from cemlab.tracking.server import shared_tracking_uri
     from cemlab.tracking.store import check_reachable, ensure_experiment, get_client
@@ -394,6 +395,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             console.print(warning, highlight=False)
         uri = shared_tracking_uri()
         check_reachable(uri)
+        prepare_sweep_data(trials, cache_dir=str(Path(cache_dir).resolve()) if cache_dir else None, workers=cpus,
+                           console=console)  # tokenise once, before any trial; trials then only map the store
         if os.environ.get("RAY_ADDRESS") and not os.environ.get("MLFLOW_TRACKING_URI"):
             console.print(f"warning: RAY_ADDRESS is set but MLFLOW_TRACKING_URI is not: trials on other nodes cannot "
                           f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.spec import Trial, round_lr, trial_with_lr
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.
@@ -109,7 +110,8 @@ class TrialJob:
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
         return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
-                "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+                "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+                READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
 
 
 def prepare_config(trial: Trial, job: TrialJob):
