@@ -37,15 +37,18 @@ def _mlflow_executable() -> str:
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator[str]:
-    """Run ``mlflow server`` on 127.0.0.1 and a free port; yield its URL; stop its process group."""
+def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path, extra_args: tuple[str, ...] = (),
+                  extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``mlflow server`` on 127.0.0.1 and a free port; yield its URL; stop its process group.
+    ``extra_args`` / ``extra_env``: more server options (e.g. ``--app-name basic-auth``) and variables."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(extra_env or {})
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [_mlflow_executable(), "server", "--backend-store-uri", backend_uri,
              "--serve-artifacts", "--artifacts-destination", str(artifacts),
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+             "--host", "127.0.0.1", "--port", str(port), "--workers", "1", *extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=log_path.parent,
             start_new_session=True, preexec_fn=die_with_parent,
         )

@@ -14,6 +14,7 @@ BENCHES = {
     "layers": "cemlab.bench.layers",
     "train": "cemlab.bench.train",
     "data": "cemlab.bench.data",
+    "prepare": "cemlab.bench.prepare",
 }
 
 
