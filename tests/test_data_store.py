@@ -203,6 +203,26 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
         assert len(snapshots) == 1 and any(p.name == "store.json" for p in snapshots[0])
         after = {p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()}
         assert after == snapshots[0]  # the trial wrote nothing to the store (and the guard forbade tokenising)
+
+        # planned vs measured compute of the finished trial (cemlab plan --measured), checked by hand
+        from mlflow.tracking import MlflowClient
+
+        from cemlab.report.cost import cost_rows
+        from cemlab.sweeps.plan import make_plan
+
+        client = MlflowClient(done.tracking_uri)
+        plan = make_plan("one", "smoke", client=client)
+        (row,) = cost_rows(plan, client, mfu=0.4, kind="H100 SXM")
+        run = client.get_run(done.outcomes[0].run_id)
+        wall = (run.info.end_time - run.info.start_time) / 1000
+        res = done.outcomes[0].trial.resources
+        assert row.run_id == run.info.run_id and row.unit == "CPU core-h" and res.gpus_per_worker == 0
+        assert row.wall_s == pytest.approx(wall) and row.devices == res.workers * res.cpus_per_worker
+        assert row.measured_hours == pytest.approx(wall * row.devices / 3600)
+        flops = run.data.metrics["model/flops_per_token"] * run.data.metrics["train/token_budget"]
+        assert row.flops == pytest.approx(flops, rel=1e-6)  # the plan's FLOPs are the ones the trial logged
+        assert row.planned_gpu_hours == pytest.approx(flops / (0.4 * 989.4e12) / 3600, rel=1e-3)
+        assert row.ratio is None  # CPU core-hours and GPU-hours are not compared
     finally:
         ray.shutdown()
         stop_server()

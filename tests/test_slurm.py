@@ -4,7 +4,7 @@ The Ray part is run as the job would run it, minus SLURM: the generated script i
 only defines its functions), ``ray_node 0`` and ``ray_node 1`` start two Ray nodes on 127.0.0.1
 (two ``ray start --block`` processes on free ports: the head and a worker that joins it), then
 ``wait_for_nodes`` and ``run_sweep`` run a one-trial smoke sweep against a real MLflow server;
-running ``run_sweep`` again, as a requeued job does, finds the trial done.
+running ``run_sweep`` again, as a requeued job does, finds the trial's result and trains nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -135,11 +136,16 @@ def test_the_scripts_ray_part_runs_a_sweep_on_two_local_nodes_and_a_requeue_resu
                     "RAY_USAGE_STATS_ENABLED": "0", "MLFLOW_TRACKING_URI": url, "CEMLAB_CPUS": "1",
                     "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})  # as main() exports them
 
+        # The head's temp folder is the test's: `ray start --head` records its address there
+        # (ray_current_cluster), where a later bare ray.init() on this machine would otherwise find it.
+        ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths have a length limit
+
         def node_env(rank: int) -> dict:
             ports = [free_port() for _ in range(4)]
             return {**env, "NODE_IP": "127.0.0.1", "CEMLAB_RAY_START_ARGS": (
                 f"--node-manager-port={ports[0]} --object-manager-port={ports[1]} "
-                f"--dashboard-agent-listen-port={ports[2]} --metrics-export-port={ports[3]}")}
+                f"--dashboard-agent-listen-port={ports[2]} --metrics-export-port={ports[3]}"
+                + (f" --temp-dir={ray_tmp}" if rank == 0 else ""))}
 
         src = f"source {script}"
         with started(f"{src}; ray_node 0", node_env(0), tmp_path / "head.log"), \
@@ -151,9 +157,12 @@ def test_the_scripts_ray_part_runs_a_sweep_on_two_local_nodes_and_a_requeue_resu
             assert "ray: 2 node(s) up" in first.stdout
             summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
             assert summary["counts"] == {"finished": 1}
-            # the requeued job runs the same script: the sweep finds its trial done
+            # the requeued job runs the same script: the sweep finds its trial's result in MLflow and does
+            # not train it again ("reused": the first invocation had finished; an interrupted one is
+            # reopened and its trials are "done" or resumed from their checkpoints, test_sweep_run_resume)
             again = subprocess.run(["bash", "-c", f"{src}; wait_for_nodes 60 && run_sweep"], env=env,
                                    capture_output=True, text=True, timeout=600)
             assert again.returncode == 0, again.stderr[-3000:]
             summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
-            assert summary["counts"] == {"done": 1}
+            assert summary["counts"] == {"reused": 1}
+    shutil.rmtree(ray_tmp, ignore_errors=True)
