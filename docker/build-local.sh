@@ -72,7 +72,7 @@ PY
 # 4. the image
 log "podman build $image (BASE_IMAGE=$base)"
 t0=$(date +%s)
-podman build --network host -f "$here/Dockerfile" --build-arg BASE_IMAGE="$base" \
+podman build --network host -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore" --build-arg BASE_IMAGE="$base" \
     --build-arg REQUIREMENTS=/tmp/wheels/requirements-cpu.lock -t "$image" "$root"
 t1=$(date +%s)
 size=$(podman image inspect --format '{{.Size}}' "$image")

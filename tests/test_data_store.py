@@ -226,3 +226,22 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     finally:
         ray.shutdown()
         stop_server()
+
+
+def test_the_plan_counts_the_data_step_once_not_once_per_budget():
+    """attention_replacement at the paper scale: one streamed data set, four token budgets (one per
+    model size). Prepared once to the largest budget, instead of once per budget in 8-GPU trials."""
+    from cemlab.sweeps.plan import data_prep_estimate
+    from cemlab.sweeps.spec import load_sweep
+    from cemlab.train.plan import budget_parameters
+
+    spec = load_sweep("attention_replacement")
+    trials = spec.expand("paper")
+    chinchilla = {20 * budget_parameters(t.config) for t in trials}  # the paper's rule, counted here
+    assert len(chinchilla) == 4
+    d = data_prep_estimate(spec, tokens_per_core_s=1e5)
+    assert d["tokens_once"] == pytest.approx(max(chinchilla), rel=1e-3)
+    assert d["tokens_per_budget"] == pytest.approx(sum(chinchilla), rel=1e-3)
+    assert d["cpu_core_hours"] == pytest.approx(d["tokens_once"] / 1e5 / 3600)
+    gpus = {t.resources.workers * t.resources.gpus_per_worker for t in trials}
+    assert gpus == {8} and d["gpu_hours_idle_before"] == pytest.approx(d["tokens_per_budget"] / 1e5 / 3600 * 8)
