@@ -14,7 +14,7 @@
 #
 # Needs root (or rootless Podman with subuids), podman, debootstrap, network access to the Debian
 # archive and the package index, and the project's virtualenv for the host-side MLflow server.
-#   sudo apt-get install podman debootstrap
+#   sudo apt-get install podman runc debootstrap
 #   docker/build-local.sh                 # WORK=/var/tmp/cemlab-image SWEEP=attention_replacement
 # Environment: WORK (scratch folder), MIRROR (Debian mirror), TORCH_WHEEL (a local CPU torch
 # wheel; default: downloaded from the PyTorch CPU index), SWEEP, PYTHON (host Python with mlflow),
@@ -30,6 +30,11 @@ image="${IMAGE:-cemlab:cpu-local}"
 base="localhost/cemlab-base:bookworm"
 py="${PYTHON:-$root/.venv/bin/python}"
 mkdir -p "$work"
+# Containers inside a container (this machine): crun refuses its hybrid cgroup setup, so runc
+# (Debian's package) runs them; and podman's default rlimits exceed what this process may set
+# (no CAP_SYS_RESOURCE), so they are given within the current limits.
+podman_=(podman --runtime "${OCI_RUNTIME:-runc}")
+limits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit "nproc=${NPROC:-32768}:${NPROC:-32768}")
 log() { printf '\n== %s: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 # 1 + 2. the base image from Debian's packages
@@ -40,9 +45,9 @@ if [ "${SKIP_BASE:-0}" != 1 ]; then
         bookworm "$work/rootfs" "$mirror"
     rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
     log "import the root file system as $base"
-    tar -C "$work/rootfs" -c . | podman import --change 'CMD ["/bin/bash"]' - "$base"
+    tar -C "$work/rootfs" -c . | "${podman_[@]}" import --change 'CMD ["/bin/bash"]' - "$base"
 fi
-podman run --rm "$base" python --version
+"${podman_[@]}" run --rm "${limits[@]}" "$base" python --version
 
 # 3. the CPU-only lock and the CPU torch wheel, in the build context's docker/wheels/
 log "CPU variant of docker/requirements.lock"
@@ -70,14 +75,21 @@ print(f"{out}: {len(keep) + 1} packages ({len(entries) - len(keep)} CUDA-only or
 PY
 
 # 4. the image
+# This machine reaches the package index through a TLS-inspecting proxy whose CA only the host
+# trusts: hand the host's bundle to pip in the build (HOST_CA_BUNDLE= to skip).
+ca=()
+if [ -n "${HOST_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}" ]; then
+    ca=(-v "${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}:/etc/ssl/certs/host-ca.crt:ro"
+        --build-arg PIP_CERT=/etc/ssl/certs/host-ca.crt)
+fi
 log "podman build $image (BASE_IMAGE=$base)"
 t0=$(date +%s)
-podman build --network host -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore" --build-arg BASE_IMAGE="$base" \
-    --build-arg REQUIREMENTS=/tmp/wheels/requirements-cpu.lock -t "$image" "$root"
+"${podman_[@]}" build "${limits[@]}" --network host -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore" --build-arg BASE_IMAGE="$base" \
+    --build-arg REQUIREMENTS=/tmp/wheels/requirements-cpu.lock "${ca[@]}" -t "$image" "$root"
 t1=$(date +%s)
-size=$(podman image inspect --format '{{.Size}}' "$image")
+size=$("${podman_[@]}" image inspect --format '{{.Size}}' "$image")
 log "built $image in $((t1 - t0)) s; size $((size / 1000000)) MB"
-podman run --rm "$image" python -c "import cemlab, torch, ray, mlflow, psycopg2; print('torch', torch.__version__, 'ray', ray.__version__, 'mlflow', mlflow.__version__)"
+"${podman_[@]}" run --rm "${limits[@]}" "$image" python -c "import cemlab, torch, ray, mlflow, psycopg2; print('torch', torch.__version__, 'ray', ray.__version__, 'mlflow', mlflow.__version__)"
 
 # 5. a smoke sweep in the container, against a tracking server outside it
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -95,7 +107,7 @@ for _ in $(seq 1 120); do
 done
 log "cemlab sweep $sweep --scale smoke inside $image"
 t0=$(date +%s)
-podman run --rm --network host --shm-size 2g -v "$work/data:/data" \
+"${podman_[@]}" run --rm "${limits[@]}" --network host --shm-size 2g -v "$work/data:/data" \
     -e MLFLOW_TRACKING_URI="http://127.0.0.1:$port" "$image" \
     cemlab sweep "$sweep" --scale smoke --cpus 2 --plain --no-report
 t1=$(date +%s)
