@@ -245,3 +245,23 @@ def test_the_plan_counts_the_data_step_once_not_once_per_budget():
     assert d["cpu_core_hours"] == pytest.approx(d["tokens_once"] / 1e5 / 3600)
     gpus = {t.resources.workers * t.resources.gpus_per_worker for t in trials}
     assert gpus == {8} and d["gpu_hours_idle_before"] == pytest.approx(d["tokens_per_budget"] / 1e5 / 3600 * 8)
+
+
+@pytest.mark.slow
+def test_ray_tasks_write_the_same_store(tmp_path, texts):
+    """With Ray (as on a cluster with RAY_ADDRESS) the shards are Ray tasks; same bytes as inline."""
+    import logging
+
+    import ray
+
+    cfg = jsonl_cfg(tmp_path, texts)
+    inline = prepare_data(cfg.model_copy(update={"cache_dir": str(tmp_path / "inline")}), 300, 16, shard_chars=SHARD)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        b = prepare_data(cfg, 300, 16, use_ray=True, shard_chars=SHARD)
+    finally:
+        ray.shutdown()
+    assert b.stats["cache_hit"] is False
+    for s in SPLITS:
+        assert (Path(b.stats["cache_path"]) / f"{s}.bin").read_bytes() == \
+            (Path(inline.stats["cache_path"]) / f"{s}.bin").read_bytes()
