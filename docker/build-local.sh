@@ -7,7 +7,7 @@
 #   2. import it into Podman as the base image (BASE_IMAGE=localhost/cemlab-base:bookworm);
 #   3. make a CPU-only variant of docker/requirements.lock (the CPU torch wheel instead of the CUDA
 #      one and its nvidia-* / triton wheels; every other pin and hash unchanged) in docker/wheels/;
-#   4. build docker/Dockerfile with Podman (BuildKit syntax, same file as `make image`);
+#   4. build docker/Dockerfile with Podman (Docker image format, which keeps the HEALTHCHECK);
 #   5. start `mlflow server` on the host (127.0.0.1, a free port) and run
 #      `cemlab sweep SWEEP --scale smoke` in the container (host network), then read the runs
 #      back from the server outside.
@@ -84,7 +84,7 @@ if [ -n "${HOST_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}" ]; then
 fi
 log "podman build $image (BASE_IMAGE=$base)"
 t0=$(date +%s)
-"${podman_[@]}" build "${limits[@]}" --network host -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore" --build-arg BASE_IMAGE="$base" \
+"${podman_[@]}" build --format docker "${limits[@]}" --network host -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore" --build-arg BASE_IMAGE="$base" \
     --build-arg REQUIREMENTS=/tmp/wheels/requirements-cpu.lock "${ca[@]}" -t "$image" "$root"
 t1=$(date +%s)
 size=$("${podman_[@]}" image inspect --format '{{.Size}}' "$image")
