@@ -56,6 +56,8 @@ def test_the_sbatch_text(tmp_path):
     assert "SWEEP_ARGS=(recursion_ablation --scale paper --plain)" in text
     assert "cemlab data prepare recursion_ablation --scale paper" in text
     assert "ray symmetric-run --address" in text and "--min-nodes \"$CEMLAB_NODES\"" in text
+    # the sweep joins the job's cluster (without RAY_ADDRESS it would start a Ray of its own)
+    assert '-- env RAY_ADDRESS="$HEAD_IP:$RAY_PORT" cemlab sweep "${SWEEP_ARGS[@]}"' in text
     assert "ray start --head" in text and "--dashboard-host=127.0.0.1" in text
     assert 'RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"' in text and "RAY_AUTH_TOKEN=$(head -c 32 /dev/urandom" in text
     assert text.index("cemlab data prepare") < text.index("if use_symmetric_run")  # data before Ray holds the GPUs

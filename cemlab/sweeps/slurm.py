@@ -179,7 +179,7 @@ main() {{
         srun --nodes="$CEMLAB_NODES" --ntasks-per-node=1 $CEMLAB_SRUN_CONTAINER $CEMLAB_NODE_RUN \
             ray symmetric-run --address "$HEAD_IP:$RAY_PORT" --min-nodes "$CEMLAB_NODES" \
             --num-cpus="$CEMLAB_CPUS" --num-gpus="$CEMLAB_GPUS" --dashboard-host=127.0.0.1 \
-            -- cemlab sweep "${{SWEEP_ARGS[@]}}" &
+            -- env RAY_ADDRESS="$HEAD_IP:$RAY_PORT" cemlab sweep "${{SWEEP_ARGS[@]}}" &
         DRIVER=$!
         wait "$DRIVER"; local rc=$?
         while kill -0 "$DRIVER" 2>/dev/null; do wait "$DRIVER"; rc=$?; done
