@@ -36,10 +36,11 @@ from cemlab.tracking import schema
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-#: Tokenisation speed per CPU core assumed for the data-preparation step's cost. Measured by
-#: ``cemlab bench prepare`` (one worker, cemlab's BPE on the SlimPajama stand-in, this project's
-#: shared 2-core test machine); a pretrained tokenizer (Llama's) on real text runs at another speed.
-PREP_TOKENS_PER_CORE_S = 150_000.0
+#: Tokenisation speed per CPU core assumed for the data-preparation step's cost: ``cemlab bench
+#: prepare`` measured 0.46-0.74 M tokens/s for one worker process (cemlab's 4096-token BPE, the
+#: embedded corpus and the SlimPajama stand-in, a quiet 2-core machine) and 0.1-0.2 M under load;
+#: a pretrained 32k tokenizer (Llama's) on web text runs at its own speed: an order of magnitude.
+PREP_TOKENS_PER_CORE_S = 500_000.0
 #: Paper appendix C.5: ~30k training tokens/s per A100 for the 86M Llama baseline.
 PAPER_TOKENS_PER_S_A100_86M = 30_000.0
 PAPER_REFERENCE_PRESET = "86m"
