@@ -214,7 +214,9 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
         plan = make_plan("one", "smoke", client=client)
         (row,) = cost_rows(plan, client, mfu=0.4, kind="H100 SXM")
         run = client.get_run(done.outcomes[0].run_id)
-        wall = (run.info.end_time - run.info.start_time) / 1000
+        summary = json.loads((runs_dir / "logs" / "one-smoke" / "summary.json").read_text())
+        wall = summary["trials"][0]["wall_seconds"]  # the trial's whole wall time, start-up included
+        assert row.wall_source == "trial" and wall >= (run.info.end_time - run.info.start_time) / 1000
         res = done.outcomes[0].trial.resources
         assert row.run_id == run.info.run_id and row.unit == "CPU core-h" and res.gpus_per_worker == 0
         assert row.wall_s == pytest.approx(wall) and row.devices == res.workers * res.cpus_per_worker
