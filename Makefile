@@ -14,7 +14,7 @@ TORCH_INDEX_URL ?=
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.txt 2>/dev/null | sha1sum | cut -c1-10)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test sweep plan report ui train bench clean constraints cluster-up cluster-down lint-docker
+.PHONY: help install test sweep plan report ui train bench clean constraints cluster-up cluster-down lint-docker image
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -60,6 +60,13 @@ constraints: $(STAMP) ## Re-freeze requirements/constraints.txt from the current
 	@mv requirements/constraints.new requirements/constraints.txt; echo "requirements/constraints.txt updated"
 
 COMPOSE ?= docker compose
+# Docker when its engine answers, else Podman; BASE_IMAGE overrides the Dockerfile's base.
+CONTAINER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
+IMAGE ?= cemlab:latest
+BASE_IMAGE ?=
+image: ## Build cemlab's image with Docker or Podman (IMAGE=cemlab:latest, BASE_IMAGE=... to change the base)
+	$(CONTAINER) build -f docker/Dockerfile $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) -t $(IMAGE) .
+
 cluster-up: ## Build the image and start PostgreSQL, MLflow, a Ray head and a GPU worker (docker/compose.yaml)
 	$(COMPOSE) -f docker/compose.yaml up -d --build --wait
 

@@ -64,3 +64,19 @@ def prepare_worker(cfg_json: str, vocab_size: int, seq_len: int, barrier, queue)
     bundle = prepare_data(DataConfig.model_validate_json(cfg_json), vocab_size, seq_len)
     digests = {s: hashlib.sha256(bundle.split(s).tobytes()).hexdigest() for s in ("train", "val", "test")}
     queue.put({"stats": bundle.stats, "digests": digests})
+
+
+def build_store_then_die(cfg_json: str, vocab_size: int, shard_chars: int, die_after: int) -> None:
+    """Run in a subprocess: prepare with small shards and SIGKILL this process right after the
+    ``die_after``-th shard is committed (the next shards are in flight: a real kill mid-build)."""
+    import os
+    import signal
+
+    from cemlab.data import DataConfig, prepare_data
+
+    def progress(p):
+        if p["shards"] >= die_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    prepare_data(DataConfig.model_validate_json(cfg_json), vocab_size, 16, workers=0, progress=progress,
+                 shard_chars=shard_chars)

@@ -31,8 +31,10 @@ def mlflow_executable() -> str:
 class MlflowServer:
     """``mlflow server`` on ``backend_uri``; :meth:`start` returns its URL (a new port each time)."""
 
-    def __init__(self, backend_uri: str, artifacts: Path, log_path: Path):
+    def __init__(self, backend_uri: str, artifacts: Path, log_path: Path, extra_args: tuple[str, ...] = (),
+                 extra_env: dict[str, str] | None = None):
         self.backend_uri, self.artifacts, self.log_path = backend_uri, artifacts, log_path
+        self.extra_args, self.extra_env = tuple(extra_args), dict(extra_env or {})
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -40,11 +42,12 @@ class MlflowServer:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"   # no GenAI job workers on 2 cores
+        env.update(self.extra_env)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [mlflow_executable(), "server", "--backend-store-uri", self.backend_uri,
                  "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
-                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1", *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.log_path.parent,
                 start_new_session=True, preexec_fn=die_with_parent,
             )
@@ -81,9 +84,11 @@ class MlflowServer:
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path) -> Iterator[str]:
-    """Run ``mlflow server`` on 127.0.0.1 and a free port; yield its URL; stop its process group."""
-    server = MlflowServer(backend_uri, artifacts, log_path)
+def mlflow_server(backend_uri: str, artifacts: Path, log_path: Path, extra_args: tuple[str, ...] = (),
+                  extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run ``mlflow server`` on 127.0.0.1 and a free port; yield its URL; stop its process group.
+    ``extra_args`` / ``extra_env``: more server options (e.g. ``--app-name basic-auth``) and variables."""
+    server = MlflowServer(backend_uri, artifacts, log_path, extra_args, extra_env)
     try:
         yield server.start()
     finally:

@@ -127,4 +127,8 @@ def test_shell_completion_of_commands_sweeps_and_scales():
     assert set(list_sweeps()) <= set(plan) and "--scale" in plan and not any(x.endswith("/") for x in plan)
     assert "train.tokens=" in _complete("cemlab sweep recursion_ablation train.to")
     assert _complete("cemlab sweep rec") == ["recursion_ablation"]
-    assert _complete("cemlab sweep recursion_ablation --scale ") == scale_names() == ["smoke", "tiny", "paper"]
+    import yaml
+
+    in_file = list(yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps" / "scales.yaml").read_text()))
+    assert _complete("cemlab sweep recursion_ablation --scale ") == scale_names() == in_file
+    assert {"smoke", "tiny", "paper"} <= set(in_file)

@@ -167,9 +167,14 @@ def _compose_config(compose_file: Path, **env: str) -> subprocess.CompletedProce
     )
 
 
+#: The secrets compose.yaml requires (it has no defaults for them).
+SECRETS = {"POSTGRES_PASSWORD": "pg-test-pw", "MLFLOW_ADMIN_PASSWORD": "admin-test-pw", "MLFLOW_SECRET_KEY": "k" * 32,
+           "MLFLOW_TRACKING_USERNAME": "sweeps", "MLFLOW_TRACKING_PASSWORD": "sweeps-test-pw"}
+
+
 @pytest.fixture(scope="module")
 def compose_config() -> dict:
-    proc = _compose_config(COMPOSE)
+    proc = _compose_config(COMPOSE, **SECRETS)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -231,7 +236,7 @@ def test_compose_healthchecks_ordering_volumes_and_ports(compose_config):
 
 
 def test_compose_password_reaches_postgres_and_mlflow():
-    proc = _compose_config(COMPOSE, POSTGRES_PASSWORD="s3cret-pw")
+    proc = _compose_config(COMPOSE, **{**SECRETS, "POSTGRES_PASSWORD": "s3cret-pw"})
     assert proc.returncode == 0, proc.stderr
     services = json.loads(proc.stdout)["services"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "s3cret-pw"
@@ -242,6 +247,24 @@ def test_compose_config_rejects_a_broken_file(tmp_path):
     """The validation can fail: a dependency on a service that does not exist is refused."""
     broken = tmp_path / "compose.yaml"
     broken.write_text(COMPOSE.read_text().replace("ray-head:\n        condition", "ray-hed:\n        condition"))
-    proc = _compose_config(broken)
+    proc = _compose_config(broken, **SECRETS)
     assert proc.returncode != 0
     assert "ray-hed" in proc.stderr
+
+
+def test_compose_has_no_default_secret_and_serves_mlflow_with_auth(compose_config):
+    """Every secret must be given: without one, Compose refuses and names it."""
+    for name in SECRETS:
+        proc = _compose_config(COMPOSE, **{k: v for k, v in SECRETS.items() if k != name})
+        assert proc.returncode != 0 and name in proc.stderr, name
+    refs = re.findall(r"\$\{(\w*(?:PASSWORD|SECRET)\w*)([^}]*)\}", COMPOSE.read_text())
+    assert len(refs) >= 5 and all(rest.startswith(":?") for _, rest in refs), refs  # required, never a fallback
+    services = compose_config["services"]
+    mlflow = services["mlflow"]
+    assert "--app-name=basic-auth" in mlflow["command"]
+    assert mlflow["environment"]["MLFLOW_AUTH_ADMIN_PASSWORD"] == SECRETS["MLFLOW_ADMIN_PASSWORD"]
+    assert ("bind", str(DOCKER / "mlflow-auth.ini.example"), mlflow["environment"]["MLFLOW_AUTH_CONFIG_PATH"]) \
+        in _mounts(mlflow)
+    for node in ("ray-head", "ray-worker"):  # the sweeps log in with the account given
+        env = services[node]["environment"]
+        assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("sweeps", "sweeps-test-pw")

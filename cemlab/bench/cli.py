@@ -16,6 +16,7 @@ BENCHES = {
     "kernels": "cemlab.bench.kernels",
     "train": "cemlab.bench.train",
     "data": "cemlab.bench.data",
+    "prepare": "cemlab.bench.prepare",
 }
 
 

@@ -14,6 +14,7 @@ the text) that keys the on-disk caches.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -80,6 +81,11 @@ class Corpus:
     def documents(self) -> Iterator[Document]:
         raise NotImplementedError
 
+    def documents_from(self, skip: int) -> Iterator[Document]:
+        """``documents()`` without its first ``skip`` documents (a resumed token store). Kinds that
+        can skip without reading the text (files, JSONL lines, HF streams) override this."""
+        return itertools.islice(self.documents(), skip, None)
+
 
 def _stat_entry(path: Path, root: Path) -> list[Any]:
     st = path.stat()
@@ -107,7 +113,10 @@ class FileCorpus(Corpus):
                 "files": [_stat_entry(f, self.root) for f in self.files]}
 
     def documents(self) -> Iterator[Document]:
-        for f in self.files:
+        return self.documents_from(0)
+
+    def documents_from(self, skip: int) -> Iterator[Document]:
+        for f in self.files[skip:]:
             yield Document(self._rel(f), f.read_text(encoding="utf-8", errors="replace"))
 
 
@@ -166,9 +175,15 @@ class JsonlCorpus(Corpus):
                 "stat": _stat_entry(self.path, self.path.parent)}
 
     def documents(self) -> Iterator[Document]:
+        return self.documents_from(0)
+
+    def documents_from(self, skip: int) -> Iterator[Document]:
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
+                    continue
+                if skip > 0:  # a finished part of a resumed store: counted, not parsed
+                    skip -= 1
                     continue
                 try:
                     record = json.loads(line)
@@ -235,7 +250,13 @@ class HFCorpus(Corpus):
             ) from None
 
     def documents(self) -> Iterator[Document]:
-        for i, record in enumerate(self._open()):
+        return self.documents_from(0)
+
+    def documents_from(self, skip: int) -> Iterator[Document]:
+        stream = self._open()
+        if skip:
+            stream = stream.skip(skip)
+        for i, record in enumerate(stream, skip):
             text = _record_text(record, self.text_field, f"{self.name} record {i}")
             yield Document(text_id(text), text)
 
@@ -293,6 +314,46 @@ def effective_max_chars(cfg: DataConfig) -> int | None:
     return STDLIB_DEFAULT_MAX_CHARS if cfg.source == "stdlib" else None
 
 
+class Selector:
+    """The state of :func:`select` (what each split has used), so that a token store can resume
+    selecting in the middle of a corpus: ``offer(doc)`` returns ``(split, doc)`` to keep, or None
+    to skip it; ``done`` turns True once nothing more can be kept."""
+
+    def __init__(self, seed: int, val_fraction: float, test_fraction: float, max_documents: int | None = None,
+                 max_chars: int | None = None, used: dict[str, int] | None = None, n_docs: int = 0):
+        self.seed, self.val_fraction, self.test_fraction = seed, val_fraction, test_fraction
+        self.max_documents = max_documents
+        self.budget = None
+        if max_chars is not None:
+            val, test = int(max_chars * val_fraction), int(max_chars * test_fraction)
+            self.budget = {"train": max_chars - val - test, "val": val, "test": test}
+        self.used = dict(used) if used else dict.fromkeys(SPLITS, 0)
+        self.n_docs = n_docs
+        self.done = False
+
+    def state(self) -> dict[str, Any]:
+        return {"used": dict(self.used), "n_docs": self.n_docs}
+
+    def offer(self, doc: Document) -> tuple[str, Document] | None:
+        if not doc.text.strip():
+            return None
+        if self.max_documents is not None and self.n_docs >= self.max_documents:
+            self.done = True
+            return None
+        split = split_of(doc.id, self.seed, self.val_fraction, self.test_fraction)
+        if self.budget is not None:
+            room = self.budget[split] - self.used[split]
+            if room <= 0:
+                if all(self.used[s] >= self.budget[s] for s in SPLITS):
+                    self.done = True
+                return None
+            if len(doc.text) > room:
+                doc = Document(doc.id, doc.text[:room])
+        self.used[split] += len(doc.text)
+        self.n_docs += 1
+        return split, doc
+
+
 def select(
     docs: Iterator[Document], seed: int, val_fraction: float, test_fraction: float,
     max_documents: int | None = None, max_chars: int | None = None,
@@ -303,29 +364,13 @@ def select(
     by their fractions (train ``1 - val - test``): each split takes its documents in order until its
     share is full (the last one is cut to fit), so a small sample keeps validation and test text in
     proportion instead of leaving them to chance. Reading stops once every share is full."""
-    budget = None
-    if max_chars is not None:
-        val, test = int(max_chars * val_fraction), int(max_chars * test_fraction)
-        budget = {"train": max_chars - val - test, "val": val, "test": test}
-    used = dict.fromkeys(SPLITS, 0)
-    n_docs = 0
+    selector = Selector(seed, val_fraction, test_fraction, max_documents, max_chars)
     for doc in docs:
-        if not doc.text.strip():
-            continue
-        if max_documents is not None and n_docs >= max_documents:
+        kept = selector.offer(doc)
+        if selector.done:
             return
-        split = split_of(doc.id, seed, val_fraction, test_fraction)
-        if budget is not None:
-            room = budget[split] - used[split]
-            if room <= 0:
-                if all(used[s] >= budget[s] for s in SPLITS):
-                    return
-                continue
-            if len(doc.text) > room:
-                doc = Document(doc.id, doc.text[:room])
-        used[split] += len(doc.text)
-        n_docs += 1
-        yield split, doc
+        if kept is not None:
+            yield kept
 
 
 def take_chars(texts: Iterator[str], max_chars: int | None) -> list[str]:

@@ -3,37 +3,36 @@
 Each split becomes one token stream: every document of the split, in corpus order, followed by
 the end-of-text token (paper: documents concatenated and cut into fixed-length sequences, no
 padding; :class:`~cemlab.data.dataset.PackedDataset` does the cutting). The streams are written
-once per (corpus, split settings, tokenizer, packing format) into the cache as raw ``uint16``
-(vocabularies up to 65536 tokens) or ``uint32`` arrays and memory-mapped read-only afterwards, so
-a second run of the same data starts in well under a second (``stats["cache_hit"]``).
+once per (corpus, split settings, tokenizer, packing format) into the token store
+(:mod:`cemlab.data.store`) as raw ``uint16`` (vocabularies up to 65536 tokens) or ``uint32``
+arrays and memory-mapped read-only afterwards, so a second run of the same data starts in well
+under a second (``stats["cache_hit"]``). ``cemlab data prepare`` fills the store for a whole sweep
+before its trials start, in parallel; a run that finds its data missing tokenises it inline.
 
 Local corpora are tokenised whole (within ``max_documents`` / ``max_chars``); the trainer cycles
 through the training stream as often as its token budget asks. A streamed Hugging Face corpus has
 no end, so it is read until the training split holds ``min_train_tokens`` tokens (or the
-``hf_max_documents`` / ``max_chars`` caps, or its end), and that target is part of the cache key.
+``hf_max_documents`` / ``max_chars`` caps, or its end). The budget is not part of the store's key:
+a run maps the prefix up to the document that fills its budget, and a larger budget extends the
+same store.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from cemlab import paths
-from cemlab.data import cache
+from cemlab.data import cache, store
 from cemlab.data.config import HF_DEFAULT_BPE_CHARS, DataConfig
 from cemlab.data.corpus import SPLITS, Corpus, Document, effective_max_chars, open_corpus, select, take_chars
 from cemlab.data.errors import DataError
 from cemlab.data.tokenizer import BPE_MIN_FREQUENCY, BPE_VERSION, TextTokenizer, cached_bpe, load_pretrained
 
-#: Bumped when the layout or meaning of the cached streams changes.
-FORMAT_VERSION = 1
-#: Documents / characters tokenised per batch.
-BATCH_DOCS, BATCH_CHARS = 512, 4_000_000
 
 
 @dataclass
@@ -57,13 +56,17 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def prepare_data(
-    data_cfg: DataConfig, vocab_size: int, seq_len: int, min_train_tokens: int | None = None
+    data_cfg: DataConfig, vocab_size: int, seq_len: int, min_train_tokens: int | None = None, *,
+    workers: int = 0, use_ray: bool = False, progress: store.Progress | None = None,
+    shard_chars: int = store.SHARD_CHARS,
 ) -> DataBundle:
     """Tokenised, packed train / validation / test streams of ``data_cfg``'s corpus.
 
     ``vocab_size`` is ``model.vocab_size`` (the BPE is trained to it; a pretrained tokenizer must fit
     in it), ``seq_len`` the packed sequence length (every split must hold one sequence of it),
     ``min_train_tokens`` how many training tokens to stream from a Hugging Face corpus.
+    The streams live in the token store (:mod:`cemlab.data.store`); when it lacks them they are
+    tokenised here, inline (``workers=0``), in ``workers`` processes, or as Ray tasks (``use_ray``).
     Bad input raises :class:`DataError` naming the field, before any training."""
     t0 = time.perf_counter()
     if seq_len < 1:
@@ -102,18 +105,42 @@ def prepare_data(
                 _raise_empty(data_cfg, corpus, sum(1 for _ in documents()))
             return texts
 
+        if store.read_only() and not (root / "tokenizers" / tok_key / "tokenizer.json").is_file():
+            raise DataError(f"the BPE tokenizer {tok_key} is not prepared and {store.READ_ONLY_ENV} forbids training it "
+                            f"here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
         tokenizer, tok_hit, _ = cached_bpe(root / "tokenizers", tok_key, vocab_size, train_texts)
     else:
         tokenizer = load_pretrained(data_cfg.tokenizer, vocab_size)
 
     data_key = f"{corpus.kind}-{tokenizer.name.replace('/', '_')[-40:]}-" + cache.stable_key(
-        {**selection, "tokenizer": tokenizer.fingerprint(), "eot_id": tokenizer.eot_id,
-         "min_train_tokens": min_train_tokens if hf else None, "format": FORMAT_VERSION})
-    entry, meta, hit = _cached_streams(
-        root / "tokens", data_key,
-        lambda build: _write_streams(build, tokenizer, documents(), min_train_tokens if hf else None, data_cfg, corpus))
-    dtype = np.dtype(meta["dtype"])
-    arrays = {s: _open_stream(entry / f"{s}.bin", dtype, meta["tokens"][s]) for s in SPLITS}
+        {**selection, "tokenizer": tokenizer.fingerprint(), "eot_id": tokenizer.eot_id, "format": store.STORE_VERSION})
+    target = min_train_tokens if hf else None
+    tokens_root = root / "tokens"
+    entry = tokens_root / data_key
+    manifest = store.read_manifest(entry)
+    hit = store.covers(manifest, target)
+    if not hit:
+        if store.read_only():
+            raise DataError(
+                f"the token store {entry} does not hold this run's data, and {store.READ_ONLY_ENV} forbids "
+                f"tokenising here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
+        with cache.locked(tokens_root, data_key):
+            manifest = store.read_manifest(entry)  # another process may have built it while we waited
+            hit = store.covers(manifest, target)
+            if not hit:
+                manifest = store.build(
+                    entry, corpus, dict(seed=data_cfg.split_seed, val_fraction=data_cfg.val_fraction,
+                                        test_fraction=data_cfg.test_fraction, max_documents=max_docs,
+                                        max_chars=max_chars),
+                    tokenizer, target, dtype=token_dtype(tokenizer.vocab_size), workers=workers, use_ray=use_ray,
+                    shard_chars=shard_chars, progress=progress, total_chars=max_chars or _corpus_bytes(corpus))
+    if manifest["totals"]["docs"] == 0:
+        _raise_empty(data_cfg, corpus, 0)
+    prefix = store.open_prefix(entry, manifest, target)
+    dtype = np.dtype(manifest["dtype"])
+    arrays = prefix.arrays
+    meta = {"documents": prefix.documents, "tokens": prefix.tokens, "chars": prefix.chars,
+            "stopped_early": prefix.stopped_early, "seconds": manifest["seconds"]}
     stats = {
         "source": corpus.describe(),
         "documents": dict(meta["documents"]),
@@ -150,95 +177,11 @@ def _raise_empty(cfg: DataConfig, corpus: Corpus, n_docs: int) -> None:
     )
 
 
-def _open_stream(path: Path, dtype: np.dtype, n: int) -> np.ndarray:
-    if n == 0:
-        a = np.zeros(0, dtype=dtype)
-        a.flags.writeable = False
-        return a
-    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
-
-
-def _entry_ok(entry: Path) -> dict[str, Any] | None:
-    """The meta of a complete cache entry, or None when there is none (or it is damaged)."""
-    try:
-        meta = json.loads((entry / "meta.json").read_text())
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        if all((entry / f"{s}.bin").stat().st_size == meta["tokens"][s] * itemsize for s in SPLITS):
-            return meta
-    except (OSError, ValueError, KeyError):
-        pass
-    return None
-
-
-def _cached_streams(root: Path, key: str, build: Callable[[Path], dict[str, Any]]) -> tuple[Path, dict[str, Any], bool]:
-    """(entry folder, meta, cache hit) of the token streams ``key``; ``build(folder)`` writes them
-    on a miss, under the lock, into a temporary folder that is then renamed into place."""
-    entry = root / key
-    meta = _entry_ok(entry)
-    if meta is not None:
-        return entry, meta, True
-    with cache.locked(root, key):
-        meta = _entry_ok(entry)  # another process may have built it while we waited
-        if meta is not None:
-            return entry, meta, True
-        folder = cache.new_build_dir(root, key)
-        meta = build(folder)
-        cache.publish(folder, entry)
-    return entry, meta, False
-
-
-def _write_streams(
-    build: Path, tokenizer: TextTokenizer, docs: Iterator[tuple[str, Document]], min_train_tokens: int | None,
-    cfg: DataConfig, corpus: Corpus,
-) -> dict[str, Any]:
-    """Tokenise documents into ``<split>.bin`` streams (each document followed by end-of-text)."""
-    t0 = time.perf_counter()
-    dtype = token_dtype(tokenizer.vocab_size)
-    counts = {k: dict.fromkeys(SPLITS, 0) for k in ("documents", "tokens", "chars")}
-    files = {s: open(build / f"{s}.bin", "wb") for s in SPLITS}
-    eot = np.array([tokenizer.eot_id], dtype=dtype)
-    stopped_early = False
-
-    def flush(batch: list[tuple[str, Document]]) -> bool:
-        """Write a batch; True once the training split holds ``min_train_tokens``."""
-        ids = tokenizer.encode_batch([doc.text for _, doc in batch])
-        for (split, doc), doc_ids in zip(batch, ids):
-            arr = np.asarray(doc_ids, dtype=np.int64)
-            if arr.size and int(arr.max()) >= tokenizer.vocab_size:
-                raise DataError(f"data.tokenizer={tokenizer.name!r} produced id {int(arr.max())} >= its vocab_size")
-            files[split].write(arr.astype(dtype).tobytes())
-            files[split].write(eot.tobytes())
-            counts["documents"][split] += 1
-            counts["tokens"][split] += arr.size + 1
-            counts["chars"][split] += len(doc.text)
-            if min_train_tokens is not None and counts["tokens"]["train"] >= min_train_tokens:
-                return True
-        return False
-
-    try:
-        batch: list[tuple[str, Document]] = []
-        batch_chars = 0
-        for split, doc in docs:
-            batch.append((split, doc))
-            batch_chars += len(doc.text)
-            if len(batch) >= BATCH_DOCS or batch_chars >= BATCH_CHARS:
-                if flush(batch):
-                    stopped_early = True
-                    break
-                batch, batch_chars = [], 0
-        else:
-            if batch:
-                stopped_early = flush(batch)
-    finally:
-        for fh in files.values():
-            fh.close()
-    if sum(counts["documents"].values()) == 0:
-        _raise_empty(cfg, corpus, 0)
-    meta = {**counts, "dtype": dtype.name, "eot_id": tokenizer.eot_id, "tokenizer": tokenizer.name,
-            "source": corpus.describe(), "min_train_tokens": min_train_tokens, "stopped_early": stopped_early,
-            "format": FORMAT_VERSION, "seconds": round(time.perf_counter() - t0, 3)}
-    cache.write_json_atomic(build / "meta.json", meta)
-    return meta
+def _corpus_bytes(corpus: Corpus) -> int | None:
+    """The corpus's size in bytes from its fingerprint (an estimate of its characters, for the ETA)."""
+    fp = corpus.fingerprint()
+    entries = fp.get("files") or ([fp["stat"]] if "stat" in fp else [])
+    return sum(int(e[1]) for e in entries) or None
 
 
 def _check_sizes(stats: dict[str, Any], seq_len: int, cfg: DataConfig) -> None:

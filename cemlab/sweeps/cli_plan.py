@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model FLOPs utilisation assumed for the GPU-hour estimate (default 0.4)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     parser.add_argument("--no-store", action="store_true", help="do not read the MLflow store (every trial todo)")
+    parser.add_argument("--measured", action="store_true",
+                        help="after a sweep: planned vs measured GPU-hours of each finished trial at this scale")
 
 
 def _si(x: float | None) -> str:
@@ -130,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
             "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
             "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
+            "data_prep": plan.data_prep,
         }, indent=2))
         return 0
 
@@ -157,4 +160,20 @@ def run(args: argparse.Namespace) -> int:
     if unit == "tokens":
         console.print(f"  or {_hours(plan.gpu_hours_paper_throughput)} at the paper's throughput (30k tokens/s "
                       f"per A100 at 86M = {plan.paper_throughput_mfu:.1%} MFU, same MFU on H100)")
+    d = plan.data_prep
+    if d and d["tokens_once"]:
+        console.print(f"Data step at the paper scale (`cemlab data prepare`, on CPUs before the trials): "
+                      f"{_si(d['tokens_once'])} tokens once, {d['cpu_core_hours']:,.1f} CPU core-hours at "
+                      f"{d['tokens_per_core_s'] / 1e3:.0f}k tokens/s per core, 0 GPU-hours (tokenised inside the "
+                      f"trials once per budget: {_si(d['tokens_per_budget'])} tokens, "
+                      f"{d['gpu_hours_idle_before']:,.1f} GPU-hours idle)")
+    if args.measured and plan.store:
+        from cemlab.report.cost import cost_rows, render_cost_table
+        from cemlab.tracking.store import get_client
+
+        rows = cost_rows(plan, get_client(plan.store), mfu=args.mfu)
+        if rows:
+            console.print(render_cost_table(rows, args.mfu))
+        else:
+            console.print("No finished run of this sweep at this scale in the store: nothing measured yet.")
     return 0

@@ -36,6 +36,11 @@ from cemlab.tracking import schema
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+#: Tokenisation speed per CPU core assumed for the data-preparation step's cost: ``cemlab bench
+#: prepare`` measured 0.46-0.74 M tokens/s for one worker process (cemlab's 4096-token BPE, the
+#: embedded corpus and the SlimPajama stand-in, a quiet 2-core machine) and 0.1-0.2 M under load;
+#: a pretrained 32k tokenizer (Llama's) on web text runs at its own speed: an order of magnitude.
+PREP_TOKENS_PER_CORE_S = 500_000.0
 #: Paper appendix C.5: ~30k training tokens/s per A100 for the 86M Llama baseline.
 PAPER_TOKENS_PER_S_A100_86M = 30_000.0
 PAPER_REFERENCE_PRESET = "86m"
@@ -85,6 +90,7 @@ class Plan:
     gpu_hours_paper_throughput: dict[str, float] = field(default_factory=dict)  # kind -> hours
     paper_throughput_mfu: float | None = None  # MFU implied by the paper's A100 throughput
     paper_samples: int | None = None     # search: optuna: samples per cell at the paper scale
+    data_prep: dict[str, Any] = field(default_factory=dict)  # the data step at the paper scale (data_prep_estimate)
 
     @property
     def searched(self) -> bool:
@@ -229,6 +235,31 @@ def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None)
     return {"flops": flops, "mfu": hours_mfu, "paper": hours_paper, "implied_mfu": implied_mfu, "samples": samples}
 
 
+def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_PER_CORE_S) -> dict[str, Any]:
+    """The data step of ``spec`` at the paper scale: tokens tokenised once by ``cemlab data prepare``
+    (the largest token budget per streamed data set), against once per budget inside the trials
+    (as before the token store: each budget was its own cache entry, tokenised by one process of
+    a trial holding all its GPUs), in CPU core-hours and in the GPU-hours those GPUs sat idle."""
+    from cemlab.data.prepare import sweep_data_needs
+    from cemlab.train.plan import make_plan as make_train_plan
+
+    trials = [t for t in spec.expand("paper") if t.config.task == "lm"]
+    if not trials:
+        return {}
+    once = sum(n.target or 0 for n in sweep_data_needs(trials))
+    budgets: dict[tuple[str, int], float] = {}  # (data set, budget) -> GPUs of the trial that tokenised it
+    for t in trials:
+        if t.config.data.source != "hf":
+            continue
+        tokens = make_train_plan(t.config, max(1, int(t.resources.workers))).tokens
+        key = (t.config.data.model_dump_json(), tokens)
+        budgets[key] = max(budgets.get(key, 0.0), t.resources.workers * t.resources.gpus_per_worker)
+    per_budget = sum(tokens for _, tokens in budgets)
+    idle = sum(tokens / tokens_per_core_s / 3600.0 * gpus for (_, tokens), gpus in budgets.items())
+    return {"tokens_once": once, "tokens_per_budget": per_budget, "cpu_core_hours": once / tokens_per_core_s / 3600.0,
+            "gpu_hours_idle_before": idle, "tokens_per_core_s": tokens_per_core_s}
+
+
 def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
               read_store: bool = True, overrides: list[str] | None = None) -> Plan:
     """The plan of ``sweep`` at ``scale``. Statuses come from ``client`` (default: the project's
@@ -260,4 +291,5 @@ def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" 
     est = paper_estimate(spec, mfu, acct)
     return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
-                paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"])
+                paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
+                data_prep=data_prep_estimate(spec))

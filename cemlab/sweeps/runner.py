@@ -480,6 +480,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``."""
     from rich.console import Console
 
+    from cemlab.data.prepare import prepare_sweep_data
     from cemlab.paths import runs_dir as project_runs_dir
     from cemlab.tracking.server import probe_store, shared_tracking_uri
     from cemlab.tracking.store import ensure_experiment, get_client
@@ -514,6 +515,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         warning = check_resources(trials, scale)
         if warning:
             console.print(warning, highlight=False)
+        prepare_sweep_data(trials, cache_dir=str(Path(cache_dir).resolve()) if cache_dir else None, workers=cpus,
+                           console=console)  # tokenise once, before any trial; trials then only map the store
         if os.environ.get("RAY_ADDRESS") and not os.environ.get("MLFLOW_TRACKING_URI"):
             console.print(f"warning: RAY_ADDRESS is set but MLFLOW_TRACKING_URI is not: trials on other nodes cannot "
                           f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",

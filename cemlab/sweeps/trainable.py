@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.spec import Trial, round_lr, trial_with_lr
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.
@@ -114,7 +115,7 @@ class TrialJob:
 
         return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-                **configure_http()}
+                **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
 
 
 def prepare_config(trial: Trial, job: TrialJob):
