@@ -4,7 +4,7 @@ Every config is a pydantic model with ``extra="forbid"``: an unknown key, a wron
 invalid combination raises ``pydantic.ValidationError`` whose message names the field and says
 what is allowed, before any compute is spent.
 
-Field names follow ../shared/DESIGN.md section 3 (``d_model``, ``n_layers``, ``n_heads``, ``d_mlp``,
+Field names follow the usual Transformer spelling (``d_model``, ``n_layers``, ``n_heads``, ``d_mlp``,
 ``vocab_size``, ``context_length``, ``attention``, ``mlp``). Per-sublayer options carry an
 ``attn_`` or ``mlp_`` prefix so that a flattened config is a flat list of MLflow params.
 """

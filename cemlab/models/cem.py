@@ -1,6 +1,6 @@
 """CEM sublayers: attention and MLP as descent steps on explicit energies (paper sections 2-2.4).
 
-Both sublayers share one shape (paper Algorithm 1, read as pre-norm; ../shared/DESIGN.md sec. 1):
+Both sublayers share one shape (paper Algorithm 1, read as pre-norm; docs/layers.md):
 
     cache = prepare(h)                 # computed once per layer: keys (= values), or gamma = W h
     x = h                              # x0 = 'h'; x0 = 'rmsnorm': x = RMSNorm(h) (Algorithm 1 literally)

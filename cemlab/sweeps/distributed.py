@@ -1,7 +1,7 @@
 """Multi-worker sweep trials: Lightning DDP on a Ray Train ``TorchTrainer`` inside the Tune trial.
 
-A trial whose scale gives it ``resources.workers > 1`` runs as the Train V2 pattern of
-../shared/DESIGN.md section 4: the Tune function trainable (``cemlab.sweeps.trainable.run_trial``)
+A trial whose scale gives it ``resources.workers > 1`` runs as Ray's Train V2 pattern
+(docs/cluster.md): the Tune function trainable (``cemlab.sweeps.trainable.run_trial``)
 builds a ``ray.train.torch.TorchTrainer`` with one Train worker per DDP rank and fits it
 (:func:`fit_trial`). Passing a ``TorchTrainer`` to a ``Tuner`` is deprecated; this is its
 replacement.

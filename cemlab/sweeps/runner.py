@@ -9,7 +9,7 @@
 2. opens the MLflow store the trials will share: ``$MLFLOW_TRACKING_URI``, or one local
    ``mlflow server`` on the project's sqlite store, started or reused
    (``cemlab.tracking.server.shared_tracking_uri``); trials get its URL and never open the sqlite
-   file (../shared/DESIGN.md section 4). The driver creates the sweep's experiment
+   file (docs/tracking.md). The driver creates the sweep's experiment
    ``cemlab/<sweep>`` and a *parent run* (``cemlab.role=sweep``, tags sweep, figure, scale); when
    the latest parent run of this sweep and scale did not finish (the driver died, was interrupted,
    or trials failed), it is reopened instead, so a rerun continues the same invocation;
@@ -1150,7 +1150,7 @@ def _print_end(result: SweepResult, console: "Console") -> None:
 
 
 def _make_report(result: SweepResult, console: "Console") -> None:
-    """The sweep's report (issue 5's ``build_report``); a failure here keeps the runs and says why."""
+    """The sweep's report (``cemlab.report.build_report``); a failure here keeps the runs and says why."""
     try:
         from cemlab.report import build_report
 

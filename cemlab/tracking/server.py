@@ -9,7 +9,7 @@ file serialises concurrent starts. ``stop_server()`` ends it.
 The server runs in its own session (process group), so it outlives the sweep driver that started
 it and serves ``make ui`` and the next sweep; one process (``--workers 1``) owns the sqlite file,
 which avoids the schema-migration race of several processes opening a fresh store
-(../shared/DESIGN.md section 4). Trials get the URL, never the sqlite path.
+(docs/tracking.md). Trials get the URL, never the sqlite path.
 """
 
 from __future__ import annotations
