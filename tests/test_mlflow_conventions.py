@@ -227,3 +227,13 @@ def test_sweep_parent_describes_the_sweep_and_links_mlflows_comparison_of_all_it
     query = dict(part.split("=", 1) for part in fragment.split("?", 1)[1].split("&"))
     assert json.loads(unquote(query["runs"])) == sorted(runs)
     assert json.loads(unquote(query["experiments"])) == sorted({here, elsewhere})
+
+
+@pytest.mark.parametrize("eta, shown", [(0.5, "η=0.5"), ("1/T", "η=1/T"), ("learned", "η=learned")])
+def test_description_names_every_step_size_mode(eta, shown):
+    from cemlab.config import RunConfig
+    from cemlab.tracking.conventions import description
+
+    cfg = RunConfig.model_validate({"model": {"preset": "nano", "attention": "cem", "attn_steps": 2, "attn_eta": eta}})
+    text = description(cfg)
+    assert f"CEM (T=2, {shown}, preconditioner" in text and "MLP: Llama" in text

@@ -127,9 +127,9 @@ def system_tags(cfg: "RunConfig | None", run_name: str | None, note: str | None 
     return tags
 
 
-def _sublayer(kind: str, steps: int, eta: float, precond: str, reuse: int) -> str:
-    if kind == "cem":
-        text = f"CEM (T={steps}, η={eta:g}, preconditioner {precond})"
+def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int) -> str:
+    if kind == "cem":  # eta: a number, "1/T" or "learned" (the step-size modes)
+        text = f"CEM (T={steps}, η={eta if isinstance(eta, str) else format(eta, 'g')}, preconditioner {precond})"
     else:
         text = "Llama"
     return text + (f", reused {reuse}x" if reuse > 1 else "")
