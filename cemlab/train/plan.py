@@ -14,6 +14,8 @@ and which parameters get weight decay (paper Table 2).
 
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -70,15 +72,26 @@ def seq_len_of(cfg: RunConfig) -> int:
 def budget_parameters(cfg: RunConfig) -> int:
     """Parameters the Chinchilla rule counts: the matched Llama baseline's (LM), counted on the
     meta device (no memory), or the GP regressor's own."""
+    if cfg.task == "gp":
+        return _count_parameters("gp", cfg.gp.model_dump_json())
+    return _count_parameters("lm", cfg.model.matched_baseline().model_dump_json(exclude={"name"}))
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_parameters(kind: str, config_json: str) -> int:
+    """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
+    building each on the meta device costs tens of milliseconds."""
     import torch
 
     with torch.device("meta"):
-        if cfg.task == "gp":
+        if kind == "gp":
+            from cemlab.gp.config import GPConfig
             from cemlab.models.gp import build_gp_model, count_parameters
-            return count_parameters(build_gp_model(cfg.gp))["total"]
+            return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
+        from cemlab.config import ModelConfig
         from cemlab.models import build_model, count_parameters
 
-        return count_parameters(build_model(cfg.model.matched_baseline()))["total"]
+        return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
 
 
 def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
