@@ -155,7 +155,11 @@ def _free_port() -> int:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now. SO_REUSEADDR as the server's own bind sets
+    it: a port whose last connections are in TIME_WAIT (a server just stopped) counts as free, so a
+    restarted dashboard gets its old address back."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
