@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from cemlab.tracking import schema
+from test_sweep_run_resume import _state  # state.json of a trial, through the config hash in its log
 from mlflow_support import sqlite_server
 from test_sweep_run import data_cache, local_sweeps, ray_local, run  # noqa: F401  (fixtures)
 
@@ -69,17 +70,6 @@ variants:
 SHORT = "86m__llama__lr2e-3__s0"
 
 
-def _state_of(runs: Path, log_dir: Path, trial_id: str) -> dict:
-    log = log_dir / f"{trial_id}.log"
-    if not log.is_file():
-        return {}
-    m = re.search(r"\(config ([0-9a-f]+)\)", log.read_text())
-    try:
-        return json.loads((runs / "checkpoints" / m.group(1) / "state.json").read_text()) if m else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _sweep_cmd(name: str, cache: Path, cpus: int = 2) -> list[str]:
     return [sys.executable, "-m", "cemlab.cli", "sweep", name, "--scale", "smoke", "--cpus", str(cpus),
             "--cache-dir", str(cache), "--no-report", "--plain", "--interval", "5"]
@@ -100,7 +90,7 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and driver.poll() is None:
-                if _state_of(runs_dir, log_dir, SHORT).get("status") == "finished":
+                if _state(runs_dir, log_dir, SHORT).get("status") == "finished":
                     break
                 time.sleep(0.2)
             else:
@@ -175,7 +165,7 @@ def test_two_identical_sweeps_at_once_one_trains_the_other_says_it_waited(runs_d
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and first.poll() is None:   # both trials of the first train
-                if all(_state_of(runs_dir, log_dir, t).get("status") == "running" for t in ids):
+                if all(_state(runs_dir, log_dir, t).get("status") == "running" for t in ids):
                     break
                 time.sleep(0.2)
             else:
