@@ -38,7 +38,7 @@ import pandas as pd
 
 from cemlab.report.akima import akima_curve, akima_optimum
 from cemlab.report.table import best_lr
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 LLAMA_COLOR = "#d6679b"      # paper Fig. 2: pink diamonds
 CEM_COLOR = "#3b75af"        # blue dots
@@ -678,8 +678,7 @@ def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]
 def training(ctx) -> Figure | None:
     trials = ctx.trials()
     rows = []
-    shown = [schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED]
-    for _, t in trials[trials["status"].isin(shown)].iterrows():
+    for _, t in trials[trials["status"].isin(outcomes.SEARCH_RESULTS)].iterrows():
         keys = ctx.metric_keys(t["run_id"])
         for key in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE):
             if key not in keys:

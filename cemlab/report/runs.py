@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 from cemlab.tracking import store as tracking_store
 
 
@@ -53,20 +53,10 @@ def _record(run) -> RunRecord:
                      metrics=metrics)
 
 
-#: Which of a config's runs stands for it, best first: the results (finished, diverged, stopped by
-#: ASHA), then the store's order for the rest (``cemlab.tracking.store.STATUS_PREFERENCE``).
-RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED)
-STATUS_PREFERENCE = RESULT_STATUSES + tuple(s for s in tracking_store.STATUS_PREFERENCE if s not in RESULT_STATUSES)
-
-
 def pick_run(records: list[RunRecord]) -> RunRecord | None:
-    """The newest record of the most preferred status (:data:`STATUS_PREFERENCE`), else the
-    newest of any other status (e.g. interrupted); ``records`` are newest first."""
-    for status in STATUS_PREFERENCE:
-        for rec in records:
-            if rec.status == status:
-                return rec
-    return records[0] if records else None
+    """The record that stands for a config: the newest of the most preferred outcome
+    (``cemlab.tracking.outcomes.PREFERENCE``), else the newest of any; ``records`` are newest first."""
+    return outcomes.pick(records, lambda rec: rec.status, fallback=True)
 
 
 class RunStore:
@@ -107,7 +97,7 @@ class RunStore:
 
     def best_run(self, config_hash: str) -> RunRecord | None:
         """The run that stands for a grid cell: the newest one of the most preferred status
-        (:data:`STATUS_PREFERENCE`: finished, diverged, stopped, running, failed, then any)."""
+        (``cemlab.tracking.outcomes.PREFERENCE``, then any)."""
         return pick_run(self.runs_for_hash(config_hash))
 
     def search_cell_runs(self, sweep: str, scale: str, cell_id: str) -> dict[str, list[RunRecord]]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
 from cemlab.sweeps.spec import SweepSpec, Trial, load_sweep
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -202,7 +202,7 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
     """cell trial id -> (plan status, sampled runs per status) of ``search: optuna`` cells, from the
     runs tagged with each cell (see the module docstring; the run standing for each sampled
     learning rate is chosen as ``cemlab report`` chooses it)."""
-    from cemlab.report.runs import RESULT_STATUSES, RunStore, pick_run
+    from cemlab.report.runs import RunStore, pick_run
 
     store = RunStore(client.tracking_uri, client=client)
     out: dict[str, tuple[str, dict[str, int]]] = {}
@@ -212,7 +212,7 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
             run = pick_run(runs)
             if run is not None:
                 counts[run.status] = counts.get(run.status, 0) + 1
-        results = sum(n for s, n in counts.items() if s in RESULT_STATUSES)
+        results = sum(n for s, n in counts.items() if s in outcomes.SEARCH_RESULTS)
         status = STATUS_TODO if not counts else STATUS_DONE if results >= cell.search.samples else STATUS_PARTIAL
         out[cell.trial_id] = (status, dict(sorted(counts.items())))
     return out

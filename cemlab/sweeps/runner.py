@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps import trainable as tr
 from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, SweepSpec, Trial, load_sweep, sweeps_dir
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -104,10 +104,6 @@ EXIT_REPORT = 3
 EXIT_STORE_LOST = 4
 EXIT_INTERRUPTED = 130
 
-#: Statuses of a trial's run that are a result: never run again.
-RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED)
-#: With ``search: optuna``, a trial stopped early by ASHA is a result too.
-SEARCH_RESULT_STATUSES = RESULT_STATUSES + (schema.STATUS_STOPPED,)
 #: Seconds the driver waits for a stopped trial's process to end before marking its run.
 STOP_WAIT_S = 30.0
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
@@ -694,7 +690,7 @@ def _mark_store_lost(state: _Run, message: str) -> None:
         if tid in state.outcomes and state.outcomes[tid].status != schema.STATUS_FAILED:
             continue
         trial = state.progress.trials[tid]
-        if row.status in (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED) + pg.NOT_TRAINED:
+        if row.status in outcomes.SEARCH_RESULTS + pg.NOT_TRAINED:
             metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts,
@@ -759,7 +755,7 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         samples = cell.search.samples
         done_runs, pending_lrs = [], []
         for runs in found.values():
-            best = best_run(runs, SEARCH_RESULT_STATUSES)
+            best = best_run(runs, outcomes.SEARCH_RESULTS)
             if best is not None:
                 done_runs.append(best)
             else:
@@ -1033,7 +1029,7 @@ def _check_against_store(state: _Run, outcomes: list[TrialOutcome]) -> None:
     ``missing`` (a failure), whatever the trial said."""
     from cemlab.tracking.store import run_status, search_runs
 
-    results = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_STOPPED)
+    results = outcomes.SEARCH_RESULTS
     children = {r.info.run_id: r for r in search_runs(state.client, [state.experiment_id],
                                                        f"tags.`{schema.PARENT_RUN_ID}` = '{state.parent_run_id}'")}
     for o in outcomes:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import yaml
 
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -46,13 +46,6 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_VALUE = 6000
 
-_MLFLOW_STATUS = {
-    schema.STATUS_FINISHED: "FINISHED",
-    schema.STATUS_DIVERGED: "FINISHED",
-    schema.STATUS_FAILED: "FAILED",
-    schema.STATUS_INTERRUPTED: "KILLED",
-    schema.STATUS_STOPPED: "FINISHED",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +209,7 @@ def finish_run(client: "MlflowClient", run_id: str, status: str, extra_tags: dic
     """Set ``cemlab.status`` (and any extra tags), then MLflow's terminal status for it."""
     for k, v in {schema.STATUS: status, **(extra_tags or {})}.items():
         client.set_tag(run_id, k, str(v))
-    client.set_terminated(run_id, status=_MLFLOW_STATUS.get(status, "FAILED"))
+    client.set_terminated(run_id, status=outcomes.MLFLOW_STATUS.get(status, "FAILED"))
 
 
 def reopen_run(client: "MlflowClient", run_id: str) -> None:

@@ -46,12 +46,13 @@ def axis_tag(axis: str) -> str:
     return f"{AXIS_PREFIX}{axis}"
 
 
-STATUS_RUNNING = "running"
-STATUS_FINISHED = "finished"
-STATUS_DIVERGED = "diverged"
-STATUS_FAILED = "failed"
-STATUS_INTERRUPTED = "interrupted"        # Ctrl-C / SIGTERM; `cemlab train --resume` continues it
-STATUS_STOPPED = "stopped"                # stopped early by the sweep's scheduler (ASHA): a result, not a failure
+# Values of the STATUS tag: the run outcomes, whose meaning and order ``cemlab.tracking.outcomes`` owns.
+from cemlab.tracking.outcomes import DIVERGED as STATUS_DIVERGED  # noqa: E402
+from cemlab.tracking.outcomes import FAILED as STATUS_FAILED  # noqa: E402
+from cemlab.tracking.outcomes import FINISHED as STATUS_FINISHED  # noqa: E402
+from cemlab.tracking.outcomes import INTERRUPTED as STATUS_INTERRUPTED  # noqa: E402
+from cemlab.tracking.outcomes import RUNNING as STATUS_RUNNING  # noqa: E402
+from cemlab.tracking.outcomes import STOPPED as STATUS_STOPPED  # noqa: E402
 
 # --- metrics (history over ``step`` = optimizer step) ------------------------------------------
 TRAIN_LOSS = "train/loss"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:  # mlflow is imported lazily: importing it costs seconds
     from mlflow.entities import Run
@@ -39,8 +39,6 @@ if TYPE_CHECKING:  # mlflow is imported lazily: importing it costs seconds
 #: (MLflow's search grammar has no IN for tags).
 SCAN_THRESHOLD = 16
 
-#: Status order for choosing among runs of the same config (best first), see :func:`run_status`.
-STATUS_PREFERENCE = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED, schema.STATUS_RUNNING, schema.STATUS_FAILED)
 
 
 #: MLflow's own HTTP retry settings for cemlab's calls (``os.environ.setdefault``: a user's value
@@ -240,33 +238,19 @@ def _quote(value: str) -> str:
 
 
 def run_status(run: "Run") -> str:
-    """cemlab's status of a run: the ``cemlab.status`` tag (finished / diverged / failed /
-    running); without it, MLflow's own status (FINISHED -> finished, RUNNING or SCHEDULED ->
-    running, FAILED or KILLED -> failed). A run that ended while its tag still said running
-    died without saying so: failed."""
-    tag = run.data.tags.get(schema.STATUS)
-    mlflow_status = run.info.status
-    if tag == schema.STATUS_RUNNING and mlflow_status not in ("RUNNING", "SCHEDULED"):
-        return schema.STATUS_FAILED
-    if tag:
-        return tag
-    return {"FINISHED": schema.STATUS_FINISHED, "RUNNING": schema.STATUS_RUNNING,
-            "SCHEDULED": schema.STATUS_RUNNING}.get(mlflow_status, schema.STATUS_FAILED)
+    """The run's outcome (``cemlab.tracking.outcomes``) from its ``cemlab.status`` tag and MLflow's status."""
+    return outcomes.outcome_from_mlflow(run.data.tags.get(schema.STATUS), run.info.status)
 
 
-def best_run(runs: list["Run"], statuses: tuple[str, ...] = STATUS_PREFERENCE,
+def best_run(runs: list["Run"], statuses: tuple[str, ...] = outcomes.PREFERENCE,
              fallback: bool = False) -> "Run | None":
-    """The newest run with the most preferred status among ``statuses`` (order = preference);
-    with ``fallback``, the newest run of any other status when none matches."""
-    for status in statuses:
-        for run in runs:  # newest first
-            if run_status(run) == status:
-                return run
-    return runs[0] if fallback and runs else None
+    """The newest run with the most preferred outcome among ``statuses`` (order = preference);
+    with ``fallback``, the newest run of any other outcome when none matches."""
+    return outcomes.pick(runs, run_status, statuses, fallback)
 
 
 def finished_run_for(config_hash: str, client: "MlflowClient | None" = None) -> "Run | None":
     """The run to reuse for a config: the newest finished one, else the newest diverged one
     (a diverged run is a result), else None."""
     runs = find_runs_by_hash([config_hash], client)[config_hash]
-    return best_run(runs, (schema.STATUS_FINISHED, schema.STATUS_DIVERGED))
+    return best_run(runs, outcomes.RESULTS)

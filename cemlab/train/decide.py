@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cemlab.tracking import schema
+from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("cemlab.train")
 
 REUSE, RECORD, RESUME, RUN = "reuse", "record", "resume", "run"
-#: Run statuses that are a result (never trained again).
-RESULT_STATUSES = (schema.STATUS_FINISHED, schema.STATUS_DIVERGED)
 #: Metric history kept beside the checkpoint: one JSON object per line, {"key", "value", "step", "timestamp"}.
 METRICS_NAME = "metrics.jsonl"
 #: Local files logged as the run's artifacts when a result is recorded into a store (besides config.yaml).
@@ -100,7 +98,7 @@ def local_record_gap(folder: Path, state: dict[str, Any] | None) -> str | None:
     if not state or not state.get("result"):
         return "no result in state.json"
     result = state["result"]
-    if result.get("status") not in RESULT_STATUSES:
+    if result.get("status") not in outcomes.RESULTS:
         return f"the local result's status is {result.get('status')!r}"
     kept = {m["key"] for m in read_metrics(folder)}
     if not kept:
@@ -148,10 +146,10 @@ def decide(client: "MlflowClient", config_hash: str, folder: Path, state: dict[s
     own_id = (state or {}).get("run_id")
     own = (next((r for r in runs if r.info.run_id == own_id), None) or _active_run(client, own_id)) if own_id else None
     if own is not None and own_run_first:
-        if run_status(own) in RESULT_STATUSES:
+        if run_status(own) in outcomes.RESULTS:
             return Decision(REUSE, own, state, f"the store holds this folder's run {own_id} with a result")
         return Decision(RESUME, own, state, f"continuing run {own_id}")
-    done = best_run(runs, RESULT_STATUSES)
+    done = best_run(runs, outcomes.RESULTS)
     if done is not None:
         return Decision(REUSE, done, state, f"the store holds run {done.info.run_id} with a result")
     if state and state.get("result"):
