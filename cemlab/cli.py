@@ -86,6 +86,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_after_sweep(result, console, overrides: list[str] | None = None) -> None:
+    """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
+    here so that the sweep layer never imports the report. Sets ``result.report``, or
+    ``result.report_error`` (exit code 3) when it fails: the runs are safe in MLflow and
+    ``cemlab report`` can retry. Not built after an interrupted sweep or a lost store, nor for
+    overridden trials (the report reads the sweep file's own grid)."""
+    if result.interrupted or result.store_error:
+        return
+    if overrides:
+        console.print(f"Report: not built for overridden trials ({' '.join(overrides)}): the report reads the sweep "
+                      f"file's own grid; the trials are in MLflow (config overrides in the tag cemlab.overrides)",
+                      highlight=False)
+        return
+    try:
+        from cemlab.report import build_report
+
+        result.report = build_report(result.sweep, scale=result.scale, tracking_uri=result.tracking_uri)
+    except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
+        result.report_error = f"{type(e).__name__}: {e}"
+        console.print(f"Report: not built ({result.report_error}); run `cemlab report {result.sweep}` to retry",
+                      highlight=False)
+        return
+    console.print(f"Report: {result.report}", highlight=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:  # shell completion (see README): answers the shell and exits when it asks
@@ -101,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", False):
         print(f"cemlab {args.command}: not available in this build", file=sys.stderr)
         return 2
-    return int(importlib.import_module(args._module).run(args) or 0)
+    module = importlib.import_module(args._module)
+    if args.command == "sweep":  # the sweep, then its report
+        return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides)))
+    return int(module.run(args) or 0)
 
 
 if __name__ == "__main__":

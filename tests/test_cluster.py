@@ -56,9 +56,9 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    from cemlab.sweeps.runner import _quiet_tune
+    from cemlab.sweeps.execute import quiet_tune
 
-    _quiet_tune()
+    quiet_tune()
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     workers = [c.add_node(num_cpus=1) for _ in range(2)]
     c.wait_for_nodes()
@@ -127,12 +127,17 @@ def sweep_dir(tmp_path: Path, monkeypatch, name: str, text: str, **smoke_lm) -> 
 
 
 def run(name: str, cache: Path, report: bool = False, **kw):
+    """The sweep, then (``report``) its report, as ``cemlab sweep`` does."""
     from rich.console import Console
 
+    from cemlab.cli import report_after_sweep
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)
-    return run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, report=report, **kw)
+    result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
+    if report:
+        report_after_sweep(result, console, kw.get("overrides"))
+    return result
 
 
 def trial_runs(client, sweep: str) -> dict[str, object]:

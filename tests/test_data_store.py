@@ -169,7 +169,8 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     from rich.console import Console
 
     import cemlab.data.prepare as prepare_mod
-    from cemlab.sweeps.runner import _quiet_tune, run_sweep
+    from cemlab.sweeps.execute import quiet_tune
+    from cemlab.sweeps.runner import run_sweep
     from cemlab.tracking.server import stop_server
 
     repo_sweeps = Path(__file__).resolve().parents[1] / "sweeps"
@@ -180,13 +181,13 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
     monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
     cache = tmp_path / "cache"
-    _quiet_tune()
+    quiet_tune()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     console = Console(file=open("/dev/null", "w"), width=200)
     try:
         real = prepare_mod.prepare_sweep_data
         monkeypatch.setattr(prepare_mod, "prepare_sweep_data", lambda *a, **k: [])
-        skipped = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0, report=False)
+        skipped = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
         assert skipped.exit_code == 1 and "cemlab data prepare" in (skipped.outcomes[0].error or "")
         assert not (cache / "data" / "tokens").exists() or not any((cache / "data" / "tokens").glob("*/store.json"))
 
@@ -198,7 +199,7 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
             return out
 
         monkeypatch.setattr(prepare_mod, "prepare_sweep_data", prepare_then_snapshot)
-        done = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0, report=False)
+        done = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
         assert done.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in done.outcomes]
         assert len(snapshots) == 1 and any(p.name == "store.json" for p in snapshots[0])
         after = {p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()}

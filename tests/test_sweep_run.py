@@ -49,9 +49,9 @@ def ray_local():
 
     import ray
 
-    from cemlab.sweeps.runner import _quiet_tune
+    from cemlab.sweeps.execute import quiet_tune
 
-    _quiet_tune()
+    quiet_tune()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield ray
     ray.shutdown()
@@ -79,13 +79,18 @@ def local_sweeps(tmp_path: Path, **files: str) -> Path:
     return d
 
 
-def run(name: str, cache: Path, **kw):
+def run(name: str, cache: Path, report: bool = True, **kw):
+    """``cemlab sweep NAME --scale smoke``: the sweep, then (``report``) its report, as the command does."""
     from rich.console import Console
 
+    from cemlab.cli import report_after_sweep
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress
-    return run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
+    result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
+    if report:
+        report_after_sweep(result, console, kw.get("overrides"))
+    return result
 
 
 def client_for(result):
@@ -202,7 +207,7 @@ variants:
 
 def test_failing_trials_retry_or_are_recorded_failed_and_divergence_is_a_result(sweep_env, data_cache, tmp_path,
                                                                                  monkeypatch):
-    from cemlab.sweeps.runner import EXIT_FAILED
+    from cemlab.sweeps.invocation import EXIT_FAILED
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, faulty=FAULTY)))
     # lr 1e-3 fails at its 2nd validation (step 16; the checkpoint of step 8 exists) on its first
@@ -265,12 +270,12 @@ optuna:
 
 
 def test_optuna_search_with_asha_runs_each_sample_once(sweep_env, data_cache, tmp_path, monkeypatch):
-    from cemlab.sweeps.runner import _validation_reports
+    from cemlab.sweeps.execute import validation_reports
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, lrsearch=LRSEARCH)))
     (cell,) = load_sweep("lrsearch").expand("smoke")
     assert cell.search.samples == 4 and cell.config.train.lr == pytest.approx(1e-3)   # geometric centre
-    max_t = _validation_reports(cell)
+    max_t = validation_reports(cell)
     assert max_t == 4
 
     result = run("lrsearch", data_cache)
@@ -326,7 +331,7 @@ optuna:
 def test_searched_cells_run_at_once_when_the_cluster_holds_them(sweep_env, data_cache, tmp_path, monkeypatch):
     """Two searched cells on 2 CPUs (1 CPU per trial): each cell gets one slot and the two cells'
     Tuners run at the same time, which the runs' own start and end times in MLflow show."""
-    from cemlab.sweeps.runner import search_concurrency
+    from cemlab.sweeps.execute import search_concurrency
 
     assert search_concurrency(2, 2) == (2, 1) and search_concurrency(3, 8) == (3, 2)
     assert search_concurrency(4, 1) == (1, 1)

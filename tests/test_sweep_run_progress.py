@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from cemlab.sweeps import progress as pg
-from cemlab.sweeps import trainable as tr
+from cemlab.sweeps import tune_report as tr
 from cemlab.sweeps.spec import load_sweep
 from cemlab.tracking import schema
 

@@ -1,6 +1,7 @@
 """``cemlab sweep SWEEP --scale S [key=value ...]``: run a sweep's grid with Ray Tune, every trial in MLflow.
 
-See ``cemlab.sweeps.runner`` for what happens. Exit codes: 0 every trial has a result (finished,
+See ``cemlab.sweeps.runner`` for what happens; the report at the end is built by the command
+(``cemlab.cli`` passes it as ``after``: the sweep layer never imports the report). Exit codes: 0 every trial has a result (finished,
 diverged, stopped early by ASHA, or already in the store); 1 at least one trial failed after its
 retries (the others ran; the failures and their log files are listed); 2 the sweep could not
 start (bad sweep file or scale, unreachable MLflow server, resources the Ray cluster lacks);
@@ -13,8 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Callable
 
 from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cemlab.sweeps.invocation import SweepResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,10 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between summary lines in plain mode (default 30)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None) -> int:
+    """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
+    outcome counts in the exit code."""
     from rich.console import Console
 
-    from cemlab.sweeps.runner import EXIT_INTERRUPTED, EXIT_USAGE, run_sweep
+    from cemlab.sweeps.invocation import EXIT_INTERRUPTED, EXIT_USAGE
+    from cemlab.sweeps.runner import run_sweep
     from cemlab.sweeps.spec import SweepError
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
@@ -48,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus, cache_dir=args.cache_dir,
-                           report=not args.no_report, console=console, live=False if args.plain else None,
+        result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
+                           cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
                            interval=args.interval)
+        if after is not None and not args.no_report:
+            after(result, console)
     except (SweepError, StoreError, ServerError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cemlab.sweeps.spec import Trial
-    from cemlab.sweeps.trainable import TrialJob
+    from cemlab.sweeps.trial_job import TrialJob
     from cemlab.train.run import RunResult
 
 #: Seconds the Tune trial waits on the report queue before it looks at the Train run again.
 POLL_S = 0.5
-#: The workers' ``print`` and logging go to the trial's log file (``trainable.redirect_output``),
+#: The workers' ``print`` and logging go to the trial's log file (``trial_job.redirect_output``),
 #: not through Ray Train's print patch and console log handler (which would write each line
 #: twice); Ray Train passes these variables on to its controller and workers.
 TRAIN_ENV = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING": "0"}
@@ -65,7 +65,7 @@ def fit_trial(trial: "Trial", job: "TrialJob") -> tuple["RunResult", list[str]]:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
-    from cemlab.sweeps import trainable as tr
+    from cemlab.sweeps.tune_report import deliver_to_tune
     from cemlab.train.run import RunResult
 
     res = trial.resources
@@ -105,7 +105,7 @@ def fit_trial(trial: "Trial", job: "TrialJob") -> tuple["RunResult", list[str]]:
                     continue
                 break  # the Train run has ended and everything it sent has been read
             if kind == "report":
-                tr.deliver_to_tune(data, trial.trial_id, final=False)
+                deliver_to_tune(data, trial.trial_id, final=False)
             elif kind == "result":
                 result = data
     finally:
@@ -122,25 +122,26 @@ def worker_main(config: dict[str, Any]) -> None:
     """One Ray Train worker (one DDP rank) of a multi-worker trial."""
     import ray.train
 
-    from cemlab.sweeps import trainable as tr
+    from cemlab.sweeps import trial_job as tj
+    from cemlab.sweeps.tune_report import Reporter
     from cemlab.train.run import train
 
     trial, job, queue = config["trial"], config["job"], config["queue"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     os.environ.update(job.env())
-    with tr.redirect_output(job.log_path(trial.trial_id)):
+    with tj.redirect_output(job.log_path(trial.trial_id)):
         try:
             nodes = _gather_nodes()
             print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} rank {rank}/{world} "
                   f"pid {os.getpid()} node {nodes[rank]}", flush=True)
-            cfg = tr.prepare_config(trial, job)
+            cfg = tj.prepare_config(trial, job)
             folder = Path(cfg.train.checkpoint_dir)
-            fault = tr.set_fault(job, trial)
+            fault = tj.set_fault(job, trial)
             reporter = None
             if rank == 0:
                 counter = Path(job.log_dir) / "faults" / f"{trial.trial_id}.count"
-                reporter = tr.Reporter(trial, folder, fault, counter, deliver=lambda p: queue.put(("report", p)))
+                reporter = Reporter(trial, folder, fault, counter, deliver=lambda p: queue.put(("report", p)))
             result = train(cfg, tracking_uri=job.tracking_uri, parent_run_id=job.parent_run_id, report=reporter,
                            resume=True, progress_bar=False, role="trial", ray_train=True)
             if rank == 0:

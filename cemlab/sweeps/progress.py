@@ -9,7 +9,8 @@ perplexity), retries, completion, errors.
 :class:`ProgressDisplay` shows it: in a terminal a ``rich.live.Live`` table redrawn in place
 (twice a second; long sweeps show running and failed trials and summarise the rest); otherwise
 (CI, a log file) one line per change of a trial's status and a summary line every
-``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints.
+``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints,
+with a line when it starts (:func:`print_start`) and its outcome at the end (:func:`print_end`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from cemlab.sweeps import trainable as tr
+from cemlab.sweeps import tune_report as tr
 from cemlab.tracking import schema
 
 QUEUED = "queued"
@@ -178,7 +179,7 @@ class SweepProgress:
                 self.events.append(self._event_line(row))
 
     def update(self, trial_id: str, result: dict[str, Any]) -> None:
-        """A result reported by the trial (see ``cemlab.sweeps.trainable``)."""
+        """A result reported by the trial (see ``cemlab.sweeps.tune_report``)."""
         with self.lock:
             row = self.rows[trial_id]
             row.step = int(result.get(tr.STEP_KEY, row.step) or row.step)
@@ -383,3 +384,44 @@ class TuneCallback(Callback):
         tid = self._id(trial)
         if tid is not None:
             self.progress.set_status(tid, (trial.last_result or {}).get(tr.STATUS_KEY) or schema.STATUS_STOPPED)
+
+
+def print_start(inv, trials: list, console: Console, other_pid: int | None = None) -> None:
+    """The sweep's first lines: what it runs, where it logs; another driver of it running now
+    (``inv``: a ``cemlab.sweeps.invocation.Invocation``)."""
+    spec, scale = inv.spec, inv.scale
+    what = (f"{len(trials)} grid cell(s), learning rate searched ({trials[0].search.samples} samples each)"
+            if spec.search == "optuna" and trials else f"{len(trials)} trials")
+    console.print(f"Sweep {spec.name} ({spec.figure}), scale {scale}: {what}; MLflow {inv.uri}, "
+                  f"parent run {inv.parent_run_id}{' (resumed)' if inv.parent_reopened else ''}; logs {inv.log_dir}")
+    if inv.other_driver is not None:
+        console.print(f"note: another `cemlab sweep {spec.name} --scale {scale}` is running "
+                      f"(pid {other_pid or '?'}, parent run {inv.other_driver or 'not known yet'}); trials it "
+                      f"is training wait for it and take its result", highlight=False)
+
+
+def print_end(result, console: Console) -> None:
+    """The sweep's outcome (``result``: a ``cemlab.sweeps.invocation.SweepResult``): counts, failures
+    with their logs, trials recorded or taken from another sweep, how to resume, the MLflow link."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+    checked = " (checked against the store)" if result.counts_checked else ""
+    console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'}{checked} in "
+                  f"{_duration(result.seconds)}", highlight=False)
+    for o in result.failed:
+        console.print(f"  {o.status}: {o.trial.trial_id}: {o.error or 'see its log'}\n          log {o.log_path}",
+                      highlight=False)
+    for o in result.outcomes:
+        if o.status == RECORDED:
+            console.print(f"  recorded: {o.trial.trial_id}: {o.note} (run {o.run_id})", highlight=False)
+    if result.concurrent_with:
+        n = sum(o.status == WAITED for o in result.outcomes)
+        console.print(f"  waited: {n} trial(s) were trained meanwhile by another sweep (parent run(s) "
+                      f"{', '.join(result.concurrent_with)}); this sweep took their runs", highlight=False)
+    if result.store_error:
+        console.print(f"Stopped: {result.store_error}. Finished trials are kept in the store, stopped ones keep "
+                      f"their checkpoints. Once the server answers again, run `cemlab sweep {result.sweep} --scale "
+                      f"{result.scale}` again to resume.", highlight=False)
+    elif result.interrupted:
+        console.print("Interrupted: rerun the same command to resume (finished trials are kept, interrupted "
+                      "ones continue from their checkpoints).", highlight=False)
+    console.print(f"MLflow: {result.dashboard_url()}", highlight=False)

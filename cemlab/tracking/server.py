@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking.store import StoreError, artifact_root, default_tracking_uri, healthy, open_sqlite_store
+from cemlab.tracking.store import (StoreError, artifact_root, configured_tracking_uri, default_tracking_uri, healthy,
+                                   open_sqlite_store)
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -280,7 +281,7 @@ def stop_server() -> bool:
 def shared_tracking_uri() -> str:
     """The tracking URI to hand to trials: ``$MLFLOW_TRACKING_URI`` when set, else the local
     server's URL (started if needed), never the sqlite path."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or start_server()
+    return configured_tracking_uri() or start_server()
 
 
 #: Default ports of the database URIs MLflow takes (``scheme+driver://user@host[:port]/db``).

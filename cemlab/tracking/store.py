@@ -68,9 +68,16 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{(mlflow_dir() / 'mlflow.db').as_posix()}"
 
 
+def configured_tracking_uri() -> str | None:
+    """``$MLFLOW_TRACKING_URI`` when set (a store the user chose), else None."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
 def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else :func:`default_tracking_uri`."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    """The store every command uses: :func:`configured_tracking_uri`, else :func:`default_tracking_uri`.
+    (A sweep hands its trials a server's URL instead of the sqlite file:
+    ``cemlab.tracking.server.shared_tracking_uri``.)"""
+    return configured_tracking_uri() or default_tracking_uri()
 
 
 def artifact_root() -> Path:

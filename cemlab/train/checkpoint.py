@@ -34,6 +34,12 @@ def checkpoint_dir(cfg: RunConfig) -> Path:
     return d
 
 
+def checkpoint_folder(runs_dir: str | Path, config_hash: str) -> Path:
+    """The checkpoint folder of config ``config_hash`` in the runs folder ``runs_dir``:
+    ``<runs>/checkpoints/<config hash>`` (not created). A sweep trial trains there."""
+    return Path(runs_dir) / "checkpoints" / config_hash
+
+
 def _fsync_and_replace(tmp: Path, target: Path) -> None:
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())

@@ -1,0 +1,146 @@
+"""What the sweep driver hands to every trial (:class:`TrialJob`), and what a trial process sets
+up from it: its config (:func:`prepare_config`), its log file (:func:`redirect_output`) and the
+test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trainable``).
+
+The driver ships the job to every trial with ``tune.with_parameters``; the Tune config of a trial
+only names it (``{"trial_id": ...}`` for a grid, ``{"lr": ...}`` for an Optuna-searched cell).
+Ray trials start in a temporary directory, possibly on another node, so the runs folder, the
+sweeps folder and the MLflow URL travel in the job, as absolute paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cemlab.data.store import READ_ONLY_ENV
+from cemlab.sweeps.spec import Trial, round_lr, trial_with_lr
+from cemlab.train.checkpoint import checkpoint_folder
+
+#: Environment variable with the fault-injection spec (JSON), read by the driver.
+FAULTS_ENV = "CEMLAB_SWEEP_FAULTS"
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a trial needs from the driver, with absolute paths."""
+
+    sweep: str
+    scale: str
+    tracking_uri: str
+    parent_run_id: str
+    runs_dir: str
+    sweeps_dir: str
+    log_dir: str
+    trials: dict[str, Trial] = field(default_factory=dict)   # grid: trial id -> trial
+    cell: Trial | None = None                                  # optuna: the searched cell
+    cache_dir: str | None = None                               # data.cache_dir for every trial
+    faults: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def resolve(self, config: dict[str, Any]) -> Trial:
+        """The trial a Tune config stands for."""
+        if self.cell is not None:
+            return trial_with_lr(self.cell, round_lr(float(config["lr"])))
+        return self.trials[config["trial_id"]]
+
+    def log_path(self, trial_id: str) -> Path:
+        return Path(self.log_dir) / f"{trial_id}.log"
+
+    def env(self) -> dict[str, str]:
+        """The variables every trial process gets (Ray workers start elsewhere)."""
+        from cemlab.tracking.store import configure_http
+
+        return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
+                "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+                **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
+
+
+def prepare_config(trial: Trial, job: TrialJob):
+    """``trial.config`` with the hash-excluded fields a sweep trial sets (the hash is unchanged)."""
+    cfg = trial.config.model_copy(deep=True)
+    res = trial.resources
+    cfg.train.num_threads = max(1, int(res.cpus_per_worker))
+    cfg.train.progress_bar = False
+    cfg.train.accelerator = "gpu" if res.gpus_per_worker > 0 else "cpu"
+    cfg.train.checkpoint_dir = str(checkpoint_folder(job.runs_dir, trial.config_hash))
+    if job.cache_dir:
+        cfg.data.cache_dir = job.cache_dir
+    if cfg.hash() != trial.config_hash:  # a field that is in the hash was touched: a bug here
+        raise RuntimeError(f"{trial.trial_id}: preparing the config changed its hash")
+    return cfg
+
+
+@contextlib.contextmanager
+def redirect_output(path: Path):
+    """Send this process's stdout/stderr (file descriptors 1 and 2, so C libraries too) and the
+    root logger to ``path`` (appended: a retried attempt adds to the same file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    cemlab_logger = logging.getLogger("cemlab")
+    level = cemlab_logger.level
+    cemlab_logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        cemlab_logger.setLevel(level)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for s in saved:
+            os.close(s)
+
+
+def _fault_for(job: TrialJob, trial_id: str) -> dict[str, int] | None:
+    for pattern, spec in job.faults.items():
+        if fnmatch.fnmatchcase(trial_id, pattern):
+            return spec
+    return None
+
+
+def set_fault(job: TrialJob, trial: Trial) -> dict[str, int] | None:
+    """The fault-injection spec of ``trial`` (None: none); a ``nan_at_step`` one is set in this
+    process's environment for the training module, any other is cleared from it."""
+    from cemlab.train.module import INJECT_NAN_ENV
+
+    fault = _fault_for(job, trial.trial_id)
+    if fault and "nan_at_step" in fault:
+        os.environ[INJECT_NAN_ENV] = str(fault["nan_at_step"])
+    else:
+        os.environ.pop(INJECT_NAN_ENV, None)
+    return fault
+
+
+def faults_from_env() -> dict[str, dict[str, int]]:
+    """The fault-injection spec of ``$CEMLAB_SWEEP_FAULTS`` (empty when unset)."""
+    text = os.environ.get(FAULTS_ENV)
+    if not text:
+        return {}
+    keys = {"times", "at_report", "nan_at_step"}
+    try:
+        spec = json.loads(text)
+        out = {str(k): {f: int(x) for f, x in v.items()} for k, v in spec.items()}
+        if any(not f.keys() or not f.keys() <= keys for f in out.values()):
+            raise ValueError(f"unknown or missing keys; use {sorted(keys)}")
+        return out
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ValueError(f"{FAULTS_ENV}={text!r} is not valid ({e}): expected JSON like "
+                         '{"<trial id pattern>": {"times": 1, "at_report": 2}} or {"<pattern>": {"nan_at_step": 5}}') from e
