@@ -120,7 +120,7 @@ def _complete(line: str) -> list[str]:
 
 
 def test_shell_completion_of_commands_sweeps_and_scales():
-    from cemlab.sweeps.spec import list_sweeps, scale_names
+    from cemlab.sweeps.files import list_sweeps, scale_names
 
     assert _complete("cemlab sw") == ["sweep"]
     plan = _complete("cemlab plan ")

@@ -208,11 +208,11 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
         # planned vs measured compute of the finished trial (cemlab plan --measured), checked by hand
         from mlflow.tracking import MlflowClient
 
-        from cemlab.report.cost import cost_rows
-        from cemlab.sweeps.plan import make_plan
+        from cemlab.sweeps.cost import cost_rows
+        from cemlab.sweeps.plan import plan_sweep
 
         client = MlflowClient(done.tracking_uri)
-        plan = make_plan("one", "smoke", client=client)
+        plan = plan_sweep("one", "smoke", client=client)
         (row,) = cost_rows(plan, client, mfu=0.4, kind="H100 SXM")
         run = client.get_run(done.outcomes[0].run_id)
         summary = json.loads((runs_dir / "logs" / "one-smoke" / "summary.json").read_text())

@@ -416,8 +416,10 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
 
     from cemlab.report.build import SweepGrids, build
     from cemlab.report.claims import CLAIMS
-    from cemlab.report.runs import RunStore
-    from cemlab.sweeps.spec import list_sweeps, load_sweep, trial_with_lr
+    from cemlab.tracking.runs import RunStore
+    from cemlab.sweeps.expand import trial_with_lr
+    from cemlab.sweeps.files import list_sweeps
+    from cemlab.sweeps.spec import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     assert sorted(list_sweeps()) == sorted(PAPER_FIGURE_FILES)

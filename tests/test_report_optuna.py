@@ -81,8 +81,9 @@ def optuna_report(tmp_path_factory, template_db):
     """The Optuna lr sweep with crafted samples, plus runs that must not be matched: one of
     another sweep with the same cell id, one of an older config of the cell (another hash)."""
     from cemlab.report.build import SweepGrids, build, count_runs
-    from cemlab.report.runs import RunStore
-    from cemlab.sweeps.spec import load_sweep, trial_with_lr
+    from cemlab.tracking.runs import RunStore
+    from cemlab.sweeps.expand import trial_with_lr
+    from cemlab.sweeps.spec import load_sweep
 
     root = tmp_path_factory.mktemp("optuna-report")
     sweeps = root / "sweeps"

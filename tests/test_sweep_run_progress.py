@@ -140,9 +140,9 @@ def test_time_left_is_the_flops_left_at_the_sweeps_flop_rate(trials):
     """Elapsed time and the time left: FLOPs still to train (queued trials, the rest of running
     ones, samples a search cell has yet to draw) over the FLOPs this invocation trained per second
     of wall time. Each trial's FLOPs are cemlab plan's, computed here independently."""
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    flops = {r.trial.trial_id: r.flops for r in make_plan("recursion_ablation", "smoke", read_store=False).rows}
+    flops = {r.trial.trial_id: r.flops for r in plan_sweep("recursion_ablation", "smoke", read_store=False).rows}
     progress = pg.SweepProgress("recursion_ablation at scale smoke")
     for t in trials[:4]:
         progress.add(t)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.sweeps.spec import SweepError, load_sweep, round_lr, trial_with_lr
+from cemlab.sweeps.expand import trial_with_lr
+from cemlab.sweeps.schema import SweepError, round_lr
+from cemlab.sweeps.spec import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

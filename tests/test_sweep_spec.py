@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from cemlab.config import ModelConfig, RunConfig
-from cemlab.sweeps.spec import SweepError, Trial, list_sweeps, load_scales, load_sweep, sweeps_dir
+from cemlab.sweeps.files import list_sweeps, load_scales, sweeps_dir
+from cemlab.sweeps.schema import SweepError, Trial
+from cemlab.sweeps.spec import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -339,9 +341,9 @@ def test_templates_keep_types_and_format_strings(sweep_dir):
 def test_plan_counts_params_tokens_and_flops_independently():
     """Params from a real (CPU) model, tokens from the budget rule, FLOPs = tokens x FLOPs/token."""
     from cemlab.models import build_model, count_parameters, flops_per_token
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    plan = make_plan("recursion_ablation", "smoke", read_store=False)
+    plan = plan_sweep("recursion_ablation", "smoke", read_store=False)
     assert len(plan.rows) == 26 and plan.store is None
     for r in plan.rows:
         cfg = r.trial.config
@@ -352,7 +354,7 @@ def test_plan_counts_params_tokens_and_flops_independently():
         assert r.status == "todo"
     assert plan.total_tokens == sum(r.tokens for r in plan.rows)
     # Chinchilla at the paper scale: 20 x the matched Llama's parameters, for the CEM variants too.
-    paper = make_plan("recursion_ablation", "paper", read_store=False)
+    paper = plan_sweep("recursion_ablation", "paper", read_store=False)
     llama86 = count_parameters(build_model(ModelConfig.preset("86m")).to("meta"))["total"]
     for r in paper.rows:
         if r.trial.size == "86m":
@@ -362,10 +364,10 @@ def test_plan_counts_params_tokens_and_flops_independently():
 
 def test_plan_gpu_hours_match_the_paper_for_86m(sweep_dir, monkeypatch):
     """Appendix C.5: an 86M model took about 8 x 2 = 16 A100-hours, i.e. ~30k tokens/s/GPU."""
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
     write(sweep_dir, "one", "figure: x\naxes: {size: [86m], lr: [2.0e-3]}\n" + LLAMA)
-    plan = make_plan(load_sweep(sweep_dir / "one.yaml"), "paper", read_store=False, mfu=0.4)
+    plan = plan_sweep(load_sweep(sweep_dir / "one.yaml"), "paper", read_store=False, mfu=0.4)
     (row,) = plan.rows
     assert plan.gpu_hours_paper_throughput["A100"] == pytest.approx(row.tokens / 30e3 / 3600)
     assert 15 < plan.gpu_hours_paper_throughput["A100"] < 17
@@ -407,20 +409,20 @@ def plan_store(tmp_path_factory):
 
 @pytest.mark.slow
 def test_plan_reads_statuses_from_the_store(plan_store, monkeypatch):
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
     runs, client, ids = plan_store
     monkeypatch.setenv("CEMLAB_RUNS_DIR", str(runs))
-    plan = make_plan("attention_replacement", "smoke")
+    plan = plan_sweep("attention_replacement", "smoke")
     status = {r.trial.trial_id: (r.status, r.run_id) for r in plan.rows}
     assert status == {"86m__llama__lr2e-3__s0": ("done", ids["llama"]),
                       "86m__cem-attn_T1__lr2e-3__s0": ("diverged", ids["cem"])}
     assert plan.store == client.tracking_uri
-    kq = {r.trial.trial_id: r.status for r in make_plan("kq_diagonal", "smoke").rows}
+    kq = {r.trial.trial_id: r.status for r in plan_sweep("kq_diagonal", "smoke").rows}
     assert kq == {"86m__llama__lr2e-3__s0": "done", "86m__cem-attn_kq_none__lr2e-3__s0": "failed",
                   "86m__cem-attn_kq_shared__lr2e-3__s0": "todo", "86m__cem-attn_kq_per_head__lr2e-3__s0": "todo"}
     # Another scale has other configs: nothing done there.
-    assert {r.status for r in make_plan("attention_replacement", "tiny").rows} == {"todo"}
+    assert {r.status for r in plan_sweep("attention_replacement", "tiny").rows} == {"todo"}
 
 
 @pytest.mark.slow
@@ -440,9 +442,9 @@ def test_plan_cli_prints_the_table_and_estimates(plan_store, monkeypatch, capsys
 
 
 def test_plan_does_not_create_a_missing_store(runs_dir):
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    plan = make_plan("scale_256m", "smoke")
+    plan = plan_sweep("scale_256m", "smoke")
     assert {r.status for r in plan.rows} == {"todo"}
     assert not (runs_dir / "mlflow" / "mlflow.db").exists()
 
@@ -485,10 +487,10 @@ optuna:
 def test_plan_of_an_optuna_sweep_counts_every_sample(sweep_dir):
     """One row per grid cell; tokens, FLOPs and GPU-hours of all its samples, compared with the same
     cells written as a grid at the range's centre (one run each), times the samples per scale."""
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    search = make_plan(load_sweep(write(sweep_dir, "search", OPTUNA_SEARCH)), "smoke", read_store=False)
-    grid = make_plan(load_sweep(write(sweep_dir, "grid", OPTUNA_GRID.replace("seed: [0]", "seed: [0], lr: [2.0e-3]"))),
+    search = plan_sweep(load_sweep(write(sweep_dir, "search", OPTUNA_SEARCH)), "smoke", read_store=False)
+    grid = plan_sweep(load_sweep(write(sweep_dir, "grid", OPTUNA_GRID.replace("seed: [0]", "seed: [0], lr: [2.0e-3]"))),
                      "smoke", read_store=False)
     assert search.searched and not grid.searched
     assert [r.trial.trial_id for r in search.rows] == [r.trial.trial_id for r in grid.rows]   # a row per cell
@@ -513,8 +515,8 @@ def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch
     import sys
 
     from cemlab.cli import main
-    from cemlab.sweeps.plan import make_plan
-    from cemlab.sweeps.spec import trial_with_lr
+    from cemlab.sweeps.plan import plan_sweep
+    from cemlab.sweeps.expand import trial_with_lr
 
     sys.path.insert(0, str(Path(__file__).parent))
     import report_support as rs
@@ -536,7 +538,7 @@ def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch
     w.trial(twin)   # the centre config, run by a grid sweep: not a sample of the cell
     w.trial(trial_with_lr(t2, 3e-3), tags={schema.CONFIG_HASH: "0" * 16})   # an older config of the cell
 
-    plan = make_plan("search", "smoke")
+    plan = plan_sweep("search", "smoke")
     got = {r.trial.trial_id: (r.status, r.sample_statuses) for r in plan.rows}
     assert got == {llama.trial_id: ("done", {"diverged": 1, "finished": 1, "stopped": 1}),
                    t1.trial_id: ("partial", {"failed": 1, "finished": 1}),
@@ -561,9 +563,9 @@ def test_workstation_scale_trains_every_trial_at_20_tokens_per_llama_parameter(n
     """Chinchilla, as the paper: 20 training tokens per parameter of the matched Llama (counted
     here from a real model), and 3 seeds in every cell of the recursion sweeps."""
     from cemlab.models import build_model, count_parameters
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    plan = make_plan(name, "workstation", read_store=False)
+    plan = plan_sweep(name, "workstation", read_store=False)
     assert plan.rows
     for r in plan.rows:
         llama = count_parameters(build_model(r.trial.config.model.matched_baseline()))["total"]
@@ -597,10 +599,10 @@ def test_like_must_name_a_base_scale(sweep_dir):
 
 def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
     """What `cemlab plan recursion_ablation --scale tiny --json` shows under "grid"."""
-    from cemlab.sweeps.plan import make_plan
+    from cemlab.sweeps.plan import plan_sweep
 
-    grid = make_plan("recursion_ablation", "tiny", read_store=False).grid()
+    grid = plan_sweep("recursion_ablation", "tiny", read_store=False).grid()
     assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, "1/T"]
     assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
-    smoke = make_plan("recursion_ablation", "smoke", read_store=False).grid()
+    smoke = plan_sweep("recursion_ablation", "smoke", read_store=False).grid()
     assert smoke["seeds_per_cell"] == [2, 2]

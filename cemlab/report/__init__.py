@@ -1,7 +1,7 @@
 """Reports: the paper's figures, Akima optima and claim verdicts from the runs in MLflow.
 
 ``build_report(sweep, scale=None, out=None, tracking_uri=None) -> Path`` (the ``index.html``) is
-the entry point; ``cemlab report`` is its command line. Modules: ``runs`` (reading the store),
+the entry point; ``cemlab report`` is its command line. Modules (the store is read through ``cemlab.tracking.runs``):
 ``table`` (grid x runs, seed aggregation), ``akima`` (optimal learning rate), ``figures``,
 ``claims``, ``render`` (HTML/Markdown page), ``build`` (putting it together).
 

@@ -31,7 +31,8 @@ import pandas as pd
 from cemlab.report import claims as claims_mod
 from cemlab.report import figures as figs
 from cemlab.report.render import Page, Section, render_html, render_md
-from cemlab.report.runs import RunStore, default_tracking_uri
+from cemlab.tracking.runs import RunStore
+from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
 from cemlab.tracking import schema
 
@@ -376,7 +377,7 @@ def report_dir(sweep: str, out: str | Path | None) -> Path:
 def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,
           store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True) -> ReportResult:
     """``build_report`` returning the full ``ReportResult``."""
-    store = store or RunStore(tracking_uri or default_tracking_uri())
+    store = store or RunStore(tracking_uri or store_tracking_uri())
     grids = grids or SweepGrids()
     if scale:  # an unknown sweep or scale fails here, before anything is written
         grids.trials(sweep, scale)

@@ -40,13 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cemlab.report.build import (EXIT_NO_RUNS, EXIT_OK, EXIT_USAGE, SweepGrids, build, build_overview,
                                      count_runs)
-    from cemlab.report.runs import RunStore, default_tracking_uri
+    from cemlab.tracking.runs import RunStore
+    from cemlab.tracking.store import tracking_uri
     from cemlab.sweeps.spec import SweepError
 
     from cemlab.tracking.server import probe_store
 
     try:
-        uri = args.tracking_uri or default_tracking_uri()
+        uri = args.tracking_uri or tracking_uri()
         probe_store(uri)  # MLflow would retry a dead server for minutes
     except RuntimeError as e:  # StoreError among them
         print(f"cemlab report: {e}", file=sys.stderr)

@@ -17,7 +17,7 @@ validation metric in ``detail``, but that is not a final result and enters no co
 
 ``search: optuna`` sweeps: ``expand`` gives one trial per grid cell at the centre of the learning
 rate range, but the runs sample learning rates inside each cell. Such a cell's trials are its runs,
-found by the tag ``cemlab.search_cell`` (``RunStore.sampled_trials``): one row per sampled
+found by the tag ``cemlab.search_cell`` (``cemlab.sweeps.expand.sampled_trials``): one row per sampled
 learning rate (the trial ``cemlab.sweeps.spec.trial_with_lr`` makes for it, whose config hash must
 be the run's, so runs of an older version of the sweep file are not mixed in), sorted by learning
 rate; every sampled rate is then a point of the cell's learning-rate curve (Fig. 3a, Akima). Such a
@@ -38,7 +38,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from cemlab.report.runs import RunRecord, RunStore, pick_run
+from cemlab.sweeps.expand import sampled_trials
+from cemlab.tracking.runs import RunRecord, RunStore, pick_run
 from cemlab.tracking import schema
 
 #: Status of a grid trial with no run in the store.
@@ -215,12 +216,12 @@ def run_detail(run: RunRecord | None, task: str) -> str:
 
 
 def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
-    """The grid's trials with the run that stands for each (``cemlab.report.runs.pick_run``); a
-    ``search: optuna`` cell gives one row per sampled learning rate (``RunStore.sampled_trials``)."""
+    """The grid's trials with the run that stands for each (``cemlab.tracking.runs.pick_run``); a
+    ``search: optuna`` cell gives one row per sampled learning rate (``cemlab.sweeps.expand.sampled_trials``)."""
     rows = []
     for cell in trials:
         searched = getattr(cell, "search", None) is not None
-        pairs = store.sampled_trials(cell) if searched else [(cell, store.runs_for_hash(cell.config_hash))]
+        pairs = sampled_trials(store, cell) if searched else [(cell, store.runs_for_hash(cell.config_hash))]
         for t, runs in pairs:
             row = trial_row(t, len(rows))
             run = pick_run(runs)

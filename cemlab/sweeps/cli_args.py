@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from cemlab.sweeps.spec import DEFAULT_SCALE, list_sweeps, scale_names
+from cemlab.sweeps.files import list_sweeps, scale_names
+from cemlab.sweeps.schema import DEFAULT_SCALE
 
 
 def _sweep_completer(**_):

@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from cemlab.sweeps.plan import make_plan
-    from cemlab.sweeps.spec import SweepError, list_sweeps, load_sweep
+    from cemlab.sweeps.plan import plan_sweep
+    from cemlab.sweeps.files import list_sweeps
+    from cemlab.sweeps.schema import SweepError
+    from cemlab.sweeps.spec import load_sweep
     from cemlab.tracking.store import StoreError
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             for name, error in broken.items():
                 console.print(f"[red]broken[/] {name}: {error}", soft_wrap=True)
             return 2 if broken else 0
-        plan = make_plan(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store, overrides=args.overrides)
+        plan = plan_sweep(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store, overrides=args.overrides)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)
         return 2
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                       f"trials once per budget: {_si(d['tokens_per_budget'])} tokens, "
                       f"{d['gpu_hours_idle_before']:,.1f} GPU-hours idle)")
     if args.measured and plan.store:
-        from cemlab.report.cost import cost_rows, render_cost_table
+        from cemlab.sweeps.cost import cost_rows, render_cost_table
         from cemlab.tracking.store import get_client
 
         rows = cost_rows(plan, get_client(plan.store), mfu=args.mfu)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
 
     from cemlab.sweeps.invocation import EXIT_INTERRUPTED, EXIT_USAGE
     from cemlab.sweeps.runner import run_sweep
-    from cemlab.sweeps.spec import SweepError
+    from cemlab.sweeps.schema import SweepError
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps.invocation import Invocation, SearchOutcome, TrialOutcome
-from cemlab.sweeps.spec import Trial
+from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.trial_job import prepare_config
 from cemlab.sweeps.trial_lock import lock_is_free, try_trial_lock
 from cemlab.sweeps.tune_report import RUN_ID_KEY

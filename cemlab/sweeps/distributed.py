@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cemlab.sweeps.spec import Trial
+    from cemlab.sweeps.schema import Trial
     from cemlab.sweeps.trial_job import TrialJob
     from cemlab.train.run import RunResult
 

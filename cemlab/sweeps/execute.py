@@ -38,7 +38,7 @@ from cemlab.sweeps.decide import CellSearch
 from cemlab.sweeps.invocation import Invocation, TrialOutcome
 from cemlab.sweeps.preflight import RAY_HINT, check_ray_address
 from cemlab.sweeps.record import mark_stopped
-from cemlab.sweeps.spec import SweepError, Trial
+from cemlab.sweeps.schema import SweepError, Trial
 from cemlab.sweeps.trainable import run_trial
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import schema

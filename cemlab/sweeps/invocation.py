@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from cemlab.sweeps import progress as pg
-from cemlab.sweeps.spec import SweepSpec, Trial, sweeps_dir
+from cemlab.sweeps.files import sweeps_dir
+from cemlab.sweeps.schema import Trial
+from cemlab.sweeps.spec import SweepSpec
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import schema
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
-from cemlab.sweeps.spec import SweepSpec, Trial, load_sweep
+from cemlab.sweeps.schema import Trial
+from cemlab.sweeps.spec import SweepSpec, load_sweep
 from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:
@@ -202,13 +203,14 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
     """cell trial id -> (plan status, sampled runs per status) of ``search: optuna`` cells, from the
     runs tagged with each cell (see the module docstring; the run standing for each sampled
     learning rate is chosen as ``cemlab report`` chooses it)."""
-    from cemlab.report.runs import RunStore, pick_run
+    from cemlab.sweeps.expand import sampled_trials
+    from cemlab.tracking.runs import RunStore, pick_run
 
     store = RunStore(client.tracking_uri, client=client)
     out: dict[str, tuple[str, dict[str, int]]] = {}
     for cell in cells:
         counts: dict[str, int] = {}
-        for _, runs in store.sampled_trials(cell):
+        for _, runs in sampled_trials(store, cell):
             run = pick_run(runs)
             if run is not None:
                 counts[run.status] = counts.get(run.status, 0) + 1
@@ -241,7 +243,7 @@ def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_P
     (as before the token store: each budget was its own cache entry, tokenised by one process of
     a trial holding all its GPUs), in CPU core-hours and in the GPU-hours those GPUs sat idle."""
     from cemlab.data.prepare import sweep_data_needs
-    from cemlab.train.plan import make_plan as make_train_plan
+    from cemlab.train.plan import make_plan
 
     trials = [t for t in spec.expand("paper") if t.config.task == "lm"]
     if not trials:
@@ -251,7 +253,7 @@ def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_P
     for t in trials:
         if t.config.data.source != "hf":
             continue
-        tokens = make_train_plan(t.config, max(1, int(t.resources.workers))).tokens
+        tokens = make_plan(t.config, max(1, int(t.resources.workers))).tokens
         key = (t.config.data.model_dump_json(), tokens)
         budgets[key] = max(budgets.get(key, 0.0), t.resources.workers * t.resources.gpus_per_worker)
     per_budget = sum(tokens for _, tokens in budgets)
@@ -260,7 +262,7 @@ def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_P
             "gpu_hours_idle_before": idle, "tokens_per_core_s": tokens_per_core_s}
 
 
-def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
+def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" = None, mfu: float = DEFAULT_MFU,
               read_store: bool = True, overrides: list[str] | None = None) -> Plan:
     """The plan of ``sweep`` at ``scale``. Statuses come from ``client`` (default: the project's
     store, or ``$MLFLOW_TRACKING_URI``); a default sqlite store that does not exist yet is not
@@ -272,7 +274,8 @@ def make_plan(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None" 
     rows = [acct.row(t) for t in trials]
     store = None
     if read_store:
-        from cemlab.tracking.store import check_reachable, get_client, store_exists, tracking_uri
+        from cemlab.tracking.server import check_reachable
+        from cemlab.tracking.store import get_client, store_exists, tracking_uri
 
         if client is None and store_exists():
             check_reachable()

@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cemlab.sweeps.spec import SweepError, SweepSpec, Trial, sweeps_dir
+from cemlab.sweeps.files import sweeps_dir
+from cemlab.sweeps.schema import SweepError, Trial
+from cemlab.sweeps.spec import SweepSpec
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -48,7 +48,8 @@ from cemlab.sweeps import decide, execute, preflight, record
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.invocation import Invocation, SweepResult
-from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, Trial, load_sweep
+from cemlab.sweeps.schema import DEFAULT_SCALE, SweepError, Trial
+from cemlab.sweeps.spec import load_sweep
 from cemlab.sweeps.trial_job import faults_from_env
 
 if TYPE_CHECKING:

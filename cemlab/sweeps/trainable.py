@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from cemlab.sweeps.distributed import fit_trial
-from cemlab.sweeps.spec import Trial
+from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.trial_job import TrialJob, prepare_config, redirect_output, set_fault
 from cemlab.sweeps.trial_lock import trial_lock
 from cemlab.sweeps.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cemlab.data.store import READ_ONLY_ENV
-from cemlab.sweeps.spec import Trial, round_lr, trial_with_lr
+from cemlab.sweeps.expand import trial_with_lr
+from cemlab.sweeps.schema import Trial, round_lr
 from cemlab.train.checkpoint import checkpoint_folder
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from cemlab.sweeps.spec import Trial
+from cemlab.sweeps.schema import Trial
 
 #: Keys of the final report (besides the run's metrics).
 STATUS_KEY = "cemlab_status"       # finished | diverged | recorded | reused | waited

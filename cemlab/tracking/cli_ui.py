@@ -12,7 +12,6 @@ could not be started or does not answer.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -24,10 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.tracking.server import ServerError, running_server, start_server, stop_server
-    from cemlab.tracking.store import StoreError, check_reachable, default_tracking_uri
+    from cemlab.tracking.server import ServerError, check_reachable, running_server, start_server, stop_server
+    from cemlab.tracking.store import StoreError, configured_tracking_uri, default_tracking_uri
 
-    remote = os.environ.get("MLFLOW_TRACKING_URI")
+    remote = configured_tracking_uri()
     if args.stop:
         if stop_server():
             print(f"stopped the MLflow server of {default_tracking_uri()}")

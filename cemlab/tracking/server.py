@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cemlab.paths import mlflow_dir
 from cemlab.tracking.store import (StoreError, artifact_root, configured_tracking_uri, default_tracking_uri, healthy,
-                                   open_sqlite_store)
+                                   open_sqlite_store, tracking_uri)
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -282,6 +282,13 @@ def shared_tracking_uri() -> str:
     """The tracking URI to hand to trials: ``$MLFLOW_TRACKING_URI`` when set, else the local
     server's URL (started if needed), never the sqlite path."""
     return configured_tracking_uri() or start_server()
+
+
+def check_reachable(uri: str | None = None) -> None:
+    """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` (default: the store
+    every command uses, ``cemlab.tracking.store.tracking_uri``) cannot be reached:
+    :func:`probe_store` with a 5 s timeout."""
+    probe_store(uri or tracking_uri(), timeout_s=5.0)
 
 
 #: Default ports of the database URIs MLflow takes (``scheme+driver://user@host[:port]/db``).

@@ -112,14 +112,6 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def check_reachable(uri: str | None = None) -> None:
-    """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` cannot be reached:
-    :func:`cemlab.tracking.server.probe_store` with a 5 s timeout."""
-    from cemlab.tracking.server import probe_store
-
-    probe_store(uri or tracking_uri(), timeout_s=5.0)
-
-
 def sqlite_path(uri: str) -> Path:
     """The database file of a ``sqlite:///`` URI."""
     return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])

@@ -1,4 +1,5 @@
-"""Reading cemlab's runs out of an MLflow store for reports (read only, cached).
+"""Reading cemlab's runs out of an MLflow store (read only, cached): the read view that the report
+and ``cemlab plan`` share.
 
 Every run that carries a config-hash tag (``cemlab.config_hash``) is a candidate result for the
 grid cell with that hash, whichever sweep (or plain ``cemlab train``) produced it: that is how the
@@ -9,14 +10,15 @@ a cache (one store scan per report), metric histories and the sweep's parent run
 
 Sweeps with ``search: optuna`` sample each grid cell's learning rate: their runs carry the tag
 ``cemlab.search_cell`` (the id of the cell's trial in ``expand``) and are found by it, with the
-sweep and scale tags (:meth:`RunStore.search_cell_runs`, one store scan for every cell).
+sweep and scale tags (:meth:`RunStore.search_cell_runs`, one store scan for every cell); the
+sweep layer turns them into sampled trials (``cemlab.sweeps.expand.sampled_trials``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking import store as tracking_store
@@ -33,11 +35,6 @@ class RunRecord:
     status: str
     tags: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def default_tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI``, else the project's embedded store."""
-    return tracking_store.tracking_uri()
 
 
 def _record(run) -> RunRecord:
@@ -119,25 +116,6 @@ class RunStore:
                     self._search_cells.setdefault(key, {}).setdefault(tags.get(schema.CONFIG_HASH, ""), []).append(rec)
         found = self._search_cells.get((sweep, scale, cell_id), {})
         return {h: found[h] for h in sorted(found)}
-
-    def sampled_trials(self, cell) -> list[tuple[Any, list[RunRecord]]]:
-        """A ``search: optuna`` grid cell (a ``cemlab.sweeps.spec.Trial`` of ``expand``) as its
-        sampled trials, each with its runs (newest first), by learning rate; ``[(cell, [])]`` when
-        the cell has no run. A sampled trial is the one ``cemlab.sweeps.spec.trial_with_lr`` makes
-        for the run's learning rate (tag ``cemlab.axis.lr``), taken only if its config hash is the
-        run's: runs of an older version of the sweep file are not mixed in."""
-        from cemlab.sweeps.spec import trial_with_lr
-
-        out = []
-        for h, runs in self.search_cell_runs(cell.sweep, cell.scale, cell.trial_id).items():
-            lr = runs[0].tags.get(schema.axis_tag("lr"))
-            if lr is None:
-                continue
-            trial = trial_with_lr(cell, float(lr))
-            if trial.config_hash == h:
-                out.append((trial, runs))
-        out.sort(key=lambda p: p[0].axes["lr"])
-        return out or [(cell, [])]
 
     def has_runs_for(self, trial) -> bool:
         """Whether a grid trial (``cemlab.sweeps.spec.Trial``) has any run: by its config hash, or

@@ -1,0 +1,209 @@
+"""The parts of a sweep file and of the scales file (pydantic models; every mapping forbids unknown
+keys), and the :class:`Trial` a sweep expands into. The sweep file itself is
+``cemlab.sweeps.spec.SweepSpec``, whose docstring shows the whole schema.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cemlab.config import RunConfig
+
+#: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
+DEFAULT_SCALE = "tiny"
+#: Axes every sweep may have at the top level and the config field each one sets.
+TOP_AXES = ("size", "lr", "seed")
+AXIS_TARGETS = {"lr": ("train", "lr"), "seed": ("train", "seed")}
+
+Scalar = bool | int | float | str
+SearchKind = Literal["grid", "optuna"]
+
+
+class SweepError(ValueError):
+    """A sweep file or the scales file is invalid; the message names the file, the key and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Resources(_Strict):
+    """What one trial asks the scheduler for: ``workers`` processes (DDP ranks), each with
+    ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
+
+    workers: int = Field(default=1, ge=1, description="Training processes per trial (DDP ranks).")
+    cpus_per_worker: float = Field(default=1, gt=0, description="CPUs per worker (also its torch threads).")
+    gpus_per_worker: float = Field(default=0, ge=0, description="GPUs per worker.")
+
+    @property
+    def cpus(self) -> float:
+        return self.workers * self.cpus_per_worker
+
+    @property
+    def gpus(self) -> float:
+        return self.workers * self.gpus_per_worker
+
+
+class SizeSpec(_Strict):
+    """What a size name (``86m`` ...) means at one scale: model fields (or ``{preset: 86m}``) and
+    optional per-size training settings (typically ``tokens``)."""
+
+    model: dict[str, Any] = Field(description="ModelConfig fields, or {preset: <name>} plus overrides.")
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields for this size.")
+
+
+class TaskScale(_Strict):
+    """Settings of one task (``lm`` or ``gp``) at one scale."""
+
+    resources: Resources = Field(default_factory=Resources)
+    base: dict[str, Any] = Field(default_factory=dict, description="RunConfig fields of every trial of this task.")
+
+
+class ScaleSpec(_Strict):
+    """One scale: the concrete meaning of the size names, and per-task settings and resources.
+
+    ``like: <scale>`` makes a variant of another scale (e.g. the same models on another corpus): it
+    starts from that scale's settings, merged key by key under its own, and takes the sweep files'
+    per-scale axis values of that scale unless a sweep file names this one."""
+
+    like: str | None = Field(default=None, description="A scale this one is a variant of (one level).")
+    description: str = ""
+    sizes: dict[str, SizeSpec] = Field(default_factory=dict)
+    lm: TaskScale = Field(default_factory=TaskScale)
+    gp: TaskScale = Field(default_factory=TaskScale)
+
+
+class Axes(_Strict):
+    """Top-level grid axes. ``size`` is required for language-model sweeps."""
+
+    size: list[str] | None = Field(default=None, min_length=1, description="Size names (see scales.yaml).")
+    lr: list[float] | None = Field(default=None, min_length=1, description="Peak learning rates (train.lr).")
+    seed: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds (train.seed).")
+
+    @field_validator("size", "lr", "seed")
+    @classmethod
+    def _unique(cls, v: list | None) -> list | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError(f"values repeat in {v}; list each value once")
+        return v
+
+    @field_validator("lr")
+    @classmethod
+    def _positive(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and any(x <= 0 for x in v):
+            raise ValueError(f"learning rates must be > 0, got {v}")
+        return v
+
+
+class Variant(_Strict):
+    """A family of grid cells: ``set`` applied to the base config, multiplied by its own ``axes``."""
+
+    group: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Variant family, e.g. cem-attn.")
+    label: str = Field(min_length=1, description="Legend label; may use {axis} templates.")
+    set: dict[str, Any] = Field(default_factory=dict, description="Dotted RunConfig paths -> values or templates.")
+    axes: dict[str, list[Scalar]] = Field(default_factory=dict, description="This variant's own axes.")
+
+    @field_validator("axes")
+    @classmethod
+    def _axes_ok(cls, v: dict[str, list]) -> dict[str, list]:
+        for name, values in v.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"axis name {name!r} must be an identifier (letters, digits, _)")
+            if name in TOP_AXES or name in ("group", "variant"):
+                raise ValueError(f"axis {name!r} is reserved (a top-level axis); rename this variant axis")
+            if not values:
+                raise ValueError(f"axis {name!r} is empty; list at least one value or remove it")
+            if len({repr(x) for x in values}) != len(values):
+                raise ValueError(f"axis {name!r} repeats a value in {values}; list each value once")
+        return v
+
+
+class LrSearch(_Strict):
+    """``search: optuna``: Optuna samples each grid cell's learning rate log-uniformly in ``lr``
+    (``samples`` trials per cell), and Tune's ASHA scheduler stops the worse trials early, comparing
+    ``metric`` at every validation."""
+
+    lr: tuple[float, float] = Field(description="Log-uniform range [low, high] of train.lr.")
+    samples: int | dict[str, int] = Field(description="Trials per grid cell: a number, or one per scale name.")
+    metric: str = Field(default="val/loss", min_length=1, description="Metric reported at each validation.")
+    mode: Literal["min", "max"] = Field(default="min", description="Whether lower or higher metric is better.")
+    grace_period: int = Field(default=1, ge=1, description="Validations before ASHA may stop a trial.")
+    reduction_factor: float = Field(default=2, gt=1, description="ASHA keeps ~1/reduction_factor per rung.")
+    seed: int = Field(default=0, description="Seed of Optuna's sampler.")
+    sampler: Literal["gp", "tpe", "random"] = Field(
+        default="gp", description="Optuna sampler: 'gp' (Gaussian process, suits 8-12 samples of one parameter), "
+        "'tpe' or 'random'.")
+    startup_trials: int | None = Field(
+        default=None, ge=1, description="Samples drawn at random (the first is the range's centre) before the "
+        "sampler's model guides the rest; None: a quarter of the samples, at least 2.")
+
+    @field_validator("lr")
+    @classmethod
+    def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < v[0] < v[1]:
+            raise ValueError(f"lr must be [low, high] with 0 < low < high, got {list(v)}")
+        return v
+
+    @field_validator("samples")
+    @classmethod
+    def _samples(cls, v: int | dict[str, int]) -> int | dict[str, int]:
+        counts = v.values() if isinstance(v, dict) else [v]
+        if not counts or any(n < 1 for n in counts):
+            raise ValueError(f"samples must be >= 1 (per scale), got {v}")
+        return v
+
+    def center(self) -> float:
+        """The geometric centre of the range, to 3 significant digits: the first point tried."""
+        return round_lr(math.sqrt(self.lr[0] * self.lr[1]))
+
+    def samples_at(self, scale: str, like: str | None = None) -> int | None:
+        """Samples per cell at ``scale`` (or at the scale it is ``like``, when it names none)."""
+        if not isinstance(self.samples, dict):
+            return self.samples
+        return self.samples.get(scale, self.samples.get(like) if like else None)
+
+    def startup(self, samples: int) -> int:
+        """Random samples before the model-guided ones, for a cell of ``samples``: fewer than the
+        budget, so the sampler's model chooses most of them (Optuna's default, 10, would leave a
+        search of 8 samples random)."""
+        return self.startup_trials if self.startup_trials is not None else max(2, samples // 4)
+
+    def make_sampler(self, samples: int, seed: int):
+        """The Optuna sampler of a cell (imports Optuna)."""
+        import optuna
+
+        startup = self.startup(samples)
+        if self.sampler == "gp":
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+        if self.sampler == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+def round_lr(lr: float) -> float:
+    """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
+    return float(f"{lr:.3g}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One grid cell of a sweep at a scale, with its fully resolved and validated run config."""
+
+    sweep: str
+    figure: str
+    scale: str
+    trial_id: str        # stable, readable, filesystem-safe, unique within sweep+scale
+    group: str           # variant family
+    variant: str         # legend label
+    size: str            # size name as in the sweep file ("" for GP sweeps)
+    axes: dict           # every grid coordinate: size, group, variant, lr, seed, the variant's axes
+    config: RunConfig    # tracking.experiment = cemlab/<sweep>, tags for sweep/figure/scale/trial
+    config_hash: str     # config.hash(): equal for identical trials of different sweeps
+    task: str = "lm"
+    resources: Resources = field(default_factory=Resources)
+    search: LrSearch | None = None   # search: optuna: this cell's settings (samples resolved for the scale)
