@@ -78,12 +78,9 @@ def _status(r) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from cemlab.sweeps.plan import plan_sweep
-    from cemlab.sweeps.files import list_sweeps
     from cemlab.sweeps.schema import SweepError
-    from cemlab.sweeps.spec import load_sweep
     from cemlab.tracking.store import StoreError
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
@@ -92,26 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if not args.sweep:
-            table = Table(title=f"Sweeps (trials at scale {args.scale})")
-            for col in ("sweep", "figure", "trials"):
-                table.add_column(col)
-            broken: dict[str, str] = {}
-            for name in list_sweeps():
-                try:  # one broken file does not hide the others
-                    spec = load_sweep(name)
-                    trials = spec.expand(args.scale)
-                except Exception as e:  # SweepError, or a bug a file exposes
-                    broken[name] = str(e) if isinstance(e, SweepError) else f"{type(e).__name__}: {e}"
-                    table.add_row(name, "-", "[red]BROKEN[/] (error below)")
-                    continue
-                n = str(len(trials))
-                if trials and trials[0].search is not None:
-                    n = f"{n} cells x {trials[0].search.samples} lr samples"
-                table.add_row(name, spec.figure, n)
-            console.print(table)
-            for name, error in broken.items():
-                console.print(f"[red]broken[/] {name}: {error}", soft_wrap=True)
-            return 2 if broken else 0
+            return _list_sweeps(args.scale, console)
         plan = plan_sweep(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store, overrides=args.overrides)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)
@@ -119,24 +97,67 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as e:
         print(f"cemlab plan: {e}; or pass --no-store", file=sys.stderr)
         return 2
-
     if args.json:
-        print(json.dumps({
-            "sweep": plan.sweep, "figure": plan.figure, "scale": plan.scale, "store": plan.store,
-            "trials": [{"trial_id": r.trial.trial_id, "variant": r.trial.variant, "group": r.trial.group,
-                        "size": r.trial.size, "axes": r.trial.axes, "config_hash": r.trial.config_hash,
-                        "params": r.params, "tokens": r.tokens, "steps": r.steps, "flops": r.flops,
-                        "tokens_per_param": r.tokens / r.llama_params if r.llama_params else None,
-                        "status": r.status, "run_id": r.run_id, "samples": r.samples,
-                        "sample_statuses": r.sample_statuses} for r in plan.rows],
-            "search": "optuna" if plan.searched else "grid", "grid": plan.grid(),
-            "total_tokens": plan.total_tokens, "total_flops": plan.total_flops,
-            "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
-            "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
-            "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
-            "data_prep": plan.data_prep,
-        }, indent=2))
+        print(json.dumps(_plan_json(plan), indent=2))
         return 0
+    _print_plan(plan, console)
+    if args.measured and plan.store:
+        _print_measured(plan, args.mfu, console)
+    return 0
+
+
+def _list_sweeps(scale: str, console) -> int:
+    """Every sweep with its trial count at ``scale``; a broken file is listed with its error (exit code 2)."""
+    from rich.table import Table
+
+    from cemlab.sweeps.files import list_sweeps
+    from cemlab.sweeps.schema import SweepError
+    from cemlab.sweeps.spec import load_sweep
+
+    table = Table(title=f"Sweeps (trials at scale {scale})")
+    for col in ("sweep", "figure", "trials"):
+        table.add_column(col)
+    broken: dict[str, str] = {}
+    for name in list_sweeps():
+        try:  # one broken file does not hide the others
+            spec = load_sweep(name)
+            trials = spec.expand(scale)
+        except Exception as e:  # SweepError, or a bug a file exposes
+            broken[name] = str(e) if isinstance(e, SweepError) else f"{type(e).__name__}: {e}"
+            table.add_row(name, "-", "[red]BROKEN[/] (error below)")
+            continue
+        n = str(len(trials))
+        if trials and trials[0].search is not None:
+            n = f"{n} cells x {trials[0].search.samples} lr samples"
+        table.add_row(name, spec.figure, n)
+    console.print(table)
+    for name, error in broken.items():
+        console.print(f"[red]broken[/] {name}: {error}", soft_wrap=True)
+    return 2 if broken else 0
+
+
+def _plan_json(plan) -> dict:
+    """``cemlab plan --json``."""
+    return {
+        "sweep": plan.sweep, "figure": plan.figure, "scale": plan.scale, "store": plan.store,
+        "trials": [{"trial_id": r.trial.trial_id, "variant": r.trial.variant, "group": r.trial.group,
+                    "size": r.trial.size, "axes": r.trial.axes, "config_hash": r.trial.config_hash,
+                    "params": r.params, "tokens": r.tokens, "steps": r.steps, "flops": r.flops,
+                    "tokens_per_param": r.tokens / r.llama_params if r.llama_params else None,
+                    "status": r.status, "run_id": r.run_id, "samples": r.samples,
+                    "sample_statuses": r.sample_statuses} for r in plan.rows],
+        "search": "optuna" if plan.searched else "grid", "grid": plan.grid(),
+        "total_tokens": plan.total_tokens, "total_flops": plan.total_flops,
+        "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
+        "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
+        "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
+        "data_prep": plan.data_prep,
+    }
+
+
+def _print_plan(plan, console) -> None:
+    """The plan as a table, its totals, the store read and the paper-scale estimates."""
+    from rich.table import Table
 
     unit = "examples" if plan.rows and plan.rows[0].trial.task == "gp" else "tokens"
     searched = plan.searched
@@ -169,13 +190,15 @@ def run(args: argparse.Namespace) -> int:
                       f"{d['tokens_per_core_s'] / 1e3:.0f}k tokens/s per core, 0 GPU-hours (tokenised inside the "
                       f"trials once per budget: {_si(d['tokens_per_budget'])} tokens, "
                       f"{d['gpu_hours_idle_before']:,.1f} GPU-hours idle)")
-    if args.measured and plan.store:
-        from cemlab.sweeps.cost import cost_rows, render_cost_table
-        from cemlab.tracking.store import get_client
 
-        rows = cost_rows(plan, get_client(plan.store), mfu=args.mfu)
-        if rows:
-            console.print(render_cost_table(rows, args.mfu))
-        else:
-            console.print("No finished run of this sweep at this scale in the store: nothing measured yet.")
-    return 0
+
+def _print_measured(plan, mfu: float, console) -> None:
+    """``--measured``: planned vs measured GPU-hours of each finished trial (``cemlab.sweeps.cost``)."""
+    from cemlab.sweeps.cost import cost_rows, render_cost_table
+    from cemlab.tracking.store import get_client
+
+    rows = cost_rows(plan, get_client(plan.store), mfu=mfu)
+    if rows:
+        console.print(render_cost_table(rows, mfu))
+    else:
+        console.print("No finished run of this sweep at this scale in the store: nothing measured yet.")
