@@ -159,7 +159,9 @@ def _print_plan(plan, console) -> None:
     """The plan as a table, its totals, the store read and the paper-scale estimates."""
     from rich.table import Table
 
-    unit = "examples" if plan.rows and plan.rows[0].trial.task == "gp" else "tokens"
+    from cemlab.tasks import get_task
+
+    unit = get_task(plan.rows[0].trial.task).unit if plan.rows else "tokens"
     searched = plan.searched
     what = f"{len(plan.rows)} grid cells, learning rate searched by Optuna" if searched else f"{len(plan.rows)} trials"
     table = Table(title=f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}")

@@ -26,6 +26,7 @@ from cemlab.sweeps.files import _scales_path_for, check_scale_overrides
 from cemlab.sweeps.layers import leaves, merge_dicts, nest, render
 from cemlab.sweeps.schema import (AXIS_TARGETS, TOP_AXES, Axes, LrSearch, ScaleSpec, SweepError, TaskScale, Trial,
                                   Variant)
+from cemlab.tasks import get_task
 from cemlab.tracking import schema
 
 if TYPE_CHECKING:
@@ -106,13 +107,12 @@ def _expand(spec, scale_name: str, scale: ScaleSpec,
     overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
     task_scale: TaskScale = getattr(scale, spec.task)
     top = {k: list(overrides.get(k, v)) for k, v in spec.top_axes().items()}
-    if spec.task == "lm":
+    if get_task(spec.task).sized:
         for s in top["size"]:
             if s not in scale.sizes:
                 raise SweepError(
                     f"{src}: axes.size: size {s!r} is not defined at scale {scale_name!r}; define it under "
                     f"{scale_name}.sizes in {scales_src} or choose among {sorted(scale.sizes)}")
-    gp_model = _gp_config_model() if spec.task == "gp" else None
 
     trials: list[Trial] = []
     ids: dict[str, str] = {}
@@ -140,7 +140,7 @@ def _expand(spec, scale_name: str, scale: ScaleSpec,
                             values["lr"] = lr
                         values.update(seed=seed, **own_values)
                         trial = _make_trial(spec, scale_name, scale, task_scale, vi, variant, values,
-                                            src, scales_src, gp_model, search, cli_layers or [])
+                                            src, scales_src, search, cli_layers or [])
                         if trial.trial_id in ids:
                             raise SweepError(
                                 f"{src}: variants[{vi}].label: two trials get the id {trial.trial_id!r} at scale "
@@ -167,7 +167,7 @@ def _trial_id(size: str | None, label: str, values: dict[str, Any]) -> str:
 
 
 def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, vi: int,
-                variant: Variant, values: dict[str, Any], src: str, scales_src: str, gp_model,
+                variant: Variant, values: dict[str, Any], src: str, scales_src: str,
                 search: LrSearch | None = None, cli_layers: list[tuple[str, dict[str, Any]]] = ()) -> Trial:
     where = f"variants[{vi}] (group {variant.group})"
     label = render(variant.label, values)
@@ -205,31 +205,15 @@ def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, 
         axes["lr"] = values["lr"]
     axes["seed"] = values["seed"]
     axes.update({k: v for k, v in values.items() if k not in TOP_AXES})
-    tags = {schema.SWEEP: spec.name, schema.FIGURE: spec.figure, schema.SCALE: scale_name,
-            schema.TRIAL_ID: trial_id, schema.GROUP: variant.group, schema.VARIANT: label,
-            schema.TASK: spec.task, schema.ROLE: "trial"}
-    if size is not None:
-        tags[schema.SIZE] = size
-    if search is not None:  # every sampled trial of this cell keeps the cell's id here
-        tags[schema.SEARCH_CELL] = trial_id
-    if cli_layers:
-        tags[schema.OVERRIDES] = " ".join(name.removeprefix(f"{CLI_SOURCE}: ") for name, _ in cli_layers)
-    for k, v in axes.items():
-        if k not in ("group", "variant"):
-            tags[schema.axis_tag(k)] = str(v)
+    tags = _tracking_tags(spec, scale_name, trial_id, variant.group, label, size, axes, search, cli_layers)
     data["tracking"] = merge_dicts(data.get("tracking", {}),
-                                    {"experiment": f"cemlab/{spec.name}", "run_name": trial_id, "tags": tags})
+                                   {"experiment": f"cemlab/{spec.name}", "run_name": trial_id, "tags": tags})
 
     context = f"{src}: {where} at scale {scale_name!r} ({_describe(values)})"
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as e:
         raise SweepError(explain_config_error(e, context, provenance)) from None
-    if gp_model is not None:
-        try:
-            gp_model.model_validate(config.gp or {})
-        except ValidationError as e:
-            raise SweepError(explain_config_error(e, context, provenance, prefix=("gp",))) from None
     per_step = config.train.micro_batch_size * task_scale.resources.workers
     if config.train.batch_size % per_step:
         raise SweepError(
@@ -243,6 +227,26 @@ def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, 
     return Trial(sweep=spec.name, figure=spec.figure, scale=scale_name, trial_id=trial_id, group=variant.group,
                  variant=label, size=size or "", axes=axes, config=config, config_hash=h, task=spec.task,
                  resources=task_scale.resources, search=search)
+
+
+def _tracking_tags(spec, scale_name: str, trial_id: str, group: str, label: str, size: str | None,
+                   axes: dict[str, Any], search: LrSearch | None,
+                   cli_layers: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """The MLflow tags of a trial's run: sweep, figure, scale, trial, group, variant, task, its
+    search cell and overrides, and one tag per axis."""
+    tags = {schema.SWEEP: spec.name, schema.FIGURE: spec.figure, schema.SCALE: scale_name,
+            schema.TRIAL_ID: trial_id, schema.GROUP: group, schema.VARIANT: label,
+            schema.TASK: spec.task, schema.ROLE: "trial"}
+    if size is not None:
+        tags[schema.SIZE] = size
+    if search is not None:  # every sampled trial of this cell keeps the cell's id here
+        tags[schema.SEARCH_CELL] = trial_id
+    if cli_layers:
+        tags[schema.OVERRIDES] = " ".join(name.removeprefix(f"{CLI_SOURCE}: ") for name, _ in cli_layers)
+    for k, v in axes.items():
+        if k not in ("group", "variant"):
+            tags[schema.axis_tag(k)] = str(v)
+    return tags
 
 
 def trial_with_lr(trial: Trial, lr: float) -> Trial:
@@ -275,15 +279,6 @@ def sampled_trials(store: "RunStore", cell: Trial) -> list[tuple[Trial, list["Ru
             out.append((trial, runs))
     out.sort(key=lambda p: p[0].axes["lr"])
     return out or [(cell, [])]
-
-
-def _gp_config_model():
-    """The GP study's settings model, when that part of cemlab is installed."""
-    try:
-        from cemlab.gp.config import GPConfig
-    except ImportError:
-        return None
-    return GPConfig
 
 
 def _describe(values: dict[str, Any]) -> str:

@@ -25,13 +25,13 @@ GPU-hour estimates always use the sweep expanded at the ``paper`` scale, in two 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
 from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.spec import SweepSpec, load_sweep
+from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:
@@ -127,60 +127,20 @@ class Plan:
         return {"cells": len(cells), "seeds_per_cell": [min(sizes), max(sizes)], "axes": axes}
 
 
-class _Accounting:
-    """Parameter and FLOP counts, cached by model config (many trials share a model)."""
+def plan_trial(trial: Trial) -> TrialPlan:
+    """One row of the plan: the trial's parameters, budget, steps and training FLOPs, as its task
+    counts them (``cemlab.tasks``: parameter counts are cached by model config, so a sweep's many
+    trials on a few models build each model once, on the meta device)."""
+    from cemlab.train.plan import make_plan
 
-    def __init__(self) -> None:
-        self._params: dict[str, int] = {}
-
-    def lm_params(self, model_cfg) -> int:
-        key = json.dumps(model_cfg.model_dump(mode="json", exclude={"name"}), sort_keys=True)
-        if key not in self._params:
-            import torch
-
-            from cemlab.models import build_model, count_parameters
-
-            with torch.device("meta"):
-                self._params[key] = count_parameters(build_model(model_cfg))["total"]
-        return self._params[key]
-
-    def gp_params(self, gp_cfg) -> int:
-        key = "gp:" + gp_cfg.model_dump_json()
-        if key not in self._params:
-            import torch
-
-            from cemlab.models.gp import build_gp_model, count_parameters
-
-            with torch.device("meta"):
-                self._params[key] = count_parameters(build_gp_model(gp_cfg))["total"]
-        return self._params[key]
-
-    def row(self, trial: Trial) -> TrialPlan:
-        from cemlab.train.plan import CHINCHILLA_TOKENS_PER_PARAM, make_plan
-
-        cfg = trial.config
-        budget_params = 0
-        if cfg.task == "lm" and cfg.train.tokens == "chinchilla":
-            # The same rule as make_plan, with the baseline's count cached: building models on the
-            # meta device still runs their initialisers (~0.1 s for a paper size).
-            budget_params = self.lm_params(cfg.model.matched_baseline())
-            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
-                update={"tokens": CHINCHILLA_TOKENS_PER_PARAM * budget_params})})
-        tp = make_plan(cfg, world_size=trial.resources.workers)
-        budget_params = budget_params or tp.budget_params
-        if cfg.task == "gp":
-            from cemlab.models.gp import flops_per_example
-
-            gp = cfg.gp
-            params, fpt = self.gp_params(gp), flops_per_example(gp)["train"]
-        else:
-            from cemlab.models import flops_per_token
-
-            params, fpt = self.lm_params(cfg.model), flops_per_token(cfg.model, tp.seq_len)["train"]
-        return TrialPlan(trial=trial, params=params, budget_params=budget_params, tokens=tp.tokens,
-                         steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens,
-                         samples=trial.search.samples if trial.search is not None else 1,
-                         llama_params=self.lm_params(cfg.model.matched_baseline()) if cfg.task == "lm" else 0)
+    cfg = trial.config
+    task = task_of(cfg)
+    tp = make_plan(cfg, world_size=trial.resources.workers)
+    fpt = task.train_flops_per_unit(cfg, tp.seq_len)
+    return TrialPlan(trial=trial, params=task.parameters(cfg), budget_params=tp.budget_params, tokens=tp.tokens,
+                     steps=tp.total_steps, flops_per_token=fpt, flops=fpt * tp.tokens,
+                     samples=trial.search.samples if trial.search is not None else 1,
+                     llama_params=task.budget_parameters(cfg) if task.unit == "tokens" else 0)
 
 
 def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, str | None]]:
@@ -220,13 +180,12 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
     return out
 
 
-def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None) -> dict[str, Any]:
+def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
     from cemlab.config import ModelConfig
     from cemlab.models import flops_per_token
 
-    acct = acct or _Accounting()
-    rows = [acct.row(t) for t in spec.expand("paper")]
+    rows = [plan_trial(t) for t in spec.expand("paper")]
     flops = sum((r.flops or 0.0) * r.samples for r in rows)  # search: optuna: every sample, an upper bound
     ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)
     ref_fpt = flops_per_token(ref, ref.context_length)["train"]
@@ -245,7 +204,7 @@ def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_P
     from cemlab.data.prepare import sweep_data_needs
     from cemlab.train.plan import make_plan
 
-    trials = [t for t in spec.expand("paper") if t.config.task == "lm"]
+    trials = [t for t in spec.expand("paper") if task_of(t.config).prepared_data]
     if not trials:
         return {}
     once = sum(n.target or 0 for n in sweep_data_needs(trials))
@@ -270,8 +229,7 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
     ``SweepSpec.expand``."""
     spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
     trials = spec.expand(scale, overrides=overrides)
-    acct = _Accounting()
-    rows = [acct.row(t) for t in trials]
+    rows = [plan_trial(t) for t in trials]
     store = None
     if read_store:
         from cemlab.tracking.server import check_reachable
@@ -291,7 +249,7 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
                     r.status, r.run_id = statuses[r.trial.config_hash]
         else:
             store = tracking_uri()
-    est = paper_estimate(spec, mfu, acct)
+    est = paper_estimate(spec, mfu)
     return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
                 paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from cemlab.sweeps.files import sweeps_dir
 from cemlab.sweeps.schema import SweepError, Trial
 from cemlab.sweeps.spec import SweepSpec
+from cemlab.tasks import task_of
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,7 +91,7 @@ def check_data_sources(spec: SweepSpec, trials: list[Trial]) -> None:
 
     seen: set[str] = set()
     for t in trials:
-        if t.task == "gp":
+        if not task_of(t.config).prepared_data:  # generated when trained
             continue
         key = t.config.data.model_dump_json()
         if key in seen:

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cemlab.sweeps import tune_report as tr
+from cemlab.tasks import get_task
 from cemlab.tracking import schema
 
 QUEUED = "queued"
@@ -121,13 +122,12 @@ class SweepProgress:
         # trials' task; the row fields val_ppl/test_ppl hold whichever it is).
         self.metric = "ppl"
         self.metric_keys = (schema.VAL_PPL, schema.TEST_PPL)
-        self._accounting = None
         #: search: optuna cells -> [samples still to be drawn, FLOPs of one] (rows appear as they start)
         self.expected: dict[str, list] = {}
 
-    def _use_task(self, task: str) -> None:
-        if task == "gp":
-            self.metric, self.metric_keys = "rmse", (schema.VAL_RMSE, schema.TEST_RMSE)
+    def _use_task(self, name: str) -> None:
+        task = get_task(name)
+        self.metric, self.metric_keys = task.metric, (task.val_metric, task.test_metric)
 
     # -- updates ------------------------------------------------------------------------------
     def add(self, trial, flops: float | None = None) -> Row:
@@ -154,10 +154,9 @@ class SweepProgress:
 
     def _flops(self, trial) -> float | None:
         try:
-            from cemlab.sweeps.plan import _Accounting
+            from cemlab.sweeps.plan import plan_trial
 
-            self._accounting = self._accounting or _Accounting()
-            return self._accounting.row(trial).flops
+            return plan_trial(trial).flops
         except Exception:  # an estimate only: a trial without a count leaves the estimate out
             return None
 

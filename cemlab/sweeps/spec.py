@@ -66,6 +66,7 @@ from cemlab.sweeps.files import _scales_path_for, check_scale_overrides, list_sw
 from cemlab.sweeps.layers import leaves, nest, template_names
 from cemlab.sweeps.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
                                   SearchKind, SweepError, Trial, Variant, _Strict)
+from cemlab.tasks import get_task
 
 
 class SweepSpec(_Strict):
@@ -94,9 +95,9 @@ class SweepSpec(_Strict):
                                  "remove axes.lr (or use search: grid)")
         elif self.optuna is not None:
             raise ValueError("optuna: this block is only read with search: optuna; add search: optuna or remove it")
-        if self.task == "lm" and self.axes.size is None:
+        if get_task(self.task).sized and self.axes.size is None:
             raise ValueError("axes.size is missing: a language-model sweep lists its sizes, e.g. size: [86m, 108m]")
-        if self.task == "gp" and self.axes.size is not None:
+        if not get_task(self.task).sized and self.axes.size is not None:
             raise ValueError("axes.size: a GP sweep has no model sizes; set gp.latent_dim in base instead")
         return self
 

@@ -85,6 +85,14 @@ class Task:
         """Parameters the Chinchilla budget counts."""
         raise NotImplementedError
 
+    def parameters(self, cfg: "RunConfig") -> int:
+        """Parameters of the run's model (counted on the meta device, cached)."""
+        raise NotImplementedError
+
+    def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
+        """Training FLOPs per unit of the budget (a token of ``seq_len``-token sequences, or an example)."""
+        raise NotImplementedError
+
     # -- names and descriptions ------------------------------------------------------------------
     def model_kind(self, cfg: "RunConfig") -> str:
         raise NotImplementedError

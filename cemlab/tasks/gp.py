@@ -46,6 +46,14 @@ class GPRegression(Task):
         """The regressor's own parameters."""
         return _count_parameters(cfg.gp.model_dump_json())
 
+    def parameters(self, cfg: "RunConfig") -> int:
+        return _count_parameters(cfg.gp.model_dump_json())
+
+    def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
+        from cemlab.models.gp import flops_per_example
+
+        return flops_per_example(cfg.gp)["train"]
+
     # -- names and descriptions ------------------------------------------------------------------
     def model_kind(self, cfg: "RunConfig") -> str:
         return "gp-cem"

@@ -71,6 +71,14 @@ class LanguageModelling(Task):
         a CEM variant trains on exactly the tokens of its baseline."""
         return _count_parameters(cfg.model.matched_baseline().model_dump_json(exclude={"name"}))
 
+    def parameters(self, cfg: "RunConfig") -> int:
+        return _count_parameters(cfg.model.model_dump_json(exclude={"name"}))
+
+    def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
+        from cemlab.models import flops_per_token
+
+        return flops_per_token(cfg.model, seq_len)["train"]
+
     # -- names and descriptions ------------------------------------------------------------------
     def model_kind(self, cfg: "RunConfig") -> str:
         return cfg.model.kind
