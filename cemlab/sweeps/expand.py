@@ -26,7 +26,7 @@ from cemlab.sweeps.files import _scales_path_for, check_scale_overrides
 from cemlab.sweeps.layers import leaves, merge_dicts, nest, render
 from cemlab.sweeps.schema import (AXIS_TARGETS, TOP_AXES, Axes, LrSearch, ScaleSpec, SweepError, TaskScale, Trial,
                                   Variant)
-from cemlab.tasks import get_task
+from cemlab.tasks import format_lr, get_task
 from cemlab.tracking import schema
 
 if TYPE_CHECKING:
@@ -85,13 +85,6 @@ def _with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
         raise SweepError(str(e).replace(f"{spec.source}: scales.{scale}.", f"{CLI_SOURCE}: ")
                          .replace(spec.source, CLI_SOURCE).replace(f"scales.{scale}.", "")) from None
     return out, layers
-
-
-def format_lr(lr: float) -> str:
-    """``0.002`` -> ``2e-3``; ``0.0015`` -> ``1.5e-3`` (compact, filesystem-safe)."""
-    mant, exp = f"{lr:.6e}".split("e")
-    mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{int(exp)}"
 
 
 def _slug(text: str) -> str:
