@@ -114,7 +114,7 @@ class SweepProgress:
     def __init__(self, title: str):
         self.title = title
         self.rows: dict[str, Row] = {}
-        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.spec.Trial
+        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.schema.Trial
         self.lock = threading.Lock()
         self.events: list[str] = []          # status changes not yet printed (plain mode)
         self.started = time.time()

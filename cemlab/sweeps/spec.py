@@ -41,7 +41,7 @@ Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` t
 Every other axis stays a grid: the runner gives each grid cell its own Optuna searcher and ASHA
 scheduler (Tune's ``OptunaSearch`` takes no grid axes and never prunes). ``expand`` returns one
 trial per cell at the range's geometric centre, which is also the searcher's first point;
-:func:`trial_with_lr` makes the trial of a sampled learning rate (same naming, its own hash).
+``cemlab.sweeps.expand.trial_with_lr`` makes the trial of a sampled learning rate (same naming, its own hash).
 
 A value that is exactly ``"{T}"`` becomes the axis value itself (an int stays an int); a template
 inside a longer string is formatted. Config layers, later wins: scale ``<task>.base`` < the size's
@@ -50,6 +50,11 @@ inside a longer string is formatted. Config layers, later wins: scale ``<task>.b
 Every problem (unknown key, wrong type, empty axis, a template naming an unknown axis, a
 combination ``RunConfig``/``ModelConfig``/``GPConfig`` rejects, two trials with the same id or
 config) raises :class:`SweepError` naming the file, the key path and the fix, before any trial runs.
+
+This module holds the sweep file (:class:`SweepSpec`) and :func:`load_sweep`; its parts and the
+scales file are ``cemlab.sweeps.schema``, the sweep folder ``cemlab.sweeps.files``, the grid
+``cemlab.sweeps.expand``, config layers and templates ``cemlab.sweeps.layers``, and the error
+messages ``cemlab.sweeps.errors``.
 """
 
 from __future__ import annotations

@@ -2,19 +2,21 @@
 (or, for a trial of several workers, a Ray Train run whose every worker makes that call:
 ``cemlab.sweeps.distributed``).
 
-The driver (``cemlab.sweeps.runner``) ships a :class:`TrialJob` to every trial with
+The driver (``cemlab.sweeps.execute``) ships a ``TrialJob`` (``cemlab.sweeps.trial_job``) to every trial with
 ``tune.with_parameters``; the Tune config of a trial only names it (``{"trial_id": ...}`` for a
 grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
 
-1. resolves the :class:`~cemlab.sweeps.spec.Trial` (:meth:`TrialJob.resolve`) and sets the
+1. resolves the ``Trial`` (``TrialJob.resolve``) and sets the
    environment explicitly: Ray trials start in a temporary directory, possibly on another node, so
    the runs folder, the sweeps folder and the MLflow URL travel in the job, as absolute paths;
 2. sends the process's stdout, stderr and logging to ``<runs>/logs/<sweep>-<scale>/<trial>.log``
-   (the sweep's output stays one table; the log path is printed when a trial fails);
-3. changes only fields that the config hash leaves out (:func:`prepare_config`: torch threads =
+   (``trial_job.redirect_output``; the sweep's output stays one table; the log path is printed
+   when a trial fails);
+3. changes only fields that the config hash leaves out (``trial_job.prepare_config``: torch threads =
    the trial's CPUs, no progress bar, the accelerator its resources ask for, the checkpoint and
    data cache folders), so the trial keeps the hash of its grid cell;
-4. holds an exclusive lock on the trial's checkpoint folder while training, so that two sweeps
+4. holds an exclusive lock on the trial's checkpoint folder while training
+   (``cemlab.sweeps.trial_lock``), so that two sweeps
    sharing a trial (the Llama baselines) never train it at the same time: the second waits, and
    ``train(resume=True)`` then returns the first one's result without training, reported as
    ``waited`` with the first sweep's parent run (``cemlab_waited_on``);
@@ -23,17 +25,17 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    With ``resources.workers > 1`` every Ray Train worker calls it (``distributed.fit_trial``);
    rank zero's reports reach Tune through this trial.
 
-Reports to Tune: every validation before the last step (``training_iteration`` counts them; ASHA
+Reports to Tune (``cemlab.sweeps.tune_report``): every validation before the last step (``training_iteration`` counts them; ASHA
 compares trials on them), then one final report with ``cemlab_status`` (finished | diverged), the
 run id, the test metrics and the Ray node of every rank (``cemlab_nodes``). When the scheduler
 stops a trial, Ray ends its reporting thread with ``SystemExit`` inside ``tune.report``;
-:func:`deliver_to_tune` turns that into :class:`TrialStopped`, so that ``train`` flushes the run's
+``deliver_to_tune`` turns that into ``TrialStopped``, so that ``train`` flushes the run's
 metrics on its way out (it marks the run failed, which is not the last word: once Ray has ended
 the trial's process, the driver marks the run ``stopped``).
 
 Test hook (fault injection, never part of a config or its hash): ``TrialJob.faults`` maps a trial
 id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an attempt raises
-:class:`InjectedFault`, for the first N attempts (``times: -1``: every attempt); or to
+``InjectedFault``, for the first N attempts (``times: -1``: every attempt); or to
 ``{"nan_at_step": S}``: the training loss of step S is NaN (the training module's own hook,
 ``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges. The driver
 fills it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in

@@ -118,7 +118,7 @@ class RunStore:
         return {h: found[h] for h in sorted(found)}
 
     def has_runs_for(self, trial) -> bool:
-        """Whether a grid trial (``cemlab.sweeps.spec.Trial``) has any run: by its config hash, or
+        """Whether a grid trial (``cemlab.sweeps.schema.Trial``) has any run: by its config hash, or
         for a ``search: optuna`` cell, any run of the cell."""
         if self.runs_for_hash(trial.config_hash):
             return True
