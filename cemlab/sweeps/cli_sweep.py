@@ -6,9 +6,9 @@ command (``cemlab.cli`` hands it in as ``after``: the sweep layer never imports 
 Exit codes: 0 every trial has a result (finished, diverged, stopped early by ASHA, or already in
 the store); 1 at least one trial failed after its retries (the others ran; the failures and their
 log files are listed); 2 the sweep could not start (bad sweep file or scale, unreachable MLflow
-server, resources the Ray cluster lacks); 3 the trials are fine but the report could not be built; 4 the MLflow store stopped answering
-during the sweep (the running trials were stopped; rerun once it is back); 130 interrupted
-(Ctrl-C or SIGTERM): rerun the same command to resume.
+server, resources the Ray cluster lacks); 3 the trials are fine but the report could not be built;
+4 the MLflow store stopped answering during the sweep (the running trials were stopped; rerun once
+it is back); 130 interrupted (Ctrl-C or SIGTERM): rerun the same command to resume.
 """
 
 from __future__ import annotations
