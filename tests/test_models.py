@@ -7,8 +7,9 @@ import torch
 from pydantic import ValidationError
 from torch.utils.flop_counter import FlopCounterMode
 
-from cemlab.config import ConfigError, ModelConfig, load_run_config
+from cemlab.config import ConfigError, load_run_config
 from cemlab.models import build_model, count_parameters, flops_per_token
+from cemlab.models.config import ModelConfig
 
 NANO = dict(d_model=32, n_layers=2, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.config import ModelConfig, RunConfig
+from cemlab.config import RunConfig
+from cemlab.models.config import ModelConfig
 from cemlab.sweeps.spec import SweepError, Trial, list_sweeps, load_scales, load_sweep, sweeps_dir
 from cemlab.tracking import schema
 

@@ -1,6 +1,6 @@
 """cemlab's model library: pure PyTorch (no Lightning, Ray or MLflow).
 
-- ``build_model(cfg)``: a causal LM (``CausalLM``) from a ``cemlab.config.ModelConfig``.
+- ``build_model(cfg)``: a causal LM (``CausalLM``) from a ``ModelConfig`` (``cemlab.models.config``).
 - ``count_parameters(model)``, ``flops_per_token(cfg, seq_len)``: accounting.
 - ``cemlab.models.cem``: CEM attention and MLP, each with its explicit ``energy``.
 - ``cemlab.models.hf``: conversion of Llama baselines to and from Hugging Face ``LlamaForCausalLM``.

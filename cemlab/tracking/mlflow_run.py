@@ -68,7 +68,7 @@ def size_label(cfg: "RunConfig") -> str:
     """The size a person recognises: the preset name (``86m``, ``tiny``) while the model has that
     preset's dimensions; otherwise the dimensions that differ from it (``d128 L3``), or all of
     them without a preset (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
-    from cemlab.config import PRESETS
+    from cemlab.models.config import PRESETS
 
     if cfg.task == "gp":
         gp = cfg.gp

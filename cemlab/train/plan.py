@@ -88,7 +88,7 @@ def _count_parameters(kind: str, config_json: str) -> int:
             from cemlab.gp.config import GPConfig
             from cemlab.models.gp import build_gp_model, count_parameters
             return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
-        from cemlab.config import ModelConfig
+        from cemlab.models.config import ModelConfig
         from cemlab.models import build_model, count_parameters
 
         return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
