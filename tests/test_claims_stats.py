@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from cemlab.report import claims
+from cemlab.report import claims, verdicts
 from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED, Interval, combine, judge,
                                  t_interval)
 from cemlab.report.table import aggregate
@@ -69,11 +69,11 @@ def _trials(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _verdicts(values) -> dict[str, claims.Verdict]:
+def _verdicts(values) -> dict[str, verdicts.Verdict]:
     trials = _trials(values)
     cells = aggregate(trials)
     empty = pd.DataFrame(columns=cells.columns)
-    out = claims.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
+    out = verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
                           lambda s: cells if s == "recursion_ablation" else empty, "tiny",
                           lambda s: trials if s == "recursion_ablation" else trials.iloc[:0])
     return {v.condition: v for v in out}
@@ -111,7 +111,7 @@ def test_one_seed_shows_its_numbers_but_is_inconclusive():
 
 
 def test_claims_csv_has_the_columns_scripts_read():
-    frame = claims.verdict_frame(list(_verdicts({(1, "1"): [30.0, 31.0], (2, "1"): [29.0, 30.5]}).values()))
+    frame = verdicts.verdict_frame(list(_verdicts({(1, "1"): [30.0, 31.0], (2, "1"): [29.0, 30.5]}).values()))
     assert {"effect", "ci_low", "ci_high", "n_seeds", "tokens_per_param", "steps", "corpus", "paper_regime",
             "condition"} <= set(frame.columns)
     assert set(frame["verdict"]) <= {SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH}
