@@ -36,15 +36,22 @@ __doc__ += f"""
 """
 
 
+def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b: tuple[str, dict]):
+    """(size, cell a, cell b) for every size of ``cells`` at which both cells have a finished run.
+    ``a`` and ``b``: the cell's label in ``missing`` (``{size}`` is filled in) and the columns that
+    pick it (``pick_cell``)."""
+    for size in sizes_of(cells):
+        ra = pick_cell(cells, missing, a[0].format(size=size), size=size, **a[1])
+        rb = pick_cell(cells, missing, b[0].format(size=size), size=size, **b[1])
+        if ra is not None and rb is not None:
+            yield size, ra, rb
+
+
 def _attn_pairs(data: ClaimData, missing: list[str]) -> dict[str, tuple]:
     cells = data.at_best_lr("attention_replacement", ["family", "variant", "size"])
-    out = {}
-    for size in sizes_of(cells):
-        llama = pick_cell(cells, missing, f"attention_replacement {size} llama", size=size, family="llama")
-        cem = pick_cell(cells, missing, f"attention_replacement {size} cem-attn", size=size, family="cem-attn")
-        if llama is not None and cem is not None:
-            out[size] = (llama, cem)
-    return out
+    return {size: (llama, cem) for size, llama, cem in _size_pairs(
+        cells, missing, ("attention_replacement {size} llama", dict(family="llama")),
+        ("attention_replacement {size} cem-attn", dict(family="cem-attn")))}
 
 
 def rule_attn_small_cost(data: ClaimData):
@@ -64,12 +71,9 @@ def rule_mlp_loses_more(data: ClaimData):
     attn = _attn_pairs(data, missing)
     cells = _mlp_cells(data)
     checks = []
-    for size in sizes_of(cells):
-        llama = pick_cell(cells, missing, f"mlp_replacement {size} llama", size=size, family="llama")
-        cem = pick_cell(cells, missing, f"mlp_replacement {size} cem-mlp", size=size, family="cem-mlp",
-                        param_matched=False)
-        if llama is None or cem is None:
-            continue
+    pairs = _size_pairs(cells, missing, ("mlp_replacement {size} llama", dict(family="llama")),
+                        ("mlp_replacement {size} cem-mlp", dict(family="cem-mlp", param_matched=False)))
+    for size, llama, cem in pairs:
         if size not in attn:
             missing.append(f"{size}: no attention comparison")
             continue
@@ -84,13 +88,11 @@ def rule_mlp_loses_more(data: ClaimData):
 def rule_param_matching_recovers(data: ClaimData):
     missing: list[str] = []
     cells = _mlp_cells(data)
-    checks = []
-    for size in sizes_of(cells):
-        dim = pick_cell(cells, missing, f"{size} cem-mlp dim-matched", size=size, family="cem-mlp", param_matched=False)
-        par = pick_cell(cells, missing, f"{size} cem-mlp param-matched", size=size, family="cem-mlp", param_matched=True)
-        if dim is not None and par is not None:
-            checks.append(compare(data, missing, size, [dim, par], rel,
-                                  f"{size}: dim-matched {num(dim['mean'])}, param-matched {num(par['mean'])}"))
+    pairs = _size_pairs(cells, missing, ("{size} cem-mlp dim-matched", dict(family="cem-mlp", param_matched=False)),
+                        ("{size} cem-mlp param-matched", dict(family="cem-mlp", param_matched=True)))
+    checks = [compare(data, missing, size, [dim, par], rel,
+                      f"{size}: dim-matched {num(dim['mean'])}, param-matched {num(par['mean'])}")
+              for size, dim, par in pairs]
     return checks, missing
 
 
@@ -114,11 +116,11 @@ def rule_t2_beats_t1(data: ClaimData):
         label = f"{group} {size} {precond}"
         t1 = pick_cell(g, missing, f"{label} T=1", T=1)
         for eta in etas_of(g[g["T"] == 2]):
-            t2 = pick_cell(g[g["T"] == 2], missing, f"{label} T=2 {eta_condition(eta)}", **({"eta": eta} if eta else {}))
+            c = eta_condition(eta)
+            t2 = pick_cell(g[g["T"] == 2], missing, f"{label} T=2 {c}", **({"eta": eta} if eta else {}))
             if t1 is not None and t2 is not None:
-                checks.append(compare(data, missing, f"{label} {eta_condition(eta)}".strip(), [t1, t2], rel,
-                                      f"{label} {eta_condition(eta)}: T=1 {num(t1['mean'])}, T=2 {num(t2['mean'])}",
-                                      condition=eta_condition(eta)))
+                checks.append(compare(data, missing, f"{label} {c}".strip(), [t1, t2], rel,
+                                      f"{label} {c}: T=1 {num(t1['mean'])}, T=2 {num(t2['mean'])}", condition=c))
     return checks, missing
 
 
@@ -220,55 +222,54 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
     return out
 
 
-def _optimum_check(size: str, fam: dict, f: Callable, text: Callable, tol: float, side: str, fmt=pct):
-    seeds = sorted(set(fam["llama"]) & set(fam["cem"]))
-    if not seeds:
-        return None
-    ol = [fam["llama"][s][0] for s in seeds]
-    oc = [fam["cem"][s][0] for s in seeds]
-    iv = t_interval([f(a, b) for a, b in zip(ol, oc)])
-    ref = fam["llama"][seeds[0]][3]
-    return Check(size, text(ol, oc), iv, tol, side, "", regime_of([ref]), fmt=fmt), seeds, ol, oc
-
-
-def rule_full_cem_matches_llama(data: ClaimData):
+def _optimum_checks(data: ClaimData, f: Callable, text: Callable, tol: float, side: str, fmt=pct):
+    """Per size with both families' per-seed optima (``_seed_optima``): the comparison of
+    ``f(llama optimum, cem optimum)`` over the seeds where both have one, described by
+    ``text(size, llama optima, cem optima)``, as (size, family optima, Check, seeds, llama optima,
+    cem optima); and what was missing."""
     missing: list[str] = []
-    checks = []
+    found = []
     for size, fam in _seed_optima(data, missing).items():
         if len(fam) < 2:
             continue
-
-        def text(ol, oc):
-            edge = "" if all(o.bracketed for o in ol + oc) else " (an optimum is at the grid's edge)"
-            return (f"{size}: Akima optima per seed: Llama {', '.join(num(o.value) for o in ol)}, "
-                    f"CEM {', '.join(num(o.value) for o in oc)}{edge}")
-        got = _optimum_check(size, fam, lambda a, b: b.value / a.value - 1, text, MATCH_TOL, "below")
-        if got is None:
+        seeds = sorted(set(fam["llama"]) & set(fam["cem"]))
+        if not seeds:
             missing.append(f"{size}: no seed with both optima")
             continue
-        checks.append(got[0])
-    return checks, missing
+        ol = [fam["llama"][s][0] for s in seeds]
+        oc = [fam["cem"][s][0] for s in seeds]
+        iv = t_interval([f(a, b) for a, b in zip(ol, oc)])
+        ref = fam["llama"][seeds[0]][3]
+        check = Check(size, text(size, ol, oc), iv, tol, side, "", regime_of([ref]), fmt=fmt)
+        found.append((size, fam, check, seeds, ol, oc))
+    return found, missing
+
+
+def _optima_text(size: str, ol: list, oc: list) -> str:
+    edge = "" if all(o.bracketed for o in ol + oc) else " (an optimum is at the grid's edge)"
+    return (f"{size}: Akima optima per seed: Llama {', '.join(num(o.value) for o in ol)}, "
+            f"CEM {', '.join(num(o.value) for o in oc)}{edge}")
+
+
+def rule_full_cem_matches_llama(data: ClaimData):
+    found, missing = _optimum_checks(data, lambda a, b: b.value / a.value - 1, _optima_text, MATCH_TOL, "below")
+    return [check for _, _, check, *_ in found], missing
+
+
+def _optimal_lr_text(size: str, ol: list, oc: list) -> str:
+    def f(o):
+        return f"{o.lr:.3g}{'' if o.bracketed else ' (edge)'}"
+    return f"{size}: optimal lr per seed Llama {', '.join(map(f, ol))}; CEM {', '.join(map(f, oc))}"
 
 
 def rule_full_cem_higher_lr(data: ClaimData):
     """CEM's optimal lr is higher than Llama's: per seed, log2(lr_CEM / lr_Llama) > 0. An optimum at
     the top (bottom) edge of the grid means the true optimum is at or above (below) it: a verdict
     stands only if every edge pushes the same way as the verdict, otherwise it is inconclusive."""
-    missing: list[str] = []
+    found, missing = _optimum_checks(data, lambda a, b: math.log2(b.lr / a.lr), _optimal_lr_text, 0.0, "above",
+                                     log2_ratio)
     checks = []
-    for size, fam in _seed_optima(data, missing).items():
-        if len(fam) < 2:
-            continue
-
-        def text(ol, oc):
-            def f(o):
-                return f"{o.lr:.3g}{'' if o.bracketed else ' (edge)'}"
-            return f"{size}: optimal lr per seed Llama {', '.join(map(f, ol))}; CEM {', '.join(map(f, oc))}"
-        got = _optimum_check(size, fam, lambda a, b: math.log2(b.lr / a.lr), text, 0.0, "above", log2_ratio)
-        if got is None:
-            missing.append(f"{size}: no seed with both optima")
-            continue
-        check, seeds, ol, oc = got
+    for size, fam, check, seeds, ol, oc in found:
         lo, hi = fam["llama"][seeds[0]][1], fam["llama"][seeds[0]][2]
 
         def push(o, cem: bool) -> int:  # +1: the true value favours "higher", -1: "lower", 0: none
@@ -288,13 +289,10 @@ def rule_full_cem_higher_lr(data: ClaimData):
 def rule_256m(data: ClaimData):
     missing: list[str] = []
     cells = data.at_best_lr("scale_256m", ["family", "variant", "size"])
-    checks = []
-    for size in sizes_of(cells):
-        llama = pick_cell(cells, missing, f"{size} llama", size=size, family="llama")
-        cem = pick_cell(cells, missing, f"{size} cem", size=size, family="cem")
-        if llama is not None and cem is not None:
-            checks.append(compare(data, missing, size, [llama, cem], rel,
-                                  f"{size}: Llama {num(llama['mean'])}, full CEM {num(cem['mean'])}", MATCH_TOL))
+    pairs = _size_pairs(cells, missing, ("{size} llama", dict(family="llama")), ("{size} cem", dict(family="cem")))
+    checks = [compare(data, missing, size, [llama, cem], rel,
+                      f"{size}: Llama {num(llama['mean'])}, full CEM {num(cem['mean'])}", MATCH_TOL)
+              for size, llama, cem in pairs]
     return checks, missing
 
 
@@ -322,14 +320,11 @@ def rule_kq_matters(data: ClaimData):
 def rule_shared_close(data: ClaimData):
     missing: list[str] = []
     cells = _kq(data)
-    checks = []
-    for size in sizes_of(cells):
-        shared = pick_cell(cells, missing, f"{size} shared", size=size, kq_diagonal="shared")
-        per_head = pick_cell(cells, missing, f"{size} per-head", size=size, kq_diagonal="per_head")
-        if shared is not None and per_head is not None:
-            checks.append(compare(data, missing, size, [per_head, shared], rel,
-                                  f"{size}: shared {num(shared['mean'])}, per-head {num(per_head['mean'])}",
-                                  CLOSE_TOL))
+    pairs = _size_pairs(cells, missing, ("{size} shared", dict(kq_diagonal="shared")),
+                        ("{size} per-head", dict(kq_diagonal="per_head")))
+    checks = [compare(data, missing, size, [per_head, shared], rel,
+                      f"{size}: shared {num(shared['mean'])}, per-head {num(per_head['mean'])}", CLOSE_TOL)
+              for size, shared, per_head in pairs]
     return checks, missing
 
 

@@ -31,8 +31,8 @@ import pandas as pd
 from cemlab.report.akima import akima_curve
 from cemlab.report.lr_optima import lr_optima, search_vs_grid
 from cemlab.report.plotting import (CEM_COLOR, CYCLE, LLAMA_COLOR, LR_LLAMA_COLOR, MATCHED_COLOR, MAX_LR_TICKS,
-                                    PRECOND_COLORS, SETTING_FILL, SIZE_MARKERS, T1_COLOR, T2_COLOR, Figure, cell_columns,
-                                    cell_sizes, errorbar, finite, fmt_tokens, lr_reduced, pyplot)
+                                    PRECOND_COLORS, SETTING_FILL, SIZE_MARKERS, T1_COLOR, T2_COLOR, Figure,
+                                    cell_columns, cell_sizes, errorbar, finite, fmt_tokens, lr_reduced, pyplot)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,20 +154,20 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
     return Figure(fid, title, caption, {fid: csv}, fig)
 
 
+_RECURSION_CAPTION = (
+    "Test perplexity against recursion steps T (seed means, bars = std), one colour per preconditioner, one line "
+    "style per step size eta of the T=2 cells (solid eta=1, dashed eta=1/T), one panel per size; the dashed grey "
+    "line is the Llama baseline of the same dimensions.")
+
+
 def fig2c(ctx) -> Figure | None:
     return _recursion(ctx, "fig2c", "cem-attn", "Fig. 2c: CEM attention, recursion x preconditioner",
-                      "Test perplexity against recursion steps T (seed means, bars = std), one colour per "
-                      "preconditioner, one line style per step size eta of the T=2 cells (solid eta=1, dashed "
-                      "eta=1/T), one panel per size; the dashed grey line is the Llama baseline of the same "
-                      "dimensions.")
+                      _RECURSION_CAPTION)
 
 
 def fig2d(ctx) -> Figure | None:
     return _recursion(ctx, "fig2d", "cem-mlp", "Fig. 2d: CEM MLP, recursion x preconditioner",
-                      "Test perplexity against recursion steps T (seed means, bars = std), one colour per "
-                      "preconditioner, one line style per step size eta of the T=2 cells (solid eta=1, dashed "
-                      "eta=1/T), one panel per size; the dashed grey line is the Llama baseline of the same "
-                      "dimensions.")
+                      _RECURSION_CAPTION)
 
 
 # ----------------------------------------------------------------------------------------------
