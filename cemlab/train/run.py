@@ -153,7 +153,8 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices, load_task_data
     from cemlab.train.module import CEMLabModule, Diverged
     from cemlab.train.plan import make_plan
-    from cemlab.train.tasks import make_task, test_recursion_list
+    from cemlab.tasks import task_of
+    from cemlab.train.tasks import test_recursion_list
     from cemlab.tracking import conventions
     from cemlab.tracking import mlflow_run as mr
     from cemlab.tracking import store
@@ -169,7 +170,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     plan = make_plan(cfg, world)
     data = load_task_data(cfg, plan)
     L.seed_everything(cfg.train.seed, workers=False, verbose=False)
-    task = make_task(cfg)
+    task = task_of(cfg).build(cfg)
     folder = ckpt.checkpoint_dir(cfg)
 
     # -- resume or start afresh ----------------------------------------------------------------

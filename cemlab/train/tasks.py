@@ -166,10 +166,6 @@ class GPTask:
         return {("mlp", i): trace[i].cpu() for i in range(trace.shape[0])}
 
 
-def make_task(cfg: RunConfig) -> LanguageModelTask | GPTask:
-    return GPTask(cfg) if cfg.task == "gp" else LanguageModelTask(cfg)
-
-
 def test_recursion_list(cfg: RunConfig, T: int | None) -> list[int]:
     """Recursion steps tried at test time: ``train.test_recursion_steps`` or 1..2T (none for a
     model without CEM sublayers)."""
