@@ -88,9 +88,15 @@ class SweepGrids:
 
     def claim_sweeps(self) -> dict[str, list[str]]:
         """Claim id -> the sweeps whose files list it; a sweep that lists the claim earlier in its
-        ``claims:`` comes first (the claim's own sweep before those it compares with), then by name."""
-        listed = [(spec.claims.index(cid), name, cid) for name in self.names()
-                  for spec in [self.spec(name)] for cid in spec.claims]
+        ``claims:`` comes first (the claim's own sweep before those it compares with), then by name.
+        A file that does not load lists nothing here (its own report fails naming it)."""
+        listed = []
+        for name in self.names():
+            try:
+                claims = self.spec(name).claims
+            except ValueError:  # SweepError
+                continue
+            listed += [(claims.index(cid), name, cid) for cid in claims]
         out: dict[str, list[str]] = {}
         for _, name, cid in sorted(listed):
             out.setdefault(cid, []).append(name)

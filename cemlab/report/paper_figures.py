@@ -35,6 +35,15 @@ from cemlab.report.plotting import (CEM_COLOR, CYCLE, LLAMA_COLOR, LR_LLAMA_COLO
                                     cell_columns, cell_sizes, errorbar, finite, fmt_tokens, lr_reduced, pyplot)
 
 
+def _annotate(ax, xlabel: str, ylabel: str, heading: str, **legend) -> None:
+    """Axis labels, the heading, a light grid and the legend (``legend``: e.g. its title)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(heading)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, **legend)
+
+
 # ----------------------------------------------------------------------------------------------
 # Fig. 2a / 2b: replacing a sublayer
 # ----------------------------------------------------------------------------------------------
@@ -81,11 +90,7 @@ def _replacement(ctx, fid: str, families: tuple[str, ...], title: str, caption: 
         for _, r in df.iterrows():
             ax.annotate(fmt_tokens(r["token_budget"]), (r["params_total"] / 1e6, r["mean"]),
                         textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
-    ax.set_xlabel("parameters (M)")
-    ax.set_ylabel("test perplexity")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _annotate(ax, "parameters (M)", "test perplexity", title)
     fig.tight_layout()
     return Figure(fid, title, caption, {fid: csv}, fig)
 
@@ -263,11 +268,8 @@ def fig3b(ctx) -> Figure | None:
         if finite(b):
             ax.axhline(b, ls="--", color=color, lw=1)
     ax.set_xticks(range(len(kinds)), kinds)
-    ax.set_xlabel("KQ diagonal in A_k")
-    ax.set_ylabel("test perplexity")
-    ax.set_title("Fig. 3b: KQ diagonal strategies (CEM attention)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="size (dashed: Llama)")
+    _annotate(ax, "KQ diagonal in A_k", "test perplexity", "Fig. 3b: KQ diagonal strategies (CEM attention)",
+              title="size (dashed: Llama)")
     fig.tight_layout()
     return Figure("fig3b", "Fig. 3b: KQ diagonal strategies", (
         "Test perplexity of CEM attention with no diagonal, a diagonal shared across heads and per-head "
@@ -393,11 +395,8 @@ def table3(ctx) -> Figure | None:
     ax.set_xscale("log", base=2)
     ts = sorted(table["T"].unique())
     ax.set_xticks(ts, [str(t) for t in ts])
-    ax.set_xlabel("recursion steps T")
-    ax.set_ylabel("test RMSE")
-    ax.set_title("Table 3: GP regression, RMSE against recursion steps")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="kernel")
+    _annotate(ax, "recursion steps T", "test RMSE", "Table 3: GP regression, RMSE against recursion steps",
+              title="kernel")
     fig.tight_layout()
     return Figure("table3", "Table 3: GP recursion study", (
         "Recursive CEM MLPs on GP regression data (10 inputs): parameters, FLOPs per example, test RMSE "
