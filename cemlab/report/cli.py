@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from cemlab.tracking.store import tracking_uri
     from cemlab.sweeps.spec import SweepError
 
-    from cemlab.tracking.server import probe_store
+    from cemlab.tracking.store import probe_store
 
     try:
         uri = args.tracking_uri or tracking_uri()

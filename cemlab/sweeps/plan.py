@@ -182,7 +182,7 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
 
 def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
-    from cemlab.config import ModelConfig
+    from cemlab.models.config import ModelConfig
     from cemlab.models import flops_per_token
 
     rows = [plan_trial(t) for t in spec.expand("paper")]
@@ -232,8 +232,7 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
     rows = [plan_trial(t) for t in trials]
     store = None
     if read_store:
-        from cemlab.tracking.server import check_reachable
-        from cemlab.tracking.store import get_client, store_exists, tracking_uri
+        from cemlab.tracking.store import check_reachable, get_client, store_exists, tracking_uri
 
         if client is None and store_exists():
             check_reachable()

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 def check_before_ray(spec: SweepSpec, trials: list[Trial]) -> str:
     """Data sources, the tracking store and the Ray address (module docstring); returns the
     tracking URI the trials share. Raises ``SweepError``, ``StoreError`` or ``ServerError``."""
-    from cemlab.tracking.server import probe_store, shared_tracking_uri
-    from cemlab.tracking.store import configured_tracking_uri
+    from cemlab.tracking.server import shared_tracking_uri
+    from cemlab.tracking.store import configured_tracking_uri, probe_store
 
     check_data_sources(spec, trials)
     if configured_tracking_uri():

@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.tracking.server import ServerError, check_reachable, running_server, start_server, stop_server
-    from cemlab.tracking.store import StoreError, configured_tracking_uri, default_tracking_uri
+    from cemlab.tracking.server import ServerError, running_server, start_server, stop_server
+    from cemlab.tracking.store import StoreError, check_reachable, configured_tracking_uri, default_tracking_uri
 
     remote = configured_tracking_uri()
     if args.stop:

@@ -97,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         return EXIT_OK
 
-    from cemlab.tracking.server import probe_store
-    from cemlab.tracking.store import StoreError, tracking_uri
+    from cemlab.tracking.store import StoreError, probe_store, tracking_uri
 
     try:
         probe_store(args.tracking_uri or tracking_uri())
