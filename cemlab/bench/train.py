@@ -102,7 +102,7 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
     from cemlab.train.callbacks import RunCallback
     from cemlab.train.data import DataPosition, StepBatchSampler
     from cemlab.train.module import CEMLabModule
-    from cemlab.train.run import quiet_lightning, build_trainer
+    from cemlab.train.trainer import build_trainer, quiet_lightning
     from cemlab.train.tasks import make_task
 
     class StepClock(L.Callback):
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from cemlab.train.run import accelerator_and_precision
+    from cemlab.train.trainer import accelerator_and_precision
 
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
