@@ -235,11 +235,11 @@ def test_the_plan_counts_the_data_step_once_not_once_per_budget():
     model size). Prepared once to the largest budget, instead of once per budget in 8-GPU trials."""
     from cemlab.sweeps.plan import data_prep_estimate
     from cemlab.sweeps.spec import load_sweep
-    from cemlab.train.plan import budget_parameters
+    from cemlab.tasks import task_of
 
     spec = load_sweep("attention_replacement")
     trials = spec.expand("paper")
-    chinchilla = {20 * budget_parameters(t.config) for t in trials}  # the paper's rule, counted here
+    chinchilla = {20 * task_of(t.config).budget_parameters(t.config) for t in trials}  # the paper's rule, counted here
     assert len(chinchilla) == 4
     d = data_prep_estimate(spec, tokens_per_core_s=1e5)
     assert d["tokens_once"] == pytest.approx(max(chinchilla), rel=1e-3)

@@ -13,7 +13,8 @@ from cemlab.config import ConfigError, ModelConfig, RunConfig, load_run_config
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.plan import decay_groups, lr_factor, make_plan
-from cemlab.tracking.mlflow_run import format_lr, run_name
+from cemlab.tasks import format_lr
+from cemlab.tracking.mlflow_run import run_name
 
 
 def llama_params(d, layers, d_mlp, vocab):

@@ -51,12 +51,12 @@ def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) ->
 
     from cemlab.train.data import DataPosition, StepBatchSampler
     from cemlab.train.plan import decay_groups, lr_factor
-    from cemlab.train.tasks import make_task
+    from cemlab.tasks import task_of
 
     t = cfg.train
     torch.manual_seed(t.seed)
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
-    task = make_task(cfg)
+    task = task_of(cfg).build(cfg)
     model = task.model.to(device).train()
     forward = torch.compile(model) if t.compiles(accelerator) else model
     decay, no_decay = decay_groups(model)
@@ -103,7 +103,7 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
     from cemlab.train.data import DataPosition, StepBatchSampler
     from cemlab.train.module import CEMLabModule
     from cemlab.train.trainer import build_trainer, quiet_lightning
-    from cemlab.train.tasks import make_task
+    from cemlab.tasks import task_of
 
     class StepClock(L.Callback):
         def __init__(self):
@@ -120,14 +120,14 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
     quiet = cfg.model_copy(update={"train": t.model_copy(update={
         "val_interval": plan.total_steps + 1, "checkpoint_every": plan.total_steps + 1})})
     torch.manual_seed(t.seed)
-    task = make_task(quiet)
+    task = task_of(quiet).build(quiet)
     position = DataPosition()
     module = CEMLabModule(quiet, task, plan, position)
     loader = DataLoader(data.train, batch_sampler=StepBatchSampler(len(data.train), plan, t.seed, 0, position),
                         num_workers=0, pin_memory=accelerator == "gpu")
     clock = StepClock()
     with tempfile.TemporaryDirectory() as folder:
-        callback = RunCallback(plan=plan, task=task, val_dataset=data.val, energy_batch=None, folder=Path(folder),
+        callback = RunCallback(plan=plan, task=task_of(quiet), val_dataset=data.val, energy_batch=None, folder=Path(folder),
                                state={}, metrics=None, report=None,
                                flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=None,
                                val_batches=1)
@@ -142,9 +142,9 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
 def data_startup(cfg) -> list[tuple[bool, float, float]]:
     """(cache hit, seconds in prepare_data, process wall seconds) of two fresh processes."""
     from cemlab.bench.data import run_once
-    from cemlab.train.plan import seq_len_of
+    from cemlab.tasks import task_of
 
-    spec = {"data": cfg.data.model_dump(mode="json"), "vocab_size": cfg.model.vocab_size, "seq_len": seq_len_of(cfg)}
+    spec = {"data": cfg.data.model_dump(mode="json"), "vocab_size": cfg.model.vocab_size, "seq_len": task_of(cfg).seq_len(cfg)}
     out = []
     for _ in range(2):
         stats, wall = run_once(spec)

@@ -255,3 +255,16 @@ def _complete(entry: Path, oracle: bool) -> bool:
     if not (meta.is_file() and (entry / "data.pt").is_file()):
         return False
     return not oracle or "oracle_test_rmse" in json.loads(meta.read_text())
+
+
+class TensorPairs(torch.utils.data.Dataset):
+    """``(x[i], y[i])`` pairs of two tensors (the GP study's inputs and targets)."""
+
+    def __init__(self, x: Tensor, y: Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]

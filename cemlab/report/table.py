@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.runs import RunRecord, RunStore, pick_run
+from cemlab.tasks import format_eta, get_task, task_of
 from cemlab.tracking import schema
 
 #: Status of a grid trial with no run in the store.
@@ -70,82 +71,19 @@ CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size"
 
 def metric_for_task(task: str) -> str:
     """The paper's main metric: test perplexity for language models, test RMSE for the GP study."""
-    return schema.TEST_RMSE if task == "gp" else schema.TEST_PPL
+    return get_task(task).test_metric
 
 
 def family_of(cfg, group: str) -> str:
     """The model family figures and claims select on, from the config (sweep files may name their
-    groups freely, e.g. ``cem-mlp-pm``): ``gp``, ``reuse-attn``/``reuse-mlp`` (plain reuse; at
-    T=1 the config is Llama's, so the group tells), else ``llama``, ``cem-attn``, ``cem-mlp``, ``cem``."""
-    if cfg.task == "gp":
-        return "gp"
-    m = cfg.model
-    if m.kind == "llama":
-        if m.attn_reuse > 1 or (group.startswith("reuse") and "attn" in group):
-            return "reuse-attn"
-        if m.mlp_reuse > 1 or group.startswith("reuse"):
-            return "reuse-mlp"
-    return m.kind
-
-
-def _gp_settings(cfg) -> dict[str, Any]:
-    gp = cfg.gp
-    if gp is None:
-        return {}
-    return gp.model_dump() if hasattr(gp, "model_dump") else dict(gp)
-
-
-def _derived_T(cfg, group: str) -> int:
-    if cfg.task == "gp":
-        return int(_gp_settings(cfg).get("steps", 1))
-    m = cfg.model
-    if group.startswith("reuse"):
-        return max(m.attn_reuse, m.mlp_reuse)
-    if m.attention == "cem" and m.mlp != "cem":
-        return m.attn_steps
-    if m.mlp == "cem" and m.attention != "cem":
-        return m.mlp_steps
-    return max(m.attn_steps, m.mlp_steps, m.attn_reuse, m.mlp_reuse)
-
-
-def _derived_precond(cfg) -> str:
-    if cfg.task == "gp":
-        return str(_gp_settings(cfg).get("precond", "none"))
-    m = cfg.model
-    if m.attention == "cem" and m.mlp == "cem":
-        return m.attn_precond if m.attn_precond == m.mlp_precond else f"{m.attn_precond}/{m.mlp_precond}"
-    if m.attention == "cem":
-        return m.attn_precond
-    if m.mlp == "cem":
-        return m.mlp_precond
-    return "none"
-
-
-def _derived_eta(cfg) -> str:
-    """The step size of the CEM sublayer(s) a recursion figure is about: a number (fixed eta),
-    ``1/T`` or ``learned``; empty for a model without CEM sublayers."""
-    if cfg.task == "gp":
-        return str(_gp_settings(cfg).get("eta", ""))
-    m = cfg.model
-    etas = [str(e) for e, kind in ((m.attn_eta, m.attention), (m.mlp_eta, m.mlp)) if kind == "cem"]
-    etas = list(dict.fromkeys(_fmt_eta(e) for e in etas))
-    return "/".join(etas)
-
-
-def _fmt_eta(e: Any) -> str:
-    try:
-        return f"{float(e):g}"
-    except ValueError:
-        return str(e)
+    groups freely, e.g. ``cem-mlp-pm``): ``gp``, ``reuse-attn``/``reuse-mlp``, ``llama``,
+    ``cem-attn``, ``cem-mlp``, ``cem`` (the task's :meth:`~cemlab.tasks.Task.table_fields`)."""
+    return task_of(cfg).table_fields(cfg, group)["family"]
 
 
 def corpus_of(cfg) -> str:
     """A short name of the corpus a run trained on (``data.source`` plus its name or path)."""
-    if cfg.task == "gp":
-        return "gp:" + str(_gp_settings(cfg).get("kernel", ""))
-    d = cfg.data
-    name = {"hf": d.hf_dataset, "text": d.path}.get(d.source) or getattr(d, "text_package", None)
-    return f"{d.source}:{name}" if name else str(d.source)
+    return task_of(cfg).corpus_label(cfg)
 
 
 def _scalar(v: Any) -> Any:
@@ -159,34 +97,33 @@ def trial_row(trial, order: int) -> dict[str, Any]:
     """The columns of one grid trial (``cemlab.sweeps.spec.Trial`` or anything with its fields)."""
     cfg = trial.config
     axes = {k: _scalar(v) for k, v in dict(trial.axes or {}).items()}
-    group = str(trial.group or ("gp" if cfg.task == "gp" else cfg.model.kind))
-    gp = _gp_settings(cfg)
+    task = task_of(cfg)
+    group = str(trial.group or task.default_group(cfg))
+    derived = task.table_fields(cfg, group)
     row = {
         "order": order,
         "sweep": trial.sweep,
         "figure": trial.figure,
         "scale": trial.scale,
         "trial_id": trial.trial_id,
-        "family": family_of(cfg, group),
+        "family": derived["family"],
         "group": group,
         "variant": trial.variant,
         "size": str(trial.size),
         "task": cfg.task,
-        "metric": metric_for_task(cfg.task),
+        "metric": task.test_metric,
         "config_hash": trial.config_hash,
         "lr": float(axes.get("lr", cfg.train.lr)),
         "seed": int(axes.get("seed", cfg.train.seed)),
-        "T": int(axes.get("T", _derived_T(cfg, group))),
-        "precond": str(axes.get("precond", _derived_precond(cfg))),
+        "T": int(axes.get("T", derived["T"])),
+        "precond": str(axes.get("precond", derived["precond"])),
         "kq_diagonal": str(axes.get("kq_diagonal", cfg.model.kq_diagonal)),
-        "kernel": str(axes.get("kernel", gp.get("kernel", ""))),
+        "kernel": str(axes.get("kernel", derived["kernel"])),
         "param_matched": bool(axes.get("param_matched", cfg.model.mlp_param_matched)),
-        "eta": _fmt_eta(axes["eta"]) if "eta" in axes else _derived_eta(cfg),
-        "x0": str(axes.get("x0", getattr(cfg.model, "cem_x0", "h"))) if cfg.task == "lm" else "",
-        "corpus": corpus_of(cfg),
-        # Algorithm 1's KQ diagonal in the scores only: the attention step is not the energy's gradient
-        "score_only": bool(cfg.task == "lm" and cfg.model.attention == "cem" and cfg.model.kq_diagonal != "none"
-                           and not cfg.model.exact_energy_gradient),
+        "eta": format_eta(axes["eta"]) if "eta" in axes else derived["eta"],
+        "x0": str(axes.get("x0", derived["x0"])) if derived["x0"] else "",
+        "corpus": derived["corpus"],
+        "score_only": derived["score_only"],
     }
     cell_axes = {k: v for k, v in axes.items() if k != "seed"}
     cell_axes.update(group=group, variant=row["variant"], size=row["size"], sweep=row["sweep"])
@@ -202,7 +139,7 @@ def run_detail(run: RunRecord | None, task: str) -> str:
     tags = run.tags
     if run.status == schema.STATUS_STOPPED:
         text = f"stopped early by ASHA at step {tags.get(schema.STOPPED_STEP, '?')}"
-        keys = (schema.VAL_RMSE,) if task == "gp" else (schema.VAL_PPL, schema.VAL_LOSS)
+        keys = get_task(task).val_metrics
         last = next(((k, run.metrics[k]) for k in keys if math.isfinite(run.metrics.get(k, math.nan))), None)
         if last:
             text += f"; last {last[0]} {last[1]:.4g}"

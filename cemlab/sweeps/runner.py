@@ -90,7 +90,8 @@ from typing import TYPE_CHECKING, Any
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps import trainable as tr
 from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, SweepSpec, Trial, load_sweep, sweeps_dir
-from cemlab.tracking import outcomes, schema
+from cemlab.tracking import schema
+from cemlab.tracking.outcomes import SEARCH_RESULTS
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -690,7 +691,7 @@ def _mark_store_lost(state: _Run, message: str) -> None:
         if tid in state.outcomes and state.outcomes[tid].status != schema.STATUS_FAILED:
             continue
         trial = state.progress.trials[tid]
-        if row.status in outcomes.SEARCH_RESULTS + pg.NOT_TRAINED:
+        if row.status in SEARCH_RESULTS + pg.NOT_TRAINED:
             metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts,
@@ -755,7 +756,7 @@ def _run_searches(state: _Run, cells: list[Trial]) -> None:
         samples = cell.search.samples
         done_runs, pending_lrs = [], []
         for runs in found.values():
-            best = best_run(runs, outcomes.SEARCH_RESULTS)
+            best = best_run(runs, SEARCH_RESULTS)
             if best is not None:
                 done_runs.append(best)
             else:
@@ -1029,7 +1030,7 @@ def _check_against_store(state: _Run, outcomes: list[TrialOutcome]) -> None:
     ``missing`` (a failure), whatever the trial said."""
     from cemlab.tracking.store import run_status, search_runs
 
-    results = outcomes.SEARCH_RESULTS
+    results = SEARCH_RESULTS
     children = {r.info.run_id: r for r in search_runs(state.client, [state.experiment_id],
                                                        f"tags.`{schema.PARENT_RUN_ID}` = '{state.parent_run_id}'")}
     for o in outcomes:

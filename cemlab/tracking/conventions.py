@@ -45,12 +45,12 @@ import pwd
 import subprocess
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cemlab.tracking import schema
-from cemlab.tracking.mlflow_run import format_lr, git_commit, model_kind, size_label
+from cemlab.tasks import format_lr, task_of
+from cemlab.tracking.mlflow_run import git_commit, model_kind, size_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -127,32 +127,11 @@ def system_tags(cfg: "RunConfig | None", run_name: str | None, note: str | None 
     return tags
 
 
-def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int) -> str:
-    if kind == "cem":  # eta: a number, "1/T" or "learned" (the step-size modes)
-        text = f"CEM (T={steps}, η={eta if isinstance(eta, str) else format(eta, 'g')}, preconditioner {precond})"
-    else:
-        text = "Llama"
-    return text + (f", reused {reuse}x" if reuse > 1 else "")
-
-
 def description(cfg: "RunConfig", params: int | None = None, budget: int | None = None) -> str:
     """One or two sentences on what the run is, for the run page (``mlflow.note.content``)."""
     t, tags = cfg.train, cfg.tracking.tags
-    if cfg.task == "gp":
-        gp = cfg.gp
-        what = (f"GP regression with a {gp.kernel}-kernel CEM regressor ({size_label(cfg)}, T={gp.steps}, "
-                f"preconditioner {gp.precond})")
-        unit = "examples"
-    else:
-        m = cfg.model
-        what = (f"A {model_kind(cfg)} language model, size {size_label(cfg)} (d_model {m.d_model}, {m.n_layers} "
-                f"layers, {m.n_heads} heads{f', {params / 1e6:.3g}M parameters' if params else ''}); attention: "
-                + _sublayer(m.attention, m.attn_steps, m.attn_eta, m.attn_precond, m.attn_reuse)
-                + "; MLP: " + _sublayer(m.mlp, m.mlp_steps, m.mlp_eta, m.mlp_precond, m.mlp_reuse))
-        if m.kq_diagonal != "none":
-            what += f"; KQ diagonal {m.kq_diagonal}"
-        unit = "tokens"
-    corpus = "" if cfg.task == "gp" else f" of {cfg.data.source if cfg.data.source != 'hf' else cfg.data.hf_dataset}"
+    task = task_of(cfg)
+    what, unit, corpus = task.describe(cfg, params), task.unit, task.budget_of(cfg)
     amount = f"{budget:,} {unit}{corpus}" if budget else f"{t.tokens} {unit}{corpus}"
     text = f"{what}. Trained on {amount} at peak lr {format_lr(t.lr)}, seed {t.seed}."
     if schema.SWEEP in tags:
@@ -169,40 +148,8 @@ def description(cfg: "RunConfig", params: int | None = None, budget: int | None 
 SPLIT_CONTEXT = {"train": "train", "val": "validation", "test": "test"}
 
 
-def _dataset_source(cfg: "RunConfig"):
-    """The MLflow dataset source of a run's corpus."""
-    from mlflow.data.code_dataset_source import CodeDatasetSource
-
-    d = cfg.data
-    if cfg.task == "gp":
-        return CodeDatasetSource({"generator": "cemlab.gp.make_gp_data", "kernel": cfg.gp.kernel,
-                                  "seed": str(cfg.gp.seed)})
-    if d.source == "hf" and not Path(d.hf_dataset).exists():
-        from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
-
-        return HuggingFaceDatasetSource(path=d.hf_dataset, config_name=d.hf_config, split=d.hf_split)
-    if d.source == "stdlib":
-        from cemlab.data.corpus import stdlib_root
-
-        path = str(stdlib_root())
-    else:
-        path = d.path if d.source == "text" else d.hf_dataset
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-
-    with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local one
-        warnings.simplefilter("ignore")
-        return resolve_dataset_source(os.path.abspath(path))
-
-
 def corpus_name(cfg: "RunConfig") -> str:
-    if cfg.task == "gp":
-        return f"gp-{cfg.gp.kernel}"
-    d = cfg.data
-    if d.source == "hf":
-        return Path(d.hf_dataset).name or d.hf_dataset
-    if d.source == "text":
-        return Path(d.path or "text").name
-    return "stdlib"
+    return task_of(cfg).corpus_name(cfg)
 
 
 def dataset_inputs(cfg: "RunConfig", stats: dict[str, Any], split_sizes: dict[str, int]) -> list:
@@ -219,8 +166,8 @@ def dataset_inputs(cfg: "RunConfig", stats: dict[str, Any], split_sizes: dict[st
     else:
         payload = json.dumps(cfg.gp.model_dump(mode="json") if cfg.gp else {}, sort_keys=True)
         digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
-    source = _dataset_source(cfg)
-    unit = "examples" if cfg.task == "gp" else "tokens"
+    task = task_of(cfg)
+    source, unit = task.dataset_source(cfg), task.unit
     out = []
     for split, context in SPLIT_CONTEXT.items():
         profile = {unit: int(split_sizes.get(split, 0))}

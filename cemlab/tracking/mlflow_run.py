@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import yaml
 
+from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,85 +54,20 @@ MAX_PARAM_VALUE = 6000
 # ---------------------------------------------------------------------------------------------
 
 
-def format_lr(lr: float) -> str:
-    """``0.002 -> "2e-3"``, ``0.0005 -> "5e-4"``, ``0.0025 -> "2.5e-3"`` (short and exact)."""
-    mantissa, exponent = f"{lr:.6e}".split("e")
-    mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
-
-
-#: Model dimensions that make a size, with their short labels (``d128 L3``).
-SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))
-
-
 def size_label(cfg: "RunConfig") -> str:
-    """The size a person recognises: the preset name (``86m``, ``tiny``) while the model has that
-    preset's dimensions; otherwise the dimensions that differ from it (``d128 L3``), or all of
-    them without a preset (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
-    from cemlab.config import PRESETS
-
-    if cfg.task == "gp":
-        gp = cfg.gp
-        return f"d{gp.latent_dim}" + (f"x{gp.n_layers}" if gp.n_layers > 1 else "")
-    m = cfg.model
-    preset = PRESETS.get(m.name) if m.name else None
-    if m.name and preset is None:
-        return m.name  # a size name of a sweep scale (its dimensions are that scale's)
-    differ = [(f, short) for f, short in SIZE_DIMS if preset is None or getattr(m, f) != preset[f]]
-    if not differ:
-        return m.name
-    return " ".join(f"{short}{getattr(m, f)}" for f, short in differ)
+    """The size a person recognises (``86m``, ``d128 L3``, ``d64``): the task's :meth:`~cemlab.tasks.Task.size_label`."""
+    return task_of(cfg).size_label(cfg)
 
 
 def model_kind(cfg: "RunConfig") -> str:
-    return "gp-cem" if cfg.task == "gp" else cfg.model.kind
+    """``llama``, ``cem-attn``, ``cem-mlp``, ``cem`` or ``gp-cem``."""
+    return task_of(cfg).model_kind(cfg)
 
 
 def run_name(cfg: "RunConfig") -> str:
-    """A name a person can read in the dashboard, e.g. ``cem-attn T2 dplr 86m lr2e-3``.
-
-    Parts: the model kind; for CEM sublayers the recursion steps (``T2``, or ``Ta2 Tm1`` when
-    attention and MLP differ), the preconditioner, the KQ diagonal, plain reuse (``reuse2``) and
-    parameter matching (``pm``); the size; the learning rate; the seed when it is not 0."""
-    t = cfg.train
-    if cfg.task == "gp":
-        gp = cfg.gp
-        parts = ["gp", gp.kernel, f"T{gp.steps}"]
-        if gp.precond != "none":
-            parts.append(gp.precond)
-        parts += [size_label(cfg), f"lr{format_lr(t.lr)}"]
-        if gp.seed:
-            parts.append(f"data{gp.seed}")
-        if t.seed:
-            parts.append(f"s{t.seed}")
-        return " ".join(parts)
-    m = cfg.model
-    parts = [m.kind]
-    steps = {}
-    if m.attention == "cem":
-        steps["a"] = m.attn_steps
-    if m.mlp == "cem":
-        steps["m"] = m.mlp_steps
-    if len(set(steps.values())) == 1:
-        parts.append(f"T{next(iter(steps.values()))}")
-    elif steps:
-        parts.append(" ".join(f"T{k}{v}" for k, v in steps.items()))
-    precs = {p for p, used in ((m.attn_precond, m.attention == "cem"), (m.mlp_precond, m.mlp == "cem")) if used}
-    precs.discard("none")
-    parts += sorted(precs)
-    if m.kq_diagonal != "none":
-        parts.append(f"kq-{m.kq_diagonal}")
-    if m.exact_energy_gradient:
-        parts.append("exact")
-    reuse = max(m.attn_reuse, m.mlp_reuse)
-    if reuse > 1:
-        parts.append(f"reuse{reuse}")
-    if m.mlp_param_matched:
-        parts.append("pm")
-    parts += [size_label(cfg), f"lr{format_lr(t.lr)}"]
-    if t.seed:
-        parts.append(f"s{t.seed}")
-    return " ".join(parts)
+    """A name a person can read in the dashboard, e.g. ``cem-attn T2 dplr 86m lr2e-3`` (the task's
+    :meth:`~cemlab.tasks.Task.run_name`)."""
+    return task_of(cfg).run_name(cfg)
 
 
 def git_commit() -> str | None:

@@ -20,6 +20,10 @@ __all__ = ["train", "RunResult", "describe"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "describe":
+        from cemlab.train import plan
+
+        return plan.describe
     if name in __all__:
         from cemlab.train import run
 

@@ -13,6 +13,9 @@ has one. ``--restart`` trains it anew in a new MLflow run; the old ``last.ckpt``
 are moved aside into ``replaced-<time>/`` in the same folder (delete that by hand when you want).
 ``--dry-run`` prints the plan after checking that the data it names exists and can be read.
 
+(Imports are inside the functions that need them: ``cemlab --help`` starts without torch,
+``--dry-run`` without Lightning, and a dead tracking store is named before either loads.)
+
 Exit codes:
   0    the run finished (test metrics logged)
   1    an unexpected error (traceback printed; the MLflow run is marked failed)
@@ -64,21 +67,11 @@ def run(args: argparse.Namespace) -> int:
         print(config_yaml(cfg), end="")
         return EXIT_OK
 
-    from cemlab.config import ConfigError
-    from cemlab.data import DataError, check_data
-
     if args.dry_run:
-        from cemlab.train.run import describe
+        return _dry_run(cfg)
 
-        try:
-            if cfg.task != "gp":  # the GP study generates its data
-                check_data(cfg.data)
-            print(json.dumps(describe(cfg), indent=1))
-        except (ConfigError, DataError) as e:
-            print(f"cemlab train: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        return EXIT_OK
-
+    from cemlab.config import ConfigError
+    from cemlab.data import DataError
     from cemlab.tracking.server import probe_store
     from cemlab.tracking.store import StoreError, tracking_uri
 
@@ -100,6 +93,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab train: {e or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return _report(result, args.json)
+
+
+def _dry_run(cfg) -> int:
+    """Print the plan after checking that the data it names exists and can be read."""
+    from cemlab.config import ConfigError
+    from cemlab.data import DataError, check_data
+    from cemlab.tasks import task_of
+    from cemlab.train.plan import describe
+
+    try:
+        if task_of(cfg).prepared_data:  # a task that generates its data has none to check
+            check_data(cfg.data)
+        print(json.dumps(describe(cfg), indent=1))
+    except (ConfigError, DataError) as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def _load_config(args: argparse.Namespace):

@@ -15,14 +15,13 @@ the restored batch index. No global random state is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Sampler
 
 from cemlab.config import RunConfig
+from cemlab.tasks import TaskData, task_of
 from cemlab.train.plan import TrainPlan
 
 
@@ -83,46 +82,8 @@ def eval_indices(n: int, max_examples: int | None) -> list[int]:
     return sorted({int(round(i)) for i in np.linspace(0, n - 1, max_examples)})
 
 
-class TensorPairs(Dataset):
-    """``(x[i], y[i])`` pairs of two tensors (the GP study's inputs and targets)."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor):
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
-@dataclass
-class TaskData:
-    """The three splits of a task as datasets of ``(input, target)`` pairs, and facts about them."""
-
-    train: Dataset
-    val: Dataset
-    test: Dataset
-    stats: dict[str, Any] = field(default_factory=dict)
-    vocab_size: int | None = None          # LM only
-    train_stream: Any = None               # LM only: the raw token streams (unigram baselines)
-    test_stream: Any = None
-
-
 def load_task_data(cfg: RunConfig, plan: TrainPlan) -> TaskData:
-    """Prepare the data of ``cfg`` (tokenised and cached for language models, drawn for the GP
-    task). Bad input raises ``cemlab.data.DataError`` / ``ConfigError`` before any training."""
-    if cfg.task == "gp":
-        from cemlab.gp import make_gp_data
-        d = make_gp_data(cfg.gp)
-        return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
-                        TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
-    from cemlab.data import PackedDataset, prepare_data
-
-    min_tokens = plan.tokens if cfg.data.source == "hf" else None
-    bundle = prepare_data(cfg.data, cfg.model.vocab_size, plan.seq_len, min_train_tokens=min_tokens)
-    return TaskData(
-        PackedDataset(bundle.train, plan.seq_len), PackedDataset(bundle.val, plan.seq_len),
-        PackedDataset(bundle.test, plan.seq_len), stats=dict(bundle.stats), vocab_size=cfg.model.vocab_size,
-        train_stream=bundle.train, test_stream=bundle.test,
-    )
+    """Prepare the data of ``cfg``'s task (:meth:`cemlab.tasks.Task.load_data`: tokenised and cached
+    for language models, drawn for the GP task). Bad input raises ``cemlab.data.DataError`` /
+    ``ConfigError`` before any training."""
+    return task_of(cfg).load_data(cfg, plan)

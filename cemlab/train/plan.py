@@ -14,13 +14,13 @@ and which parameters get weight decay (paper Table 2).
 
 from __future__ import annotations
 
-import functools
-
 import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from cemlab.config import ConfigError, RunConfig
+from cemlab.tasks import task_of
+from cemlab.tracking.mlflow_run import run_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
@@ -56,48 +56,11 @@ class TrainPlan:
         return {**asdict(self), "tokens_per_step": self.tokens_per_step, "tokens": self.tokens}
 
 
-def seq_len_of(cfg: RunConfig) -> int:
-    """Packed sequence length: ``data.seq_len`` or the model's context (GP: 1)."""
-    if cfg.task == "gp":
-        return 1
-    seq_len = cfg.data.seq_len or cfg.model.context_length
-    if seq_len > cfg.model.context_length:
-        raise ConfigError(
-            f"data.seq_len={seq_len} exceeds model.context_length={cfg.model.context_length}; "
-            f"lower data.seq_len or raise model.context_length"
-        )
-    return seq_len
-
-
-def budget_parameters(cfg: RunConfig) -> int:
-    """Parameters the Chinchilla rule counts: the matched Llama baseline's (LM), counted on the
-    meta device (no memory), or the GP regressor's own."""
-    if cfg.task == "gp":
-        return _count_parameters("gp", cfg.gp.model_dump_json())
-    return _count_parameters("lm", cfg.model.matched_baseline().model_dump_json(exclude={"name"}))
-
-
-@functools.lru_cache(maxsize=4096)
-def _count_parameters(kind: str, config_json: str) -> int:
-    """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
-    building each on the meta device costs tens of milliseconds."""
-    import torch
-
-    with torch.device("meta"):
-        if kind == "gp":
-            from cemlab.gp.config import GPConfig
-            from cemlab.models.gp import build_gp_model, count_parameters
-            return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
-        from cemlab.config import ModelConfig
-        from cemlab.models import build_model, count_parameters
-
-        return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
-
-
 def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
     """The run's plan; a config that cannot be planned raises ``ConfigError`` naming the field."""
     t = cfg.train
-    seq_len = seq_len_of(cfg)
+    task = task_of(cfg)
+    seq_len = task.seq_len(cfg)
     per_step = t.micro_batch_size * world_size
     if t.batch_size % per_step:
         raise ConfigError(
@@ -105,7 +68,7 @@ def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
             f"x {world_size} devices; choose a batch size divisible by {per_step}"
         )
     if t.tokens == "chinchilla":
-        params = budget_parameters(cfg)
+        params = task.budget_parameters(cfg)
         budget = CHINCHILLA_TOKENS_PER_PARAM * params
     else:
         params, budget = 0, int(t.tokens)
@@ -119,6 +82,12 @@ def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
         accumulation=t.batch_size // per_step, budget=budget, budget_params=params, total_steps=steps,
         warmup_steps=int(round(t.warmup_frac * steps)),
     )
+
+
+def describe(cfg: RunConfig, world_size: int = 1) -> dict:
+    """The plan of a config without training (for ``cemlab train --dry-run`` and the sweep planner)."""
+    plan = make_plan(cfg, world_size)
+    return {"run_name": cfg.tracking.run_name or run_name(cfg), "config_hash": cfg.hash(), **plan.to_dict()}
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, final_factor: float) -> float:

@@ -36,14 +36,14 @@ Either way the data order and gradient accumulation make an optimizer step see t
 ``train.batch_size`` sequences as one process would (``cemlab.train.data``).
 
 Steps, one function each, in the order ``train`` calls them: :func:`resolve_config` (config, run
-name, ranks, devices, plan) -> data (``load_task_data``) -> :func:`build_model` (seeded) ->
+name, task, ranks, devices, plan) -> data (the task's ``load_data``) -> :func:`build_model` (seeded) ->
 :func:`decide_start` (reuse / record / resume / afresh) -> :func:`open_logger` (the MLflow run and
 ``state.json``) -> :func:`make_run_callback` -> :func:`set_up_trainer` -> :func:`fit` ->
 :func:`test` -> :func:`record`; a divergence ends in :func:`record_divergence`, an error or an
 interruption in :func:`mark_stopped`.
 
 torch, Lightning and MLflow are imported at the top: this module is imported only to train
-(``cemlab train --dry-run`` plans with :func:`describe` without importing them first).
+(``cemlab train --dry-run`` plans with ``cemlab.train.plan.describe`` without them).
 """
 
 from __future__ import annotations
@@ -61,16 +61,17 @@ import torch
 from torch.utils.data import DataLoader
 
 from cemlab.config import ConfigError, RunConfig, flatten
+from cemlab.tasks import Task, TaskData, task_of
 from cemlab.tracking import conventions, schema, store
 from cemlab.tracking import mlflow_run as mr
 from cemlab.train import checkpoint as ckpt
 from cemlab.train import decide as dc
 from cemlab.train.callbacks import ProgressBar, RunCallback
-from cemlab.train.data import DataPosition, StepBatchSampler, TaskData, eval_indices, load_task_data
+from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.module import CEMLabModule, Diverged
 from cemlab.train.plan import TrainPlan, make_plan
 from cemlab.train.result import RunResult, finite
-from cemlab.train.tasks import make_task, test_recursion_list
+from cemlab.train.tasks import test_recursion_list
 from cemlab.train.trainer import (accelerator_and_precision, build_trainer, device_peak_flops, quiet_lightning,
                                   show_progress_bar)
 
@@ -89,7 +90,7 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     process is one worker of a Ray Train ``TorchTrainer`` (DDP over Ray's process group;
     ``train.devices`` is then ignored)."""
     run = resolve_config(run_config, tracking_uri=tracking_uri, parent_run_id=parent_run_id, role=role)
-    data = load_task_data(run.cfg, run.plan)  # bad input fails here, before anything is logged
+    data = run.task.load_data(run.cfg, run.plan)  # bad input fails here, before anything is logged
     model = build_model(run)
     start = decide_start(run, resume)
     if isinstance(start, RunResult):  # the store or the runs folder already holds the result
@@ -113,12 +114,13 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
 # -- the run's facts, as the steps pass them on -----------------------------------------------------
 @dataclass(frozen=True)
 class Run:
-    """What every step reads: the validated config, its identity, this process's rank, the devices
-    and the plan, and the caller's tracking arguments."""
+    """What every step reads: the validated config, its identity and task, this process's rank, the
+    devices and the plan, and the caller's tracking arguments."""
 
     cfg: RunConfig
     config_hash: str
     name: str
+    task: Task                    # what differs between tasks: data, model, unit, metric names
     rank: int                     # global rank (RANK); only rank zero talks to MLflow
     world: int
     accelerator: str
@@ -136,10 +138,10 @@ class Run:
 
 @dataclass(frozen=True)
 class Model:
-    """The runtime task (:mod:`cemlab.train.tasks`: the model, its loss and metrics) and the facts
-    logged at step 0 (parameter counts, FLOPs per token or example)."""
+    """The task's runtime object (:mod:`cemlab.train.tasks`: the model, its loss and metrics) and
+    the facts logged at step 0 (parameter counts, FLOPs per token or example)."""
 
-    task: Any
+    runtime: Any
     static_metrics: dict[str, float]
 
     @property
@@ -191,8 +193,8 @@ class Logger:
 # -- the steps ----------------------------------------------------------------------------------------
 def resolve_config(run_config: RunConfig | dict, *, tracking_uri: str | None, parent_run_id: str | None,
                    role: str | None) -> Run:
-    """Validate the config; name the run; find this process's rank, the accelerator, the precision
-    and the plan (budget, steps, accumulation)."""
+    """Validate the config; name the run and its task; find this process's rank, the accelerator,
+    the precision and the plan (budget, steps, accumulation)."""
     t0 = time.perf_counter()
     cfg = run_config if isinstance(run_config, RunConfig) else RunConfig.model_validate(run_config)
     config_hash, name = cfg.hash(), cfg.tracking.run_name or mr.run_name(cfg)
@@ -200,16 +202,16 @@ def resolve_config(run_config: RunConfig | dict, *, tracking_uri: str | None, pa
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     accelerator, precision = accelerator_and_precision(cfg)
-    return Run(cfg=cfg, config_hash=config_hash, name=name, rank=rank, world=world, accelerator=accelerator,
-               precision=precision, plan=make_plan(cfg, world), tracking_uri=tracking_uri,
+    return Run(cfg=cfg, config_hash=config_hash, name=name, task=task_of(cfg), rank=rank, world=world,
+               accelerator=accelerator, precision=precision, plan=make_plan(cfg, world), tracking_uri=tracking_uri,
                parent_run_id=parent_run_id, role=role, t0=t0)
 
 
 def build_model(run: Run) -> Model:
     """Seed every generator with ``train.seed``, then build the task's model."""
     L.seed_everything(run.cfg.train.seed, workers=False, verbose=False)
-    task = make_task(run.cfg)
-    return Model(task, task.static_metrics(run.plan.seq_len))
+    runtime = run.task.build(run.cfg)
+    return Model(runtime, runtime.static_metrics(run.plan.seq_len))
 
 
 def decide_start(run: Run, resume: bool) -> Start | RunResult:
@@ -276,8 +278,8 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> Logger:
     ckpt.write_state(start.folder, state)
     monitor = conventions.start_system_metrics(run.cfg, uri, run_id, resume=start.resumed)
     plan = run.plan
-    log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", run.name, model.task.kind,
-             f"{model.params:,}", model.task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size,
+    log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", run.name, run.task.name,
+             f"{model.params:,}", run.task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size,
              plan.seq_len, f", resuming from {start.ckpt_path}" if start.resumed else "", run_id)
     return Logger(state, client, uri, run_id, metrics, monitor)
 
@@ -285,13 +287,13 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> Logger:
 def make_run_callback(run: Run, model: Model, data: TaskData, start: Start, logger: Logger,
                       report: Callable[[dict[str, float]], None] | None) -> RunCallback:
     """The callback that logs step metrics, validates, reports and checkpoints (``cemlab.train.callbacks``)."""
-    task, plan = model.task, run.plan
+    runtime, plan = model.runtime, run.plan
     val_idx = eval_indices(len(data.val), run.cfg.train.val_batches * plan.micro_batch_size)
-    energy_batch = _energy_batch(data.val, val_idx, task) if task.recursion_T() is not None else None
+    energy_batch = _energy_batch(data.val, val_idx, runtime) if runtime.recursion_T() is not None else None
     return RunCallback(
-        plan=plan, task=task, val_dataset=data.val, energy_batch=energy_batch, folder=start.folder,
+        plan=plan, task=run.task, val_dataset=data.val, energy_batch=energy_batch, folder=start.folder,
         state=logger.state, metrics=logger.metrics, report=report if run.zero else None,
-        flops_per_unit=task.train_flops_per_unit(plan.seq_len),
+        flops_per_unit=runtime.train_flops_per_unit(plan.seq_len),
         peak_flops=device_peak_flops(run.accelerator, run.precision), val_batches=run.cfg.train.val_batches,
     )
 
@@ -300,7 +302,7 @@ def set_up_trainer(run: Run, model: Model, data: TaskData, start: Start, callbac
                    progress_bar: bool | None, ray_train: bool):
     """The LightningModule, the resumable training loader of this rank and the ``Trainer``."""
     position = DataPosition()
-    module = CEMLabModule(run.cfg, model.task, run.plan, position)
+    module = CEMLabModule(run.cfg, model.runtime, run.plan, position)
     sampler = StepBatchSampler(len(data.train), run.plan, run.cfg.train.seed, run.rank, position)
     loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=run.accelerator == "gpu")
     show_bar = show_progress_bar(run.cfg, progress_bar) and run.zero
@@ -320,12 +322,12 @@ def test(run: Run, model: Model, data: TaskData, trainer, module: CEMLabModule, 
          logger: Logger) -> dict[int, float]:
     """Test metrics, the test-time recursion curve (returned) and the energy traces, logged; an error
     here marks the MLflow run failed."""
-    task = model.task
+    runtime = model.runtime
     try:
-        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, task, data, run.plan,
-                                                 callback.energy_batch, test_recursion_list(run.cfg, task.recursion_T()))
+        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan, callback.energy_batch,
+                                                 test_recursion_list(run.cfg, runtime.recursion_T()))
         if logger.metrics is not None:
-            _log_test(logger.metrics, task, final, curve, traces, trainer.global_step)
+            _log_test(logger.metrics, run.task, runtime, final, curve, traces, trainer.global_step)
     except BaseException as e:
         logger.finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         raise
@@ -414,7 +416,7 @@ def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run
     plan = run.plan
     conventions.log_run_conventions(
         client, run_id, run.cfg, run.name, data_stats=data.stats, params=model.params,
-        budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=model.task.description())
+        budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=model.runtime.description())
     static = dict(model.static_metrics)
     static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
                    schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
@@ -445,13 +447,12 @@ def _split_units(data, plan) -> dict[str, int]:
     return {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
 
 
-def _energy_batch(dataset, indices: list[int], task):
-    """A fixed validation batch for energy traces: 4 sequences (LM) or 256 examples (GP)."""
-    k = 4 if task.kind == "lm" else 256
-    return torch.stack([dataset[i][0] for i in indices[:k]])
+def _energy_batch(dataset, indices: list[int], runtime):
+    """A fixed validation batch for energy traces (``runtime.energy_batch_size`` inputs)."""
+    return torch.stack([dataset[i][0] for i in indices[:runtime.energy_batch_size]])
 
 
-def _evaluate_on_test(cfg, trainer, module, task, data, plan, energy_batch, recursion_list):
+def _evaluate_on_test(cfg, trainer, module, runtime, data, plan, energy_batch, recursion_list):
     """Test loss and metric, the test-time recursion curve and the energy traces (rank zero), on the
     device the model trained on (Lightning moves it to the CPU when ``fit`` ends)."""
     module.to(trainer.strategy.root_device)
@@ -461,37 +462,30 @@ def _evaluate_on_test(cfg, trainer, module, task, data, plan, energy_batch, recu
     test = module.evaluate(data.test, test_idx, mb)
     final = {f"test/{k}": v for k, v in test.items()}
     curve: dict[int, float] = {}
-    T = task.recursion_T()
+    T = runtime.recursion_T()
     for steps in recursion_list:
         if steps == T:
-            curve[steps] = test[task.metric]
+            curve[steps] = test[runtime.metric]
         else:
-            with task.recursion_steps(steps):
-                curve[steps] = module.evaluate(data.test, test_idx, mb)[task.metric]
+            with runtime.recursion_steps(steps):
+                curve[steps] = module.evaluate(data.test, test_idx, mb)[runtime.metric]
     traces = module.energy_trace(energy_batch) if energy_batch is not None and trainer.is_global_zero else {}
     return final, curve, traces
 
 
-def _log_test(metrics, task, final, curve, traces, step: int) -> None:
+def _log_test(metrics, task: Task, runtime, final, curve, traces, step: int) -> None:
     """The test metrics at the last step; the recursion curve, energy traces and step sizes by step."""
     metrics.add_many(final, step)
-    key = schema.TEST_PPL_AT_STEPS if task.kind == "lm" else schema.TEST_RMSE_AT_STEPS
     for steps, value in curve.items():
-        metrics.add(key, value, steps)
+        metrics.add(task.test_metric_at_steps, value, steps)
     for (sub, layer), trace in traces.items():
         for t, value in enumerate(trace.tolist()):
             metrics.add(schema.energy_metric(sub, layer), value, t)
         metrics.add(schema.energy_drop_metric(sub, layer), float(trace[0] - trace[-1]), step)
-    for (sub, layer), etas in task.step_sizes().items():  # fixed, 1/T or the learned values at the end
+    for (sub, layer), etas in runtime.step_sizes().items():  # fixed, 1/T or the learned values at the end
         for t, eta in enumerate(etas, 1):
             metrics.add(schema.step_size_metric(sub, layer), eta, t)
         metrics.add(schema.total_step_metric(sub, layer), sum(etas), step)
 
 
-def describe(cfg: RunConfig, world_size: int = 1) -> dict[str, Any]:
-    """The plan of a config without training (for ``cemlab train --dry-run`` and the sweep planner)."""
-    plan = make_plan(cfg, world_size)
-    return {"run_name": cfg.tracking.run_name or mr.run_name(cfg), "config_hash": cfg.hash(), **plan.to_dict()}
-
-
-__all__ = ["RunResult", "train", "resolve_tracking_uri", "describe"]
+__all__ = ["RunResult", "train", "resolve_tracking_uri"]

@@ -1,0 +1,133 @@
+"""What every task says about itself: the interface of :class:`Task`.
+
+A task is a kind of study cemlab trains (language modelling, GP regression). Everything that
+differs between tasks is an attribute or a method here, so that the rest of cemlab asks the task
+(``task_of(cfg).unit``) instead of comparing task names. The methods work on the config alone
+(cheap: ``cemlab plan`` and the report call them for every trial); what needs torch (the data, the
+model, the training loss) is imported inside the method that needs it, so importing a task stays
+cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cemlab.config import RunConfig
+
+
+def format_lr(lr: float) -> str:
+    """``0.002 -> "2e-3"``, ``0.0005 -> "5e-4"``, ``0.0025 -> "2.5e-3"`` (short and exact)."""
+    mantissa, exponent = f"{lr:.6e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_eta(e: Any) -> str:
+    """A step size as a label: a number in ``%g`` form, or the mode (``1/T``, ``learned``)."""
+    try:
+        return f"{float(e):g}"
+    except ValueError:
+        return str(e)
+
+
+@dataclass
+class TaskData:
+    """The three splits of a task as datasets of ``(input, target)`` pairs, and facts about them."""
+
+    train: Any
+    val: Any
+    test: Any
+    stats: dict[str, Any] = field(default_factory=dict)
+    vocab_size: int | None = None          # LM only
+    train_stream: Any = None               # LM only: the raw token streams (unigram baselines)
+    test_stream: Any = None
+
+
+class Task:
+    """One task: its facts (class attributes) and what it derives from a run config (methods)."""
+
+    name: ClassVar[str]            # the config's ``task:`` value
+    title: ClassVar[str]           # for people: "language modelling"
+    section: ClassVar[str]         # the RunConfig section that holds the model: ``model`` / ``gp``
+    unit: ClassVar[str]            # what the budget counts: ``tokens`` / ``examples``
+    metric: ClassVar[str]          # headline metric (lower is better): ``ppl`` / ``rmse``
+    lower_is_better: ClassVar[bool] = True
+    sized: ClassVar[bool]          # sweeps list model sizes (``axes.size``), defined per scale
+    prepared_data: ClassVar[bool]  # data is a corpus prepared ahead (False: generated when trained)
+    #: Validation metrics worth quoting for a run that did not finish, best first.
+    val_metrics: ClassVar[tuple[str, ...]]
+    test_metric_at_steps: ClassVar[str]   # test metric against test-time recursion steps
+    seen_metric: ClassVar[str]            # train/tokens or train/examples
+    rate_metric: ClassVar[str]            # train/tokens_per_s or train/examples_per_s
+
+    @property
+    def val_metric(self) -> str:
+        return f"val/{self.metric}"
+
+    @property
+    def test_metric(self) -> str:
+        return f"test/{self.metric}"
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}: {self.title}>"
+
+    # -- the config ------------------------------------------------------------------------------
+    def model_config(self, cfg: "RunConfig") -> Any:
+        return getattr(cfg, self.section)
+
+    def seq_len(self, cfg: "RunConfig") -> int:
+        """Tokens per training sequence (a task without sequences: 1, one example)."""
+        raise NotImplementedError
+
+    def budget_parameters(self, cfg: "RunConfig") -> int:
+        """Parameters the Chinchilla budget counts."""
+        raise NotImplementedError
+
+    # -- names and descriptions ------------------------------------------------------------------
+    def model_kind(self, cfg: "RunConfig") -> str:
+        raise NotImplementedError
+
+    def default_group(self, cfg: "RunConfig") -> str:
+        """A run's group (variant family) where its sweep file names none."""
+        raise NotImplementedError
+
+    def size_label(self, cfg: "RunConfig") -> str:
+        raise NotImplementedError
+
+    def run_name(self, cfg: "RunConfig") -> str:
+        raise NotImplementedError
+
+    def describe(self, cfg: "RunConfig", params: int | None = None) -> str:
+        """What the run trains, in a sentence (without the budget)."""
+        raise NotImplementedError
+
+    def corpus_name(self, cfg: "RunConfig") -> str:
+        raise NotImplementedError
+
+    def corpus_label(self, cfg: "RunConfig") -> str:
+        """``source:name`` of the data, as the report's ``corpus`` column shows it."""
+        raise NotImplementedError
+
+    def budget_of(self, cfg: "RunConfig") -> str:
+        """`` of <corpus>`` after the budget in a description ('' where the data is generated)."""
+        return ""
+
+    def dataset_source(self, cfg: "RunConfig"):
+        """The MLflow dataset source of the run's data."""
+        raise NotImplementedError
+
+    def table_fields(self, cfg: "RunConfig", group: str) -> dict[str, Any]:
+        """The report table's columns derived from the config (where the sweep's axes do not say):
+        family, T, precond, eta, kernel, x0, corpus, score_only."""
+        raise NotImplementedError
+
+    # -- training ----------------------------------------------------------------------------------
+    def load_data(self, cfg: "RunConfig", plan) -> TaskData:
+        """The run's three splits (``plan``: its :class:`cemlab.train.plan.TrainPlan`)."""
+        raise NotImplementedError
+
+    def build(self, cfg: "RunConfig"):
+        """The training-time task object (model, loss, metrics; :mod:`cemlab.train.tasks`)."""
+        raise NotImplementedError

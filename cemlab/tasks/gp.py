@@ -1,0 +1,110 @@
+"""GP regression (paper Table 3): the recursive CEM MLP regressor (``gp:`` section) on data drawn
+from a Gaussian process; the metric is RMSE, the budget counts examples, the data is generated."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from cemlab.tasks.base import Task, TaskData, format_lr
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cemlab.config import RunConfig
+
+
+@functools.lru_cache(maxsize=1024)
+def _count_parameters(config_json: str) -> int:
+    """Cached by the GP config's JSON (built on the meta device: no memory)."""
+    import torch
+
+    from cemlab.gp.config import GPConfig
+    from cemlab.models.gp import build_gp_model, count_parameters
+
+    with torch.device("meta"):
+        return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
+
+
+class GPRegression(Task):
+    name = "gp"
+    title = "GP regression"
+    section = "gp"
+    unit = "examples"
+    metric = "rmse"
+    sized = False
+    prepared_data = False
+    val_metrics = (schema.VAL_RMSE,)
+    test_metric_at_steps = schema.TEST_RMSE_AT_STEPS
+    seen_metric = schema.EXAMPLES_SEEN
+    rate_metric = schema.EXAMPLES_PER_S
+
+    # -- the config ------------------------------------------------------------------------------
+    def seq_len(self, cfg: "RunConfig") -> int:
+        return 1  # one example
+
+    def budget_parameters(self, cfg: "RunConfig") -> int:
+        """The regressor's own parameters."""
+        return _count_parameters(cfg.gp.model_dump_json())
+
+    # -- names and descriptions ------------------------------------------------------------------
+    def model_kind(self, cfg: "RunConfig") -> str:
+        return "gp-cem"
+
+    def default_group(self, cfg: "RunConfig") -> str:
+        return "gp"
+
+    def size_label(self, cfg: "RunConfig") -> str:
+        gp = cfg.gp
+        return f"d{gp.latent_dim}" + (f"x{gp.n_layers}" if gp.n_layers > 1 else "")
+
+    def run_name(self, cfg: "RunConfig") -> str:
+        """E.g. ``gp rbf T2 dplr d64 lr1e-3``: kernel, steps, preconditioner, size, learning rate,
+        the data seed and the training seed when they are not 0."""
+        gp, t = cfg.gp, cfg.train
+        parts = ["gp", gp.kernel, f"T{gp.steps}"]
+        if gp.precond != "none":
+            parts.append(gp.precond)
+        parts += [self.size_label(cfg), f"lr{format_lr(t.lr)}"]
+        if gp.seed:
+            parts.append(f"data{gp.seed}")
+        if t.seed:
+            parts.append(f"s{t.seed}")
+        return " ".join(parts)
+
+    def describe(self, cfg: "RunConfig", params: int | None = None) -> str:
+        gp = cfg.gp
+        return (f"GP regression with a {gp.kernel}-kernel CEM regressor ({self.size_label(cfg)}, T={gp.steps}, "
+                f"preconditioner {gp.precond})")
+
+    def corpus_name(self, cfg: "RunConfig") -> str:
+        return f"gp-{cfg.gp.kernel}"
+
+    def corpus_label(self, cfg: "RunConfig") -> str:
+        return f"gp:{cfg.gp.kernel}"
+
+    def dataset_source(self, cfg: "RunConfig"):
+        """The generator and its settings (the data is drawn, not read)."""
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+
+        return CodeDatasetSource({"generator": "cemlab.gp.make_gp_data", "kernel": cfg.gp.kernel,
+                                  "seed": str(cfg.gp.seed)})
+
+    def table_fields(self, cfg: "RunConfig", group: str) -> dict[str, Any]:
+        gp = cfg.gp
+        return {"family": "gp", "T": int(gp.steps), "precond": str(gp.precond), "eta": str(gp.eta),
+                "kernel": str(gp.kernel), "x0": "", "corpus": self.corpus_label(cfg), "score_only": False}
+
+    # -- training ----------------------------------------------------------------------------------
+    def load_data(self, cfg: "RunConfig", plan) -> TaskData:
+        """Draw the GP data (cached by its settings)."""
+        from cemlab.gp import make_gp_data
+        from cemlab.gp.data import TensorPairs
+
+        d = make_gp_data(cfg.gp)
+        return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
+                        TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
+
+    def build(self, cfg: "RunConfig"):
+        from cemlab.train.tasks import GPTask
+
+        return GPTask(cfg)

@@ -1,0 +1,232 @@
+"""Language modelling: a causal LM (``model:`` section) trained on a tokenised corpus; the metric
+is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cemlab.tasks.base import Task, TaskData, format_eta, format_lr
+from cemlab.tracking import schema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cemlab.config import RunConfig
+
+#: Model dimensions that make a size, with their short labels (``d128 L3``).
+SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))
+
+
+def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int) -> str:
+    if kind == "cem":  # eta: a number, "1/T" or "learned" (the step-size modes)
+        text = f"CEM (T={steps}, η={eta if isinstance(eta, str) else format(eta, 'g')}, preconditioner {precond})"
+    else:
+        text = "Llama"
+    return text + (f", reused {reuse}x" if reuse > 1 else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_parameters(config_json: str) -> int:
+    """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
+    building each on the meta device costs tens of milliseconds."""
+    import torch
+
+    from cemlab.config import ModelConfig
+    from cemlab.models import build_model, count_parameters
+
+    with torch.device("meta"):
+        return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
+
+
+class LanguageModelling(Task):
+    name = "lm"
+    title = "language modelling"
+    section = "model"
+    unit = "tokens"
+    metric = "ppl"
+    sized = True
+    prepared_data = True
+    val_metrics = (schema.VAL_PPL, schema.VAL_LOSS)
+    test_metric_at_steps = schema.TEST_PPL_AT_STEPS
+    seen_metric = schema.TOKENS_SEEN
+    rate_metric = schema.TOKENS_PER_S
+
+    # -- the config ------------------------------------------------------------------------------
+    def seq_len(self, cfg: "RunConfig") -> int:
+        """Packed sequence length: ``data.seq_len`` or the model's context."""
+        from cemlab.config import ConfigError
+
+        seq_len = cfg.data.seq_len or cfg.model.context_length
+        if seq_len > cfg.model.context_length:
+            raise ConfigError(
+                f"data.seq_len={seq_len} exceeds model.context_length={cfg.model.context_length}; "
+                f"lower data.seq_len or raise model.context_length"
+            )
+        return seq_len
+
+    def budget_parameters(self, cfg: "RunConfig") -> int:
+        """The matched Llama baseline's parameters, counted on the meta device (no memory), so that
+        a CEM variant trains on exactly the tokens of its baseline."""
+        return _count_parameters(cfg.model.matched_baseline().model_dump_json(exclude={"name"}))
+
+    # -- names and descriptions ------------------------------------------------------------------
+    def model_kind(self, cfg: "RunConfig") -> str:
+        return cfg.model.kind
+
+    def default_group(self, cfg: "RunConfig") -> str:
+        return cfg.model.kind
+
+    def size_label(self, cfg: "RunConfig") -> str:
+        """The preset name (``86m``, ``tiny``) while the model has that preset's dimensions;
+        otherwise the dimensions that differ from it (``d128 L3``), or all of them without a preset
+        (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
+        from cemlab.config import PRESETS
+
+        m = cfg.model
+        preset = PRESETS.get(m.name) if m.name else None
+        if m.name and preset is None:
+            return m.name  # a size name of a sweep scale (its dimensions are that scale's)
+        differ = [(f, short) for f, short in SIZE_DIMS if preset is None or getattr(m, f) != preset[f]]
+        if not differ:
+            return m.name
+        return " ".join(f"{short}{getattr(m, f)}" for f, short in differ)
+
+    def run_name(self, cfg: "RunConfig") -> str:
+        """E.g. ``cem-attn T2 dplr 86m lr2e-3``: the model kind; for CEM sublayers the recursion
+        steps (``T2``, or ``Ta2 Tm1`` when attention and MLP differ), the preconditioner, the KQ
+        diagonal, plain reuse (``reuse2``) and parameter matching (``pm``); the size; the learning
+        rate; the seed when it is not 0."""
+        m, t = cfg.model, cfg.train
+        parts = [m.kind]
+        steps = {}
+        if m.attention == "cem":
+            steps["a"] = m.attn_steps
+        if m.mlp == "cem":
+            steps["m"] = m.mlp_steps
+        if len(set(steps.values())) == 1:
+            parts.append(f"T{next(iter(steps.values()))}")
+        elif steps:
+            parts.append(" ".join(f"T{k}{v}" for k, v in steps.items()))
+        precs = {p for p, used in ((m.attn_precond, m.attention == "cem"), (m.mlp_precond, m.mlp == "cem")) if used}
+        precs.discard("none")
+        parts += sorted(precs)
+        if m.kq_diagonal != "none":
+            parts.append(f"kq-{m.kq_diagonal}")
+        if m.exact_energy_gradient:
+            parts.append("exact")
+        reuse = max(m.attn_reuse, m.mlp_reuse)
+        if reuse > 1:
+            parts.append(f"reuse{reuse}")
+        if m.mlp_param_matched:
+            parts.append("pm")
+        parts += [self.size_label(cfg), f"lr{format_lr(t.lr)}"]
+        if t.seed:
+            parts.append(f"s{t.seed}")
+        return " ".join(parts)
+
+    def describe(self, cfg: "RunConfig", params: int | None = None) -> str:
+        m = cfg.model
+        what = (f"A {self.model_kind(cfg)} language model, size {self.size_label(cfg)} (d_model {m.d_model}, "
+                f"{m.n_layers} layers, {m.n_heads} heads{f', {params / 1e6:.3g}M parameters' if params else ''}); "
+                "attention: " + _sublayer(m.attention, m.attn_steps, m.attn_eta, m.attn_precond, m.attn_reuse)
+                + "; MLP: " + _sublayer(m.mlp, m.mlp_steps, m.mlp_eta, m.mlp_precond, m.mlp_reuse))
+        if m.kq_diagonal != "none":
+            what += f"; KQ diagonal {m.kq_diagonal}"
+        return what
+
+    def budget_of(self, cfg: "RunConfig") -> str:
+        d = cfg.data
+        return f" of {d.source if d.source != 'hf' else d.hf_dataset}"
+
+    def corpus_name(self, cfg: "RunConfig") -> str:
+        d = cfg.data
+        if d.source == "hf":
+            return Path(d.hf_dataset).name or d.hf_dataset
+        if d.source == "text":
+            return Path(d.path or "text").name
+        return "stdlib"
+
+    def corpus_label(self, cfg: "RunConfig") -> str:
+        d = cfg.data
+        name = {"hf": d.hf_dataset, "text": d.path}.get(d.source) or getattr(d, "text_package", None)
+        return f"{d.source}:{name}" if name else str(d.source)
+
+    def dataset_source(self, cfg: "RunConfig"):
+        """A local corpus folder, the standard library's sources, or a Hugging Face dataset."""
+        d = cfg.data
+        if d.source == "hf" and not Path(d.hf_dataset).exists():
+            from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+
+            return HuggingFaceDatasetSource(path=d.hf_dataset, config_name=d.hf_config, split=d.hf_split)
+        if d.source == "stdlib":
+            from cemlab.data.corpus import stdlib_root
+
+            path = str(stdlib_root())
+        else:
+            path = d.path if d.source == "text" else d.hf_dataset
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local one
+            warnings.simplefilter("ignore")
+            return resolve_dataset_source(os.path.abspath(path))
+
+    def table_fields(self, cfg: "RunConfig", group: str) -> dict[str, Any]:
+        m = cfg.model
+        return {"family": _family(m, group), "T": _derived_T(m, group), "precond": _derived_precond(m),
+                "eta": "/".join(dict.fromkeys(format_eta(e) for e, kind in ((m.attn_eta, m.attention),
+                                                                            (m.mlp_eta, m.mlp)) if kind == "cem")),
+                "kernel": "", "x0": str(getattr(m, "cem_x0", "h")), "corpus": self.corpus_label(cfg),
+                # Algorithm 1's KQ diagonal in the scores only: the attention step is not the energy's gradient
+                "score_only": bool(m.attention == "cem" and m.kq_diagonal != "none" and not m.exact_energy_gradient)}
+
+    # -- training ----------------------------------------------------------------------------------
+    def load_data(self, cfg: "RunConfig", plan) -> TaskData:
+        """Tokenised and cached corpus splits, packed into sequences of ``plan.seq_len``."""
+        from cemlab.data import PackedDataset, prepare_data
+
+        min_tokens = plan.tokens if cfg.data.source == "hf" else None
+        bundle = prepare_data(cfg.data, cfg.model.vocab_size, plan.seq_len, min_train_tokens=min_tokens)
+        return TaskData(
+            PackedDataset(bundle.train, plan.seq_len), PackedDataset(bundle.val, plan.seq_len),
+            PackedDataset(bundle.test, plan.seq_len), stats=dict(bundle.stats), vocab_size=cfg.model.vocab_size,
+            train_stream=bundle.train, test_stream=bundle.test,
+        )
+
+    def build(self, cfg: "RunConfig"):
+        from cemlab.train.tasks import LanguageModelTask
+
+        return LanguageModelTask(cfg)
+
+
+def _family(m, group: str) -> str:
+    """The model family figures and claims select on (sweep files may name their groups freely,
+    e.g. ``cem-mlp-pm``): ``reuse-attn``/``reuse-mlp`` (plain reuse; at T=1 the config is Llama's,
+    so the group tells), else ``llama``, ``cem-attn``, ``cem-mlp``, ``cem``."""
+    if m.kind == "llama":
+        if m.attn_reuse > 1 or (group.startswith("reuse") and "attn" in group):
+            return "reuse-attn"
+        if m.mlp_reuse > 1 or group.startswith("reuse"):
+            return "reuse-mlp"
+    return m.kind
+
+
+def _derived_T(m, group: str) -> int:
+    if group.startswith("reuse"):
+        return max(m.attn_reuse, m.mlp_reuse)
+    if m.attention == "cem" and m.mlp != "cem":
+        return m.attn_steps
+    if m.mlp == "cem" and m.attention != "cem":
+        return m.mlp_steps
+    return max(m.attn_steps, m.mlp_steps, m.attn_reuse, m.mlp_reuse)
+
+
+def _derived_precond(m) -> str:
+    if m.attention == "cem" and m.mlp == "cem":
+        return m.attn_precond if m.attn_precond == m.mlp_precond else f"{m.attn_precond}/{m.mlp_precond}"
+    if m.attention == "cem":
+        return m.attn_precond
+    if m.mlp == "cem":
+        return m.mlp_precond
+    return "none"
