@@ -5,9 +5,14 @@ This is what ``cemlab train`` calls and what the sweep runner calls inside a Ray
     result = train(cfg, tracking_uri=url, parent_run_id=parent, report=tune_report, resume=True)
     result.status          # "finished" or "diverged" (a result, not an error)
 
-Flow: plan (budget, steps) -> data (tokenised and cached; bad input fails here, before anything is
-logged) -> model (seeded) -> MLflow run (created, or reopened when resuming) -> Lightning ``fit``
--> test metrics, test-time recursion curve, energy traces -> terminal status.
+Steps, one function each, in the order ``train`` calls them: :func:`resolve_config` (config, run
+name, task, ranks, devices, plan) -> data (the task's ``load_data``: tokenised and cached, or
+drawn; bad input fails here, before anything is logged) -> :func:`build_model` (seeded) ->
+:func:`decide_start` (reuse / record / resume / afresh) -> :func:`open_logger` (the MLflow run,
+created or reopened, and ``state.json``) -> :func:`make_run_callback` -> :func:`set_up_trainer`
+-> :func:`fit` (Lightning) -> :func:`test` (test metrics, test-time recursion curve, energy traces)
+-> :func:`record` (result, terminal status). A divergence ends in :func:`record_divergence`, an
+error or an interruption in :func:`mark_stopped`.
 
 Resuming (``resume=True``): the checkpoint folder of the config (``train.checkpoint_dir`` or
 ``<runs>/checkpoints/<config hash>``) holds ``last.ckpt`` and ``state.json``. A run that is still
@@ -34,13 +39,6 @@ Ray has set up the process group (gloo on CPU, NCCL on GPU) and ``RANK``/``WORLD
 ``LOCAL_RANK``, and Lightning trains with Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``.
 Either way the data order and gradient accumulation make an optimizer step see the same
 ``train.batch_size`` sequences as one process would (``cemlab.train.data``).
-
-Steps, one function each, in the order ``train`` calls them: :func:`resolve_config` (config, run
-name, task, ranks, devices, plan) -> data (the task's ``load_data``) -> :func:`build_model` (seeded) ->
-:func:`decide_start` (reuse / record / resume / afresh) -> :func:`open_logger` (the MLflow run and
-``state.json``) -> :func:`make_run_callback` -> :func:`set_up_trainer` -> :func:`fit` ->
-:func:`test` -> :func:`record`; a divergence ends in :func:`record_divergence`, an error or an
-interruption in :func:`mark_stopped`.
 
 torch, Lightning and MLflow are imported at the top: this module is imported only to train
 (``cemlab train --dry-run`` plans with ``cemlab.train.plan.describe`` without them).
@@ -165,7 +163,7 @@ class Start:
 
 
 @dataclass
-class Logger:
+class RunLogger:
     """The MLflow side of the run on global rank zero (on other ranks ``client`` is None and
     :meth:`finish` does nothing) and the ``state.json`` content the checkpoints update."""
 
@@ -253,11 +251,11 @@ def decide_start(run: Run, resume: bool) -> Start | RunResult:
     return Start(folder, state, decision, ckpt_path)
 
 
-def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> Logger:
+def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> RunLogger:
     """On rank zero: reopen the MLflow run being resumed, or create one; write ``state.json``;
     start the system metrics. Other ranks log nothing."""
     if not run.zero:
-        return Logger(state=start.state or {})
+        return RunLogger(state=start.state or {})
     uri = resolve_tracking_uri(run.tracking_uri)
     client = store.get_client(uri)
     keep_local = functools.partial(dc.append_metrics, start.folder)  # the history, kept beside the checkpoint
@@ -281,10 +279,10 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> Logger:
     log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", run.name, run.task.name,
              f"{model.params:,}", run.task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size,
              plan.seq_len, f", resuming from {start.ckpt_path}" if start.resumed else "", run_id)
-    return Logger(state, client, uri, run_id, metrics, monitor)
+    return RunLogger(state, client, uri, run_id, metrics, monitor)
 
 
-def make_run_callback(run: Run, model: Model, data: TaskData, start: Start, logger: Logger,
+def make_run_callback(run: Run, model: Model, data: TaskData, start: Start, logger: RunLogger,
                       report: Callable[[dict[str, float]], None] | None) -> RunCallback:
     """The callback that logs step metrics, validates, reports and checkpoints (``cemlab.train.callbacks``)."""
     runtime, plan = model.runtime, run.plan
@@ -319,12 +317,13 @@ def fit(trainer, module: CEMLabModule, loader: DataLoader, start: Start) -> None
 
 
 def test(run: Run, model: Model, data: TaskData, trainer, module: CEMLabModule, callback: RunCallback,
-         logger: Logger) -> dict[int, float]:
+         logger: RunLogger) -> dict[int, float]:
     """Test metrics, the test-time recursion curve (returned) and the energy traces, logged; an error
     here marks the MLflow run failed."""
     runtime = model.runtime
     try:
-        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan, callback.energy_batch,
+        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan,
+                                                 callback.energy_batch,
                                                  test_recursion_list(run.cfg, runtime.recursion_T()))
         if logger.metrics is not None:
             _log_test(logger.metrics, run.task, runtime, final, curve, traces, trainer.global_step)
@@ -335,8 +334,9 @@ def test(run: Run, model: Model, data: TaskData, trainer, module: CEMLabModule, 
     return curve
 
 
-def record(run: Run, model: Model, start: Start, logger: Logger, callback: RunCallback, trainer,
-           module: CEMLabModule, curve: dict[int, float], report: Callable[[dict[str, float]], None] | None) -> RunResult:
+def record(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback, trainer,
+           module: CEMLabModule, curve: dict[int, float],
+           report: Callable[[dict[str, float]], None] | None) -> RunResult:
     """The final model (when logged), the result, the finished MLflow run and ``state.json``; the
     last report."""
     if run.zero and conventions.log_model_enabled(run.cfg):
@@ -355,7 +355,7 @@ def record(run: Run, model: Model, start: Start, logger: Logger, callback: RunCa
     return result
 
 
-def record_divergence(run: Run, model: Model, start: Start, logger: Logger, callback: RunCallback,
+def record_divergence(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback,
                       e: Diverged) -> RunResult:
     """A NaN/inf loss at step ``e.step``: the run ends diverged, keeping what it logged."""
     result = _result(run, model, start, logger, callback, schema.STATUS_DIVERGED, e.step - 1, diverged_step=e.step)
@@ -366,7 +366,7 @@ def record_divergence(run: Run, model: Model, start: Start, logger: Logger, call
     return result
 
 
-def mark_stopped(run: Run, logger: Logger, e: BaseException) -> KeyboardInterrupt | None:
+def mark_stopped(run: Run, logger: RunLogger, e: BaseException) -> KeyboardInterrupt | None:
     """End the MLflow run interrupted (Ctrl-C, SIGTERM: returns the ``KeyboardInterrupt`` to raise,
     the run is resumable) or failed (returns None: the error propagates)."""
     if isinstance(e, (KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into SystemExit(1)
@@ -424,7 +424,7 @@ def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run
     metrics.flush()
 
 
-def _result(run: Run, model: Model, start: Start, logger: Logger, callback: RunCallback, status: str, steps: int,
+def _result(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback, status: str, steps: int,
             **extra) -> RunResult:
     return RunResult(
         status=status, config_hash=run.config_hash, run_name=run.name, run_id=logger.run_id, tracking_uri=logger.uri,
