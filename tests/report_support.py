@@ -1,8 +1,9 @@
 """Helpers for the report tests: a small sweep folder and a real MLflow store with crafted runs.
 
-The sweep files use the paper's sweep names (so the claims find them) at a ``smoke`` scale of two
-made-up sizes; the runs are written with ``MlflowClient`` exactly as the sweep runner names them
-(``cemlab.tracking.schema``), with metric values the tests choose.
+The sweep files use the paper's sweep names and list the figures and claims of the project's files
+of the same name, at a ``smoke`` scale of two made-up sizes; the runs are written with
+``MlflowClient`` exactly as the sweep runner names them (``cemlab.tracking.schema``), with metric
+values the tests choose.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ smoke:
 SWEEPS = {
     "attention_replacement": """\
 figure: "Fig 2a"
+figures: [fig2a]
+claims: [attn-small-cost, mlp-loses-more]
 axes: {size: [s1, s2], seed: [0, 1, 2]}
 variants:
   - {group: llama, label: llama}
@@ -35,6 +38,8 @@ variants:
 """,
     "mlp_replacement": """\
 figure: "Fig 2b"
+figures: [fig2b]
+claims: [mlp-loses-more, param-matching-recovers]
 axes: {size: [s1, s2], seed: [0, 1, 2]}
 variants:
   - {group: llama, label: llama}
@@ -43,6 +48,8 @@ variants:
 """,
     "recursion_ablation": """\
 figure: "Fig 2c+2d"
+figures: [fig2c, fig2d]
+claims: [t2-beats-t1, precond-t2-not-t1, cem-attn-t2-beats-llama, test-time-recursion]
 axes: {size: [s1], seed: [0, 1, 2]}
 variants:
   - {group: llama, label: llama}
@@ -57,6 +64,8 @@ variants:
 """,
     "lr_sweep": """\
 figure: "Fig 3a"
+figures: [fig3a]
+claims: [full-cem-matches-llama, full-cem-higher-lr]
 axes: {size: [s1], lr: [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3], seed: [0, 1]}
 variants:
   - {group: llama, label: llama}
@@ -67,6 +76,8 @@ variants:
 """,
     "kq_diagonal": """\
 figure: "Fig 3b"
+figures: [fig3b]
+claims: [kq-diagonal-matters, shared-close-to-per-head]
 axes: {size: [s1], seed: [0, 1, 2]}
 variants:
   - group: cem-attn
@@ -76,6 +87,8 @@ variants:
 """,
     "reuse_vs_recursion_mlp": """\
 figure: "Fig 3c"
+figures: [fig3c]
+claims: [reuse-vs-recursion-mlp]
 axes: {size: [s1], seed: [0, 1, 2]}
 variants:
   - {group: reuse-mlp, label: "reuse T{T}", set: {model.mlp_reuse: "{T}"}, axes: {T: [1, 2]}}
@@ -87,6 +100,8 @@ variants:
 """,
     "gp_recursion": """\
 figure: "Table 3"
+figures: [table3]
+claims: [gp-t2-beats-t1, gp-not-monotonic]
 task: gp
 axes: {seed: [0, 1]}
 variants:

@@ -10,8 +10,8 @@ import csv
 import pytest
 
 from cemlab.bench import layers
-from cemlab.config import ModelConfig
 from cemlab.models import build_model, count_parameters, flops_per_token
+from cemlab.models.config import ModelConfig
 
 
 @pytest.fixture(scope="module")

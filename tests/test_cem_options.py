@@ -15,10 +15,10 @@ import math
 import pytest
 import torch
 
-from cemlab.config import ModelConfig
 from cemlab.models import build_model
 from cemlab.models.cem import CEMAttention, CEMMLP
 from cemlab.models.common import Positions
+from cemlab.models.config import ModelConfig
 
 
 def _cfg(**kw) -> ModelConfig:

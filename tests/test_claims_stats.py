@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from cemlab.report import claims
+from cemlab.report import claims, verdicts
 from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED, Interval, combine, judge,
                                  t_interval)
 from cemlab.report.table import aggregate
@@ -69,13 +69,13 @@ def _trials(values: dict[tuple[int, str], list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _verdicts(values) -> dict[str, claims.Verdict]:
+def _verdicts(values, sweeps: dict[str, list[str]] | None = None) -> dict[str, verdicts.Verdict]:
     trials = _trials(values)
     cells = aggregate(trials)
     empty = pd.DataFrame(columns=cells.columns)
-    out = claims.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
-                          lambda s: cells if s == "recursion_ablation" else empty, "tiny",
-                          lambda s: trials if s == "recursion_ablation" else trials.iloc[:0])
+    out = verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
+                            lambda s: cells if s == "recursion_ablation" else empty, "tiny",
+                            lambda s: trials if s == "recursion_ablation" else trials.iloc[:0], sweeps=sweeps)
     return {v.condition: v for v in out}
 
 
@@ -111,7 +111,17 @@ def test_one_seed_shows_its_numbers_but_is_inconclusive():
 
 
 def test_claims_csv_has_the_columns_scripts_read():
-    frame = claims.verdict_frame(list(_verdicts({(1, "1"): [30.0, 31.0], (2, "1"): [29.0, 30.5]}).values()))
+    frame = verdicts.verdict_frame(list(_verdicts({(1, "1"): [30.0, 31.0], (2, "1"): [29.0, 30.5]}).values()))
     assert {"effect", "ci_low", "ci_high", "n_seeds", "tokens_per_param", "steps", "corpus", "paper_regime",
             "condition"} <= set(frame.columns)
     assert set(frame["verdict"]) <= {SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH}
+
+
+def test_a_claim_reads_only_the_sweeps_whose_files_list_it():
+    values = {(1, "1"): [30.0, 31.0, 29.5], (2, "1"): [29.0, 30.1, 28.7]}
+    listed = _verdicts(values, {"t2-beats-t1": ["recursion_ablation"]})["eta=1"]
+    assert listed.verdict == SUPPORTED and listed.sweeps == ["recursion_ablation"]
+    assert verdicts.verdict_frame([listed])["sweeps"].tolist() == ["recursion_ablation"]
+    # the same runs, but no sweep file lists the claim: its rule finds no cells
+    (unlisted,) = _verdicts(values, {"t2-beats-t1": []}).values()
+    assert unlisted.verdict == NOT_ENOUGH and unlisted.sweeps == [] and unlisted.numbers == ""

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from scipy.special import spence
 
-from cemlab.config import ModelConfig
 from cemlab.models.cem import CEMAttention, CEMMLP
 from cemlab.models.common import Positions, causal_alibi, alibi_slopes
+from cemlab.models.config import ModelConfig
 
 
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import cemlab.models.cem as cem
-from cemlab.config import ModelConfig
 from cemlab.models import build_model
+from cemlab.models.config import ModelConfig
 
 NANO = dict(d_model=32, n_layers=1, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 

@@ -222,6 +222,30 @@ def test_bad_config_names_the_field(kwargs, field):
     assert field in str(e.value)
 
 
+def test_gp_section_is_the_data_draw_then_the_regressor():
+    """The ``gp:`` section keeps its keys in their order (they are listed in error messages and in
+    the config written with every run): the data draw's, then the regressor's, ``n_inputs`` once."""
+    from cemlab.gp.config import GPDataConfig
+    from cemlab.models.config import GPRegressorConfig
+
+    keys = list(GPConfig.model_fields)
+    assert keys == ["kernel", "n_inputs", "n_train", "n_val", "n_test", "signal_std", "noise_std", "lengthscale",
+                    "lengthscale_ratio", "jitter", "seed", "latent_dim", "hidden_dim", "n_layers", "steps", "eta",
+                    "precond", "precond_rank", "norm_eps", "init_std"]
+    assert keys == list(GPDataConfig.model_fields) + list(GPRegressorConfig.model_fields)[1:]
+    assert list(GPConfig.DATA_FIELDS) == list(GPDataConfig.model_fields)
+    # The regressor builds from its own config, and from the whole section alike.
+    reg = GPRegressorConfig(n_inputs=3, latent_dim=8, steps=2)
+    whole = GPConfig(n_inputs=3, latent_dim=8, steps=2, n_train=50)
+    torch.manual_seed(0)
+    a = GPRegressor(reg)
+    torch.manual_seed(0)
+    b = GPRegressor(whole)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(a(x), b(x))
+    assert flops_per_example(reg) == flops_per_example(whole)
+
+
 def test_cholesky_retries_with_more_jitter_then_fails_clearly():
     # Slightly indefinite (smallest eigenvalue -1e-5): fixed by a larger jitter, which is reported.
     q, _ = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))

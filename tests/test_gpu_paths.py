@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cemlab.config import ModelConfig
 from cemlab.models import build_model, flops_per_token
+from cemlab.models.config import ModelConfig
 
 NANO = dict(d_model=32, n_layers=2, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 

@@ -7,8 +7,9 @@ import torch
 from pydantic import ValidationError
 from torch.utils.flop_counter import FlopCounterMode
 
-from cemlab.config import ConfigError, ModelConfig, load_run_config
+from cemlab.config import ConfigError, load_run_config
 from cemlab.models import build_model, count_parameters, flops_per_token
+from cemlab.models.config import ModelConfig
 
 NANO = dict(d_model=32, n_layers=2, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 
@@ -273,3 +274,26 @@ def test_bad_config_through_yaml_names_the_path(tmp_path):
         load_run_config(None, ["model.preset=999m"])
     with pytest.raises(ValueError, match="unknown model preset"):
         ModelConfig.preset("999m")
+
+
+def test_model_library_imports_nothing_from_other_cemlab_packages_or_the_stack():
+    """``cemlab/models`` is a self-contained library: every import in it, function-level ones
+    included, is the standard library, torch, numpy, pydantic, transformers or ``cemlab.models``."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import cemlab.models
+
+    allowed = {"torch", "numpy", "pydantic", "transformers"}
+    found = {}
+    for path in sorted(Path(cemlab.models.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                top = name.split(".")[0]
+                if name.startswith("cemlab.models") or top in allowed or top in sys.stdlib_module_names:
+                    continue
+                found.setdefault(path.name, []).append(name)
+    assert not found, f"cemlab/models imports outside the model library: {found}"

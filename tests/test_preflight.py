@@ -100,8 +100,7 @@ def test_probe_store_names_dead_stores_and_passes_a_new_sqlite_file(tmp_path, mo
     server): a sqlite file yet to be created passes, its missing folder does not; a closed port,
     a database port nothing listens on and a server that never answers fail within the timeout
     with the URI in the message."""
-    from cemlab.tracking.server import probe_store
-    from cemlab.tracking.store import StoreError
+    from cemlab.tracking.store import StoreError, probe_store
 
     probe_store(f"sqlite:///{tmp_path}/fresh.db")   # the embedded store: created on first use
     with pytest.raises(StoreError, match="does not exist"):

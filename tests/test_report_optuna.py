@@ -26,6 +26,8 @@ from cemlab.tracking import schema  # noqa: E402
 
 OPTUNA_LR_SWEEP = """\
 figure: "Fig 3a"
+figures: [fig3a]
+claims: [full-cem-matches-llama, full-cem-higher-lr]
 axes: {size: [s1, s2], seed: [0]}
 variants:
   - {group: llama, label: llama}
@@ -42,6 +44,7 @@ optuna:
 # what the searched ones are compared with.
 GRID_SWEEP = """\
 figure: "Fig 3a"
+figures: [fig3a]
 axes: {size: [s1], lr: [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3], seed: [0]}
 variants:
   - {group: llama, label: llama}

@@ -93,3 +93,35 @@ def test_plan_lists_every_sweep_and_marks_a_broken_one(capsys, monkeypatch, tmp_
         assert str(rows) in line.split(), line
     assert "aaa_broken" in out.out
     assert "learning rates must be > 0" in " ".join(text.split())   # the broken file's own error
+
+
+def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
+    """The ids a sweep file's ``figures:``/``claims:`` are checked against (``cemlab.paper``) are
+    the report's figure builders and claims, in page order; loading every sweep file imports
+    neither the report nor matplotlib; every claim is listed by some sweep, a claim's own sweep
+    first (mlp-loses-more compares the MLP sweep with the attention sweep)."""
+    import subprocess
+    import sys
+
+    from cemlab import paper
+    from cemlab.report.build import SweepGrids
+    from cemlab.report.claims import CLAIMS
+    from cemlab.report.figures import PAPER_FIGURES
+
+    assert [(f.__module__, f.__name__) for f in PAPER_FIGURES.values()] == \
+        [("cemlab.report.paper_figures", fid) for fid in paper.FIGURES]
+    assert [c.id for c in CLAIMS] == list(paper.CLAIMS)
+    code = ("import sys; from cemlab.sweeps.spec import list_sweeps, load_sweep; "
+            "specs = [load_sweep(n) for n in list_sweeps()]; "
+            "print(sum(len(s.figures) + len(s.claims) for s in specs), "
+            "sorted(m for m in sys.modules if m.startswith(('matplotlib', 'cemlab.report'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "CEMLAB_SWEEPS_DIR": str(REPO_SWEEPS)}).stdout.split(" ", 1)
+    listed = sum(len(d.get("figures") or []) + len(d.get("claims") or [])
+                 for d in (yaml.safe_load(p.read_text()) for p in SWEEP_FILES))
+    assert int(out[0]) == listed > 0 and out[1].strip() == "[]", out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+        sweeps_of = SweepGrids().claim_sweeps()
+    assert set(sweeps_of) == set(paper.CLAIMS)
+    assert sweeps_of["mlp-loses-more"] == ["mlp_replacement", "attention_replacement"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.config import ModelConfig, RunConfig
+from cemlab.config import RunConfig
+from cemlab.models.config import ModelConfig
 from cemlab.sweeps.spec import SweepError, Trial, list_sweeps, load_scales, load_sweep, sweeps_dir
 from cemlab.tracking import schema
 
@@ -259,6 +260,12 @@ BROKEN = {
                      ["axes.size", "GP sweep has no model sizes"]),
     "gp_bad_setting": ("figure: x\ntask: gp\nvariants: [{group: g, label: g, set: {gp.kernel: matern}}]\n",
                        ["gp.kernel", "'rbf' or 'gibbs'", "gp.kernel is set in"]),
+    "unknown_figure_id": (GOOD_HEAD + "figures: [fig2a, fig2e]\n" + LLAMA,
+                          ["figures", "unknown figure id 'fig2e'", "did you mean", "fig2a, fig2b, fig2c", "table3"]),
+    "unknown_claim_id": (GOOD_HEAD + "claims: [t2-beats-t3]\n" + LLAMA,
+                         ["claims", "unknown claim id 't2-beats-t3'", "did you mean 't2-beats-t1'",
+                          "attn-small-cost, mlp-loses-more"]),
+    "figure_id_twice": (GOOD_HEAD + "figures: [fig3a, fig3a]\n" + LLAMA, ["figures", "list each id once"]),
     "not_a_mapping": ("- just\n- a list\n", ["top level must be a mapping"]),
     "bad_yaml": ("figure: [unclosed\n", ["not valid YAML"]),
 }

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cemlab.config import ModelConfig
 from cemlab.models import build_model, flops_per_token
+from cemlab.models.config import ModelConfig
 
 VARIANTS = {
     "llama": {},

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cemlab.config import ConfigError, ModelConfig, RunConfig, load_run_config
+from cemlab.config import ConfigError, RunConfig, load_run_config
+from cemlab.models.config import ModelConfig
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.plan import decay_groups, lr_factor, make_plan

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from cemlab.config import PRESETS
+from cemlab.models.config import PRESETS
 
 
 def _child(spec: dict) -> None:

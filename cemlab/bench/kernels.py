@@ -110,8 +110,8 @@ class Case:
     """One (preset, variant, compile) model, built and warmed up once."""
 
     def __init__(self, preset: str, name: str, compiled: bool, args):
-        from cemlab.config import ModelConfig
         from cemlab.models import build_model, flops_per_token
+        from cemlab.models.config import ModelConfig
         from cemlab.models.hf import hf_config
 
         self.preset, self.name, self.compiled, self.device = preset, name, compiled, args.device

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from cemlab.config import ModelConfig
+from cemlab.models.config import ModelConfig
 
 #: name -> ModelConfig overrides (None = Hugging Face LlamaForCausalLM of the same size)
 VARIANTS: dict[str, dict | None] = {

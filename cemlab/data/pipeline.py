@@ -71,6 +71,60 @@ def prepare_data(
     t0 = time.perf_counter()
     if seq_len < 1:
         raise DataError(f"data.seq_len={seq_len} must be >= 1 (tokens per packed sequence)")
+    sel = _selection(data_cfg, min_train_tokens)
+    tokenizer, tok_hit = _tokenizer(sel, vocab_size)
+    target = min_train_tokens if sel.hf else None
+    entry, manifest, hit = _token_streams(sel, tokenizer, target, workers=workers, use_ray=use_ray,
+                                          shard_chars=shard_chars, progress=progress)
+    if manifest["totals"]["docs"] == 0:
+        _raise_empty(data_cfg, sel.corpus, 0)
+    prefix = store.open_prefix(entry, manifest, target)
+    stats = {
+        "source": sel.corpus.describe(),
+        "documents": dict(prefix.documents),
+        "tokens": dict(prefix.tokens),
+        "chars": dict(prefix.chars),
+        "cache_hit": hit,
+        "tokenizer_cache_hit": tok_hit,
+        "tokenizer": tokenizer.name,
+        "vocab_size": tokenizer.vocab_size,
+        "eot_id": tokenizer.eot_id,
+        "dtype": np.dtype(manifest["dtype"]).name,
+        "stream_stopped_early": prefix.stopped_early,
+        "cache_path": str(entry),
+        "build_seconds": manifest["seconds"],
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if min_train_tokens:  # how often a run with this budget goes through the training stream
+        stats["min_train_tokens"] = min_train_tokens
+        stats["train_repeats"] = round(min_train_tokens / max(1, stats["tokens"]["train"]), 3)
+    _check_sizes(stats, seq_len, data_cfg)
+    arrays = prefix.arrays
+    return DataBundle(arrays["train"], arrays["val"], arrays["test"], tokenizer, stats, entry)
+
+
+@dataclass
+class _Selection:
+    """The documents a run reads (corpus, caps, split) and the cache folder of its tokenizer and streams."""
+
+    cfg: DataConfig
+    corpus: Corpus
+    max_docs: int | None
+    max_chars: int | None
+    root: Path
+    key: dict[str, Any]   # identifies the selection in the cache keys of the tokenizer and the streams
+
+    @property
+    def hf(self) -> bool:
+        return self.cfg.source == "hf"
+
+    def documents(self) -> Iterator[tuple[str, Document]]:
+        return select(self.corpus.documents(), self.cfg.split_seed, self.cfg.val_fraction, self.cfg.test_fraction,
+                      self.max_docs, self.max_chars)
+
+
+def _selection(data_cfg: DataConfig, min_train_tokens: int | None) -> _Selection:
+    """Open the corpus and its caps; a Hugging Face stream needs a cap or a token budget."""
     corpus = open_corpus(data_cfg)
     hf = data_cfg.source == "hf"
     max_docs = data_cfg.hf_max_documents if hf else data_cfg.max_documents
@@ -81,87 +135,69 @@ def prepare_data(
             "or give a token budget (min_train_tokens, from train.tokens)"
         )
     root = (Path(data_cfg.cache_dir).expanduser().resolve() if data_cfg.cache_dir else paths.cache_dir()) / "data"
-    selection = {
+    key = {
         "corpus": corpus.fingerprint(),
         "max_documents": max_docs,
         "max_chars": max_chars,
         "split": [data_cfg.split_seed, data_cfg.val_fraction, data_cfg.test_fraction],
     }
+    return _Selection(data_cfg, corpus, max_docs, max_chars, root, key)
 
-    def documents() -> Iterator[tuple[str, Document]]:
-        return select(corpus.documents(), data_cfg.split_seed, data_cfg.val_fraction, data_cfg.test_fraction,
-                      max_docs, max_chars)
 
-    tok_hit: bool | None = None
-    if data_cfg.tokenizer == "bpe":
-        bpe_chars = data_cfg.bpe_max_chars or (HF_DEFAULT_BPE_CHARS if hf else None)
-        tok_key = f"bpe{vocab_size}-" + cache.stable_key(
-            {**selection, "vocab_size": vocab_size, "bpe_max_chars": bpe_chars,
-             "min_frequency": BPE_MIN_FREQUENCY, "version": BPE_VERSION})
+def _tokenizer(sel: _Selection, vocab_size: int) -> tuple[TextTokenizer, bool | None]:
+    """The run's tokenizer and whether it came from the cache (None for a pretrained one): a BPE
+    trained on the training split (once per selection and vocabulary), or a pretrained one."""
+    cfg = sel.cfg
+    if cfg.tokenizer != "bpe":
+        return load_pretrained(cfg.tokenizer, vocab_size), None
+    bpe_chars = cfg.bpe_max_chars or (HF_DEFAULT_BPE_CHARS if sel.hf else None)
+    tok_key = f"bpe{vocab_size}-" + cache.stable_key(
+        {**sel.key, "vocab_size": vocab_size, "bpe_max_chars": bpe_chars,
+         "min_frequency": BPE_MIN_FREQUENCY, "version": BPE_VERSION})
 
-        def train_texts() -> list[str]:
-            texts = take_chars((doc.text for split, doc in documents() if split == "train"), bpe_chars)
-            if not texts:
-                _raise_empty(data_cfg, corpus, sum(1 for _ in documents()))
-            return texts
+    def train_texts() -> list[str]:
+        texts = take_chars((doc.text for split, doc in sel.documents() if split == "train"), bpe_chars)
+        if not texts:
+            _raise_empty(cfg, sel.corpus, sum(1 for _ in sel.documents()))
+        return texts
 
-        if store.read_only() and not (root / "tokenizers" / tok_key / "tokenizer.json").is_file():
-            raise DataError(f"the BPE tokenizer {tok_key} is not prepared and {store.READ_ONLY_ENV} forbids training it "
-                            f"here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
-        tokenizer, tok_hit, _ = cached_bpe(root / "tokenizers", tok_key, vocab_size, train_texts)
-    else:
-        tokenizer = load_pretrained(data_cfg.tokenizer, vocab_size)
+    if store.read_only() and not (sel.root / "tokenizers" / tok_key / "tokenizer.json").is_file():
+        raise DataError(f"the BPE tokenizer {tok_key} is not prepared and {store.READ_ONLY_ENV} forbids training it "
+                        f"here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
+    tokenizer, tok_hit, _ = cached_bpe(sel.root / "tokenizers", tok_key, vocab_size, train_texts)
+    return tokenizer, tok_hit
 
-    data_key = f"{corpus.kind}-{tokenizer.name.replace('/', '_')[-40:]}-" + cache.stable_key(
-        {**selection, "tokenizer": tokenizer.fingerprint(), "eot_id": tokenizer.eot_id, "format": store.STORE_VERSION})
-    target = min_train_tokens if hf else None
-    tokens_root = root / "tokens"
+
+def _token_streams(
+    sel: _Selection, tokenizer: TextTokenizer, target: int | None, *, workers: int, use_ray: bool,
+    shard_chars: int, progress: store.Progress | None,
+) -> tuple[Path, dict[str, Any], bool]:
+    """The token store's entry of this selection and tokenizer, built (under its lock) when it does
+    not cover ``target`` training tokens yet: ``(entry folder, manifest, cache hit)``."""
+    data_key = f"{sel.corpus.kind}-{tokenizer.name.replace('/', '_')[-40:]}-" + cache.stable_key(
+        {**sel.key, "tokenizer": tokenizer.fingerprint(), "eot_id": tokenizer.eot_id, "format": store.STORE_VERSION})
+    tokens_root = sel.root / "tokens"
     entry = tokens_root / data_key
     manifest = store.read_manifest(entry)
     hit = store.covers(manifest, target)
-    if not hit:
-        if store.read_only():
-            raise DataError(
-                f"the token store {entry} does not hold this run's data, and {store.READ_ONLY_ENV} forbids "
-                f"tokenising here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
-        with cache.locked(tokens_root, data_key):
-            manifest = store.read_manifest(entry)  # another process may have built it while we waited
-            hit = store.covers(manifest, target)
-            if not hit:
-                manifest = store.build(
-                    entry, corpus, dict(seed=data_cfg.split_seed, val_fraction=data_cfg.val_fraction,
-                                        test_fraction=data_cfg.test_fraction, max_documents=max_docs,
-                                        max_chars=max_chars),
-                    tokenizer, target, dtype=token_dtype(tokenizer.vocab_size), workers=workers, use_ray=use_ray,
-                    shard_chars=shard_chars, progress=progress, total_chars=max_chars or _corpus_bytes(corpus))
-    if manifest["totals"]["docs"] == 0:
-        _raise_empty(data_cfg, corpus, 0)
-    prefix = store.open_prefix(entry, manifest, target)
-    dtype = np.dtype(manifest["dtype"])
-    arrays = prefix.arrays
-    meta = {"documents": prefix.documents, "tokens": prefix.tokens, "chars": prefix.chars,
-            "stopped_early": prefix.stopped_early, "seconds": manifest["seconds"]}
-    stats = {
-        "source": corpus.describe(),
-        "documents": dict(meta["documents"]),
-        "tokens": dict(meta["tokens"]),
-        "chars": dict(meta["chars"]),
-        "cache_hit": hit,
-        "tokenizer_cache_hit": tok_hit,
-        "tokenizer": tokenizer.name,
-        "vocab_size": tokenizer.vocab_size,
-        "eot_id": tokenizer.eot_id,
-        "dtype": dtype.name,
-        "stream_stopped_early": meta["stopped_early"],
-        "cache_path": str(entry),
-        "build_seconds": meta["seconds"],
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    if min_train_tokens:  # how often a run with this budget goes through the training stream
-        stats["min_train_tokens"] = min_train_tokens
-        stats["train_repeats"] = round(min_train_tokens / max(1, stats["tokens"]["train"]), 3)
-    _check_sizes(stats, seq_len, data_cfg)
-    return DataBundle(arrays["train"], arrays["val"], arrays["test"], tokenizer, stats, entry)
+    if hit:
+        return entry, manifest, hit
+    if store.read_only():
+        raise DataError(
+            f"the token store {entry} does not hold this run's data, and {store.READ_ONLY_ENV} forbids "
+            f"tokenising here; run `cemlab data prepare` for the sweep first (or unset {store.READ_ONLY_ENV})")
+    with cache.locked(tokens_root, data_key):
+        manifest = store.read_manifest(entry)  # another process may have built it while we waited
+        hit = store.covers(manifest, target)
+        if not hit:
+            cfg = sel.cfg
+            manifest = store.build(
+                entry, sel.corpus, dict(seed=cfg.split_seed, val_fraction=cfg.val_fraction,
+                                        test_fraction=cfg.test_fraction, max_documents=sel.max_docs,
+                                        max_chars=sel.max_chars),
+                tokenizer, target, dtype=token_dtype(tokenizer.vocab_size), workers=workers, use_ray=use_ray,
+                shard_chars=shard_chars, progress=progress, total_chars=sel.max_chars or _corpus_bytes(sel.corpus))
+    return entry, manifest, hit
 
 
 def _raise_empty(cfg: DataConfig, corpus: Corpus, n_docs: int) -> None:

@@ -301,45 +301,12 @@ def build(
 ) -> dict[str, Any]:
     """Tokenise the corpus into ``entry`` until the store covers ``target`` (see :func:`covers`),
     resuming what is committed there. Call it holding the entry's cache lock. Returns the manifest."""
-    m = read_manifest(entry)
-    if m is None:
-        _discard(entry)
-        entry.mkdir(parents=True)
-        m = _empty_manifest(dtype, tokenizer, corpus, shard_chars)
-        for name in (*(f"{s}.bin" for s in SPLITS), "index.bin", "shards.bin"):
-            (entry / name).write_bytes(b"")
-        cache.write_json_atomic(entry / "store.json", m)
+    m = _open_entry(entry, dtype, tokenizer, corpus, shard_chars)
     if covers(m, target):
         return m
-    shard_chars = m["shard_chars"]  # a resumed store keeps its cut
-    itemsize = np.dtype(m["dtype"]).itemsize
-    for s in SPLITS:  # cut off a shard that was being appended at a kill
-        os.truncate(entry / f"{s}.bin", m["totals"]["tokens"][s] * itemsize)
-    os.truncate(entry / "index.bin", m["totals"]["docs"] * INDEX_DTYPE.itemsize)
-    os.truncate(entry / "shards.bin", m["shards"] * SHARD_DTYPE.itemsize)
-
+    _cut_to_manifest(entry, m)
     selector = Selector(**selector_args, used=m["selection"]["used"], n_docs=m["selection"]["n_docs"])
-    raw = m["raw_read"]
-    ended = False
-
-    def shards() -> Iterator[dict[str, Any]]:
-        nonlocal raw, ended
-        docs: list[tuple[int, str]] = []
-        chars = 0
-        for doc in corpus.documents_from(raw):
-            kept = selector.offer(doc)
-            if selector.done:
-                break
-            raw += 1
-            if kept is not None:
-                docs.append((SPLIT_ID[kept[0]], kept[1].text))
-                chars += len(kept[1].text)
-                if chars >= shard_chars:
-                    yield {"docs": docs, "raw_end": raw, "selection": selector.state(), "chars": chars}
-                    docs, chars = [], 0
-        if docs:
-            yield {"docs": docs, "raw_end": raw, "selection": selector.state(), "chars": chars}
-        ended = True
+    reader = _ShardReader(corpus, selector, m["raw_read"], m["shard_chars"])  # a resumed store keeps its cut
 
     t0 = time.perf_counter()
     seconds_before = m["seconds"]
@@ -350,42 +317,19 @@ def build(
     files["index"] = open(entry / "index.bin", "ab")
     files["shards"] = open(entry / "shards.bin", "ab")
     try:
-        for job, (streams, index) in executor.map(shards(), lambda j: j["docs"], stop=lambda: covers(m, target)):
+        for job, (streams, index) in executor.map(reader.shards(), lambda j: j["docs"], stop=lambda: covers(m, target)):
             if covers(m, target):
                 break  # shards in flight past the budget are not committed
-            for s in SPLITS:
-                files[s].write(streams[s].tobytes())
-            files["index"].write(index.tobytes())
-            shard = {"docs": len(index), "raw_end": job["raw_end"], "documents": {}, "tokens": {}, "chars": {}}
-            for s in SPLITS:
-                mine = index["split"] == SPLIT_ID[s]
-                shard["documents"][s] = int(mine.sum())
-                shard["tokens"][s] = int(len(streams[s]))
-                shard["chars"][s] = int(index["chars"][mine].astype(np.int64).sum())
-            record = np.zeros(1, dtype=SHARD_DTYPE)
-            record["docs"], record["raw_end"] = shard["docs"], shard["raw_end"]
-            for k in ("tokens", "documents", "chars"):
-                for s in SPLITS:
-                    record[f"{k}_{s}"] = shard[k][s]
-            files["shards"].write(record.tobytes())
-            for fh in files.values():
-                fh.flush()
-                os.fsync(fh.fileno())
-            m["shards"] += 1
-            m["raw_read"] = job["raw_end"]
-            m["selection"] = job["selection"]
-            tot = m["totals"]
-            tot["docs"] += shard["docs"]
-            for k in ("documents", "tokens", "chars"):
-                for s in SPLITS:
-                    tot[k][s] += shard[k][s]
+            shard = _shard_counts(streams, index, job["raw_end"])
+            _append_shard(files, streams, index, shard)
+            _add_shard(m, shard, job["selection"])
             new_tokens += sum(shard["tokens"].values())
             new_chars += sum(shard["chars"].values())
             m["seconds"] = round(seconds_before + time.perf_counter() - t0, 3)
             cache.write_json_atomic(entry / "store.json", m)  # the commit
             if progress is not None:
                 _report(progress, m, target, new_tokens, new_chars, start_chars, total_chars, t0, executor.kind)
-        if ended and not covers(m, target):
+        if reader.ended and not covers(m, target):
             m["exhausted"] = True
             cache.write_json_atomic(entry / "store.json", m)
     finally:
@@ -393,6 +337,95 @@ def build(
             fh.close()
         executor.close()
     return m
+
+
+def _open_entry(entry: Path, dtype: np.dtype, tokenizer, corpus: Corpus, shard_chars: int) -> dict[str, Any]:
+    """The entry's manifest; a missing or damaged entry is started afresh, empty."""
+    m = read_manifest(entry)
+    if m is None:
+        _discard(entry)
+        entry.mkdir(parents=True)
+        m = _empty_manifest(dtype, tokenizer, corpus, shard_chars)
+        for name in (*(f"{s}.bin" for s in SPLITS), "index.bin", "shards.bin"):
+            (entry / name).write_bytes(b"")
+        cache.write_json_atomic(entry / "store.json", m)
+    return m
+
+
+def _cut_to_manifest(entry: Path, m: dict[str, Any]) -> None:
+    """Cut off a shard that was being appended at a kill: the files end where the manifest says."""
+    itemsize = np.dtype(m["dtype"]).itemsize
+    for s in SPLITS:
+        os.truncate(entry / f"{s}.bin", m["totals"]["tokens"][s] * itemsize)
+    os.truncate(entry / "index.bin", m["totals"]["docs"] * INDEX_DTYPE.itemsize)
+    os.truncate(entry / "shards.bin", m["shards"] * SHARD_DTYPE.itemsize)
+
+
+class _ShardReader:
+    """Reads the corpus from raw document ``raw`` on, through the selector, in shards of about
+    ``shard_chars`` characters; ``ended`` once the corpus (or the selection) has no more."""
+
+    def __init__(self, corpus: Corpus, selector: Selector, raw: int, shard_chars: int):
+        self.corpus, self.selector, self.raw, self.shard_chars = corpus, selector, raw, shard_chars
+        self.ended = False
+
+    def shards(self) -> Iterator[dict[str, Any]]:
+        docs: list[tuple[int, str]] = []
+        chars = 0
+        for doc in self.corpus.documents_from(self.raw):
+            kept = self.selector.offer(doc)
+            if self.selector.done:
+                break
+            self.raw += 1
+            if kept is not None:
+                docs.append((SPLIT_ID[kept[0]], kept[1].text))
+                chars += len(kept[1].text)
+                if chars >= self.shard_chars:
+                    yield {"docs": docs, "raw_end": self.raw, "selection": self.selector.state(), "chars": chars}
+                    docs, chars = [], 0
+        if docs:
+            yield {"docs": docs, "raw_end": self.raw, "selection": self.selector.state(), "chars": chars}
+        self.ended = True
+
+
+def _shard_counts(streams: dict[str, np.ndarray], index: np.ndarray, raw_end: int) -> dict[str, Any]:
+    """A tokenised shard's documents, corpus position, and documents, tokens, characters per split."""
+    shard = {"docs": len(index), "raw_end": raw_end, "documents": {}, "tokens": {}, "chars": {}}
+    for s in SPLITS:
+        mine = index["split"] == SPLIT_ID[s]
+        shard["documents"][s] = int(mine.sum())
+        shard["tokens"][s] = int(len(streams[s]))
+        shard["chars"][s] = int(index["chars"][mine].astype(np.int64).sum())
+    return shard
+
+
+def _append_shard(files: dict[str, Any], streams: dict[str, np.ndarray], index: np.ndarray,
+                  shard: dict[str, Any]) -> None:
+    """Append a shard's streams, document index and shard record, and flush them to disk."""
+    for s in SPLITS:
+        files[s].write(streams[s].tobytes())
+    files["index"].write(index.tobytes())
+    record = np.zeros(1, dtype=SHARD_DTYPE)
+    record["docs"], record["raw_end"] = shard["docs"], shard["raw_end"]
+    for k in ("tokens", "documents", "chars"):
+        for s in SPLITS:
+            record[f"{k}_{s}"] = shard[k][s]
+    files["shards"].write(record.tobytes())
+    for fh in files.values():
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _add_shard(m: dict[str, Any], shard: dict[str, Any], selection: dict[str, Any]) -> None:
+    """Count an appended shard in the manifest (committed when the manifest is written)."""
+    m["shards"] += 1
+    m["raw_read"] = shard["raw_end"]
+    m["selection"] = selection
+    tot = m["totals"]
+    tot["docs"] += shard["docs"]
+    for k in ("documents", "tokens", "chars"):
+        for s in SPLITS:
+            tot[k][s] += shard[k][s]
 
 
 def _report(progress: Progress, m: dict[str, Any], target: int | None, new_tokens: int, new_chars: int,

@@ -4,6 +4,8 @@
 a wrong type or a bad value raises ``pydantic.ValidationError`` naming the field before any
 kernel matrix is built. It is the ``gp:`` section of a run config with ``task: gp``; the optimiser,
 schedule and the model-initialisation seed come from the ``train:`` section as for language models.
+The section is flat: the data draw's fields (``GPDataConfig``, here) and the regressor's
+(``cemlab.models.config.GPRegressorConfig``, with the model library) in one mapping.
 
 Defaults are sized so that one training run reaches a meaningful test RMSE in well under a
 minute on one CPU core (see ``cemlab/gp/data.py`` for the data, ``cemlab/models/gp.py`` for the model).
@@ -13,27 +15,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
+
+from cemlab.models.config import GPRegressorConfig, StrictModel
 
 Kernel = Literal["rbf", "gibbs"]
-Preconditioner = Literal["none", "diag", "dplr"]
 
 
-class GPConfig(BaseModel):
-    """One GP regression task (data) and the recursive CEM regressor trained on it.
+class GPDataConfig(StrictModel):
+    """The data draw of a GP regression task: inputs, kernel, noise, sizes and seed (the fields
+    that ``cemlab.gp.data`` reads)."""
 
-    Data: inputs uniform on ``[-1, 1]^n_inputs``; targets ``y = f(x) + noise_std * eps`` with
-    ``f ~ GP(0, k)``, ``k`` the ``rbf`` kernel or the non-stationary ``gibbs`` kernel (formulas in
-    ``cemlab.gp.data``). The function is drawn once, jointly at all train/val/test inputs.
-
-    Model: ``Linear(n_inputs -> latent_dim)``, ``n_layers`` recursive CEM MLP layers of hidden width
-    ``hidden_dim`` with ``steps`` descent steps of size ``eta`` and preconditioner ``precond``,
-    then ``Linear(latent_dim -> 1)``.
-    """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    # --- data -----------------------------------------------------------------------------
     kernel: Kernel = Field(
         default="rbf",
         description="'rbf' (stationary squared exponential) or 'gibbs' (non-stationary: the lengthscale "
@@ -72,21 +64,6 @@ class GPConfig(BaseModel):
         description="Seed of the draw: inputs, function and noise. The model initialisation uses train.seed.",
     )
 
-    # --- model ----------------------------------------------------------------------------
-    latent_dim: int = Field(default=64, ge=1, description="Width of the latent state the CEM layers act on.")
-    hidden_dim: int | None = Field(
-        default=None, ge=1, description="Hidden width D_v of each CEM MLP (None: 4 * latent_dim)."
-    )
-    n_layers: int = Field(default=1, ge=1, description="Recursive CEM MLP layers stacked in the latent space.")
-    steps: int = Field(default=1, ge=1, description="Recursion steps T of each CEM MLP (Table 3: 1, 2, 4, 8).")
-    eta: float = Field(default=1.0, gt=0, description="Step size eta of each recursion step.")
-    precond: Preconditioner = Field(default="none", description="Preconditioner P of the CEM MLP: none, diag or dplr.")
-    precond_rank: int = Field(
-        default=16, ge=1, description="Rank R of the dplr preconditioner (paper C.4: 16 for MLPs)."
-    )
-    norm_eps: float = Field(default=1e-6, gt=0, description="RMSNorm epsilon inside the CEM layers.")
-    init_std: float = Field(default=0.02, gt=0, description="Std of the normal init of the CEM layer weights.")
-
     #: The fields that determine the data draw (the rest configure the model).
     DATA_FIELDS: ClassVar[tuple[str, ...]] = (
         "kernel", "n_inputs", "n_train", "n_val", "n_test", "signal_std", "noise_std", "lengthscale",
@@ -105,16 +82,18 @@ class GPConfig(BaseModel):
     def n_total(self) -> int:
         return self.n_train + self.n_val + self.n_test
 
-    @property
-    def cem_hidden_dim(self) -> int:
-        """Hidden width D_v actually used (``hidden_dim`` or 4 * ``latent_dim``)."""
-        return self.hidden_dim if self.hidden_dim is not None else 4 * self.latent_dim
 
-    @model_validator(mode="after")
-    def _check_combinations(self) -> "GPConfig":
-        if self.precond == "dplr" and self.precond_rank >= self.latent_dim:
-            raise ValueError(
-                f"precond_rank={self.precond_rank} must be < latent_dim={self.latent_dim} (a low-rank "
-                f"correction); lower precond_rank or use precond='diag'"
-            )
-        return self
+# Bases in this order put the data fields first, then the regressor's (the section's key order,
+# seen in configs written to MLflow and in error messages); n_inputs is a field of both, the data's
+# input dimension being the regressor's input width.
+class GPConfig(GPRegressorConfig, GPDataConfig):
+    """One GP regression task (data) and the recursive CEM regressor trained on it.
+
+    Data: inputs uniform on ``[-1, 1]^n_inputs``; targets ``y = f(x) + noise_std * eps`` with
+    ``f ~ GP(0, k)``, ``k`` the ``rbf`` kernel or the non-stationary ``gibbs`` kernel (formulas in
+    ``cemlab.gp.data``). The function is drawn once, jointly at all train/val/test inputs.
+
+    Model: ``Linear(n_inputs -> latent_dim)``, ``n_layers`` recursive CEM MLP layers of hidden width
+    ``hidden_dim`` with ``steps`` descent steps of size ``eta`` and preconditioner ``precond``,
+    then ``Linear(latent_dim -> 1)``.
+    """

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from torch import nn
 
-from cemlab.config import ModelConfig
+from cemlab.models.config import ModelConfig
 
 _PROJECTIONS = {"qkv.weight", "o.weight", "Wq.weight", "Wk.weight", "gate_up.weight", "down.weight",
                 "W.weight", "V.weight"}

@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cemlab.config import ModelConfig
 from cemlab.models.common import (
     Positions, Preconditioner, RMSNorm, alibi_slopes, causal_alibi, causal_mask, silu_integral,
 )
+from cemlab.models.config import ModelConfig
 
 
 def _softplus_inverse(y: float) -> float:

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from cemlab.gp.config import GPConfig
 from cemlab.models.cem import CEMMLP
 from cemlab.models.common import init_linear_and_embedding
+from cemlab.models.config import GPRegressorConfig
 
 
 class GPRegressor(nn.Module):
@@ -32,7 +32,7 @@ class GPRegressor(nn.Module):
     they map to and from a low-dimensional space; the CEM layers use Normal(0, ``init_std``) as in
     the language models."""
 
-    def __init__(self, cfg: GPConfig):
+    def __init__(self, cfg: GPRegressorConfig):
         super().__init__()
         self.cfg = cfg
         self.input = nn.Linear(cfg.n_inputs, cfg.latent_dim)
@@ -85,7 +85,7 @@ class GPRegressor(nn.Module):
         return torch.stack(rows).float()
 
 
-def build_gp_model(cfg: GPConfig) -> GPRegressor:
+def build_gp_model(cfg: GPRegressorConfig) -> GPRegressor:
     return GPRegressor(cfg)
 
 
@@ -108,7 +108,7 @@ def count_parameters(model: GPRegressor) -> dict[str, int]:
     return counts
 
 
-def flops_per_example(cfg: GPConfig, steps: int | None = None) -> dict[str, float]:
+def flops_per_example(cfg: GPRegressorConfig, steps: int | None = None) -> dict[str, float]:
     """Forward matmul FLOPs for one example (2 per multiply-add, as ``cemlab.models.accounting``):
 
     input ``2*n_in*D``; per layer ``2*D*Dv`` for gamma (once) plus, per recursion step, ``4*D*Dv``

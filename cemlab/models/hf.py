@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from cemlab.config import ModelConfig
+from cemlab.models.config import ModelConfig
 from cemlab.models.model import CausalLM, build_model
 
 

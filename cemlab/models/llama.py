@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cemlab.config import ModelConfig
+from cemlab.models.config import ModelConfig
 from cemlab.models.common import Positions, RMSNorm, apply_rope
 
 

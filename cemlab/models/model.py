@@ -7,11 +7,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from cemlab.config import ModelConfig
 from cemlab.models.cem import CEMAttention, CEMMLP, CEMSublayer, uses_flex
 from cemlab.models.common import (
     Positions, RMSNorm, alibi_slopes, causal_alibi, init_linear_and_embedding, rope_cache,
 )
+from cemlab.models.config import ModelConfig
 from cemlab.models.llama import LlamaAttention, LlamaMLP
 
 

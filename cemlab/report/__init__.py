@@ -2,8 +2,12 @@
 
 ``build_report(sweep, scale=None, out=None, tracking_uri=None) -> Path`` (the ``index.html``) is
 the entry point; ``cemlab report`` is its command line. Modules: ``runs`` (reading the store),
-``table`` (grid x runs, seed aggregation), ``akima`` (optimal learning rate), ``figures``,
-``claims``, ``render`` (HTML/Markdown page), ``build`` (putting it together).
+``table`` (grid x runs, seed aggregation), ``akima`` and ``lr_optima`` (optimal learning rate),
+``figures`` (the figure registry) with ``plotting`` (shared figure kit), ``paper_figures`` and
+``run_figures``; ``claims`` (the claims as data), ``claim_rules`` (each claim's rule), ``stats``
+and ``verdicts`` (intervals, verdicts, claims.csv); ``render`` (HTML/Markdown page), ``build``
+(putting it together). A sweep file names what it feeds (``figures:``, ``claims:``, ids in
+``cemlab.paper``).
 
 Importing this package is cheap; pandas, scipy and matplotlib load on first use.
 """

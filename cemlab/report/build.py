@@ -6,10 +6,11 @@
 1. expands the sweep's grid at the scale (``cemlab.sweeps.spec``) and matches every trial to a run
    in the MLflow store by config hash, or for a ``search: optuna`` sweep every grid cell to the
    runs of its sampled learning rates by the ``cemlab.search_cell`` tag (``cemlab.report.table``);
-2. draws the paper figures the sweep's ``figure`` tag names, plus energy, training curves and the
-   parameter/FLOPs table (``cemlab.report.figures``), each with its CSV;
-3. evaluates the paper's claims that read this sweep (``cemlab.report.claims``), loading the grids
-   of any other sweep a claim compares with (e.g. CEM MLP vs CEM attention);
+2. draws the paper figures the sweep file lists (``figures:``), plus energy, training curves and
+   the parameter/FLOPs table (``cemlab.report.figures``), each with its CSV;
+3. evaluates the paper's claims the sweep file lists (``claims:``; ``cemlab.report.claims``),
+   loading the grids of any other sweep whose file lists the claim too (e.g. CEM MLP vs CEM
+   attention);
 4. writes ``index.html`` and ``index.md`` (``cemlab.report.render``), ``trials.csv``, ``cells.csv``,
    ``claims.csv`` and ``missing.csv`` to ``<out>/<sweep>/``, removing figures left over from an
    earlier report there;
@@ -28,11 +29,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report import claims as claims_mod
 from cemlab.report import figures as figs
+from cemlab.report.claims import CLAIMS, claims_for
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.report.runs import RunStore, default_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
+from cemlab.report.verdicts import evaluate, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -40,25 +42,20 @@ EXIT_OK = 0            # every report made has at least one run
 EXIT_USAGE = 2         # unknown sweep or scale, bad arguments
 EXIT_NO_RUNS = 3       # a report (or the whole store) has no runs: its page says so
 
-#: Figures (paper ids) of each sweep, used when its ``figure`` tag names none that cemlab draws.
-SWEEP_FIGURES = {
-    "attention_replacement": ["fig2a"], "mlp_replacement": ["fig2b"], "recursion_ablation": ["fig2c", "fig2d"],
-    "lr_sweep": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
-    "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": ["fig3a"],
-}
-
 _PNG_META = {"Software": None}
 _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
 
 
 class SweepGrids:
-    """The sweep files (``cemlab.sweeps.spec``): names, scales and expanded grids (cached)."""
+    """The sweep files (``cemlab.sweeps.spec``): names, scales, what each feeds (its figures and
+    claims) and expanded grids (cached)."""
 
     def __init__(self):
         from cemlab.sweeps import spec
 
         self._spec = spec
         self._cache: dict[tuple[str, str], list] = {}
+        self._specs: dict[str, object] = {}
 
     def names(self) -> list[str]:
         return self._spec.list_sweeps()
@@ -76,11 +73,34 @@ class SweepGrids:
         """The grid; raises ``SweepError`` for an unknown sweep or scale."""
         key = (sweep, scale)
         if key not in self._cache:
-            self._cache[key] = self._spec.load_sweep(sweep).expand(scale)
+            self._cache[key] = self.spec(sweep).expand(scale)
         return self._cache[key]
 
+    def spec(self, sweep: str):
+        """The sweep file (``SweepSpec``); raises ``SweepError`` for an unknown or broken one."""
+        if sweep not in self._specs:
+            self._specs[sweep] = self._spec.load_sweep(sweep)
+        return self._specs[sweep]
+
     def figure(self, sweep: str) -> str:
-        return self._spec.load_sweep(sweep).figure
+        """The sweep file's ``figure:`` label."""
+        return self.spec(sweep).figure
+
+    def claim_sweeps(self) -> dict[str, list[str]]:
+        """Claim id -> the sweeps whose files list it; a sweep that lists the claim earlier in its
+        ``claims:`` comes first (the claim's own sweep before those it compares with), then by name.
+        A file that does not load lists nothing here (its own report fails naming it)."""
+        listed = []
+        for name in self.names():
+            try:
+                claims = self.spec(name).claims
+            except ValueError:  # SweepError
+                continue
+            listed += [(claims.index(cid), name, cid) for cid in claims]
+        out: dict[str, list[str]] = {}
+        for _, name, cid in sorted(listed):
+            out.setdefault(cid, []).append(name)
+        return out
 
 
 class ReportContext:
@@ -256,7 +276,7 @@ def _run_link(uri: str, run) -> str:
 
 def _claims_frame(verdicts) -> pd.DataFrame:
     """The claims table of the page: the verdict, its interval and its regime next to the paper's."""
-    df = claims_mod.verdict_frame(verdicts)
+    df = verdict_frame(verdicts)
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
     return df[["id", "paper", "claim", "condition", "verdict", "effect (95% CI)", "regime", "paper_regime", "numbers",
@@ -291,13 +311,14 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     trials = ctx.trials()
     cells = ctx.cells()
     counts = _counts(trials)
-    figure_tag = str(trials["figure"].iloc[0]) if len(trials) else ctx.grids.figure(ctx.sweep)
+    spec = ctx.grids.spec(ctx.sweep)
+    figure_tag = str(trials["figure"].iloc[0]) if len(trials) else spec.figure
 
     sections: list[Section] = []
     made: list[str] = []
     if counts["runs"]:
-        ids = [i for i in figs.figure_ids(figure_tag) if i in figs.PAPER_FIGURES] or SWEEP_FIGURES.get(ctx.sweep, [])
-        builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in ids] + list(figs.GENERIC_FIGURES.values())
+        builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in spec.figures]
+        builders += list(figs.GENERIC_FIGURES.values())
         for builder in builders:
             f = builder(ctx)
             if f is None:
@@ -313,9 +334,10 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
             sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
             made.append(f.id)
 
-    verdicts = claims_mod.evaluate(claims_mod.claims_for(ctx.sweep), ctx.cells, ctx.scale, ctx.trials, ctx.history)
+    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
+                        ctx.grids.claim_sweeps())
     claims_df = _claims_frame(verdicts)
-    claim_file = _csv(claims_mod.verdict_frame(verdicts), out_dir, "claims", written)
+    claim_file = _csv(verdict_frame(verdicts), out_dir, "claims", written)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
@@ -413,10 +435,12 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     scales = {r.sweep: r.scale for r in results}
     verdicts = []
     contexts: dict[str, ReportContext] = {}
-    for claim in claims_mod.CLAIMS:
-        s = scale or next((scales[n] for n in claim.sweeps if n in scales), grids.default_scale)
-        ctx = contexts.setdefault(s, ReportContext(claim.sweeps[0], s, store, grids))
-        verdicts += claims_mod.evaluate([claim], ctx.cells, s, ctx.trials, ctx.history)
+    sweeps_of = grids.claim_sweeps()
+    for claim in CLAIMS:
+        sweeps = sweeps_of.get(claim.id, [])
+        s = scale or next((scales[n] for n in sweeps if n in scales), grids.default_scale)
+        ctx = contexts.setdefault(s, ReportContext(sweeps[0] if sweeps else "", s, store, grids))
+        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history, sweeps_of)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:
@@ -429,5 +453,5 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     page = Page("cemlab reports", summary, banner, _claims_frame(verdicts), [], None, links)
     (root / "index.html").write_text(render_html(page), encoding="utf-8")
     (root / "index.md").write_text(render_md(page), encoding="utf-8")
-    claims_mod.verdict_frame(verdicts).to_csv(root / "claims.csv", index=False, lineterminator="\n")
+    verdict_frame(verdicts).to_csv(root / "claims.csv", index=False, lineterminator="\n")
     return root / "index.html"

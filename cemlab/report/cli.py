@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from cemlab.report.runs import RunStore, default_tracking_uri
     from cemlab.sweeps.spec import SweepError
 
-    from cemlab.tracking.server import probe_store
+    from cemlab.tracking.store import probe_store
 
     try:
         uri = args.tracking_uri or default_tracking_uri()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from cemlab.report.claims import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
+from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
 
 VERDICT_CLASS = {SUPPORTED: "supported", CONTRADICTED: "contradicted", INCONCLUSIVE: "inconclusive",
                  NOT_ENOUGH: "notenough"}

@@ -220,7 +220,7 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
 
 def paper_estimate(spec: SweepSpec, mfu: float, acct: _Accounting | None = None) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
-    from cemlab.config import ModelConfig
+    from cemlab.models.config import ModelConfig
     from cemlab.models import flops_per_token
 
     acct = acct or _Accounting()

@@ -479,8 +479,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
 
     from cemlab.data.prepare import prepare_sweep_data
     from cemlab.paths import runs_dir as project_runs_dir
-    from cemlab.tracking.server import probe_store, shared_tracking_uri
-    from cemlab.tracking.store import ensure_experiment, get_client
+    from cemlab.tracking.server import shared_tracking_uri
+    from cemlab.tracking.store import ensure_experiment, get_client, probe_store
 
     t0 = time.time()
     console = console or Console(highlight=False)

@@ -10,7 +10,9 @@ multiplies the two into a deterministic list of :class:`Trial`, each with a vali
 Sweep file schema (every mapping forbids unknown keys)::
 
     name: recursion_ablation        # optional; must equal the file name when given
-    figure: "Fig 2c+2d"             # the paper figure or table it reproduces
+    figure: "Fig 2c+2d"             # the paper figure or table it reproduces (a label)
+    figures: [fig2c, fig2d]         # the report's figures drawn from its runs (ids: cemlab.paper.FIGURES)
+    claims: [t2-beats-t1]           # the claims its runs judge (ids: cemlab.paper.CLAIMS)
     description: ...
     task: lm                        # lm | gp
     base: {model: {...}, train: {...}}   # RunConfig fields shared by every trial (nested or dotted keys)
@@ -69,6 +71,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from cemlab import paper
 from cemlab.config import RunConfig
 from cemlab.tracking import schema
 
@@ -263,6 +266,8 @@ class SweepSpec(_Strict):
 
     name: str | None = Field(default=None, description="Sweep name (the file name).")
     figure: str = Field(min_length=1, description="Paper figure or table reproduced, e.g. 'Fig 2a'.")
+    figures: list[str] = Field(default_factory=list, description="Report figures drawn from its runs, e.g. [fig2a].")
+    claims: list[str] = Field(default_factory=list, description="Claims its runs judge, e.g. [attn-small-cost].")
     description: str = ""
     task: Literal["lm", "gp"] = "lm"
     base: dict[str, Any] = Field(default_factory=dict)
@@ -273,6 +278,19 @@ class SweepSpec(_Strict):
     optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
 
     _path: Path | None = PrivateAttr(default=None)
+
+    @field_validator("figures", "claims")
+    @classmethod
+    def _known_ids(cls, v: list[str], info) -> list[str]:
+        valid = paper.FIGURES if info.field_name == "figures" else paper.CLAIMS
+        for x in v:
+            if x not in valid:
+                close = difflib.get_close_matches(x, valid, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"unknown {info.field_name[:-1]} id {x!r}{hint}; choose among {', '.join(valid)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"values repeat in {v}; list each id once")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> "SweepSpec":

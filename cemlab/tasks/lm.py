@@ -33,8 +33,8 @@ def _count_parameters(config_json: str) -> int:
     building each on the meta device costs tens of milliseconds."""
     import torch
 
-    from cemlab.config import ModelConfig
     from cemlab.models import build_model, count_parameters
+    from cemlab.models.config import ModelConfig
 
     with torch.device("meta"):
         return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
@@ -82,7 +82,7 @@ class LanguageModelling(Task):
         """The preset name (``86m``, ``tiny``) while the model has that preset's dimensions;
         otherwise the dimensions that differ from it (``d128 L3``), or all of them without a preset
         (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
-        from cemlab.config import PRESETS
+        from cemlab.models.config import PRESETS
 
         m = cfg.model
         preset = PRESETS.get(m.name) if m.name else None

@@ -23,14 +23,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cemlab.paths import mlflow_dir
-from cemlab.tracking.store import StoreError, artifact_root, default_tracking_uri, healthy, open_sqlite_store
+from cemlab.tracking.store import artifact_root, default_tracking_uri, healthy, open_sqlite_store
 
 STATE_FILE = "server.json"
 LOCK_FILE = "server.lock"
@@ -281,62 +278,3 @@ def shared_tracking_uri() -> str:
     """The tracking URI to hand to trials: ``$MLFLOW_TRACKING_URI`` when set, else the local
     server's URL (started if needed), never the sqlite path."""
     return os.environ.get("MLFLOW_TRACKING_URI") or start_server()
-
-
-#: Default ports of the database URIs MLflow takes (``scheme+driver://user@host[:port]/db``).
-_DB_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
-
-
-def probe_store(uri: str, timeout_s: float = 10.0) -> None:
-    """Raise :class:`~cemlab.tracking.store.StoreError` within about ``timeout_s`` when the
-    tracking store ``uri`` cannot be reached; the message names the URI and how to get a store.
-
-    MLflow's own client retries an unreachable server for minutes, so every command that needs
-    the store calls this first. A server (``http(s)://``) must answer ``GET /health``; a database
-    URI must accept a TCP connection on its host and port; a sqlite file needs an existing folder
-    (the file itself is created on first use)."""
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
-    reason = None
-    if scheme in ("http", "https"):
-        reason = _http_problem(uri, timeout_s)
-        what = "the MLflow server at"
-    elif scheme in _DB_PORTS:
-        reason = _tcp_problem(uri, _DB_PORTS[scheme], timeout_s)
-        what = "the tracking database at"
-    elif scheme == "sqlite":
-        path = uri.removeprefix("sqlite:///").split("?", 1)[0]   # as store_exists reads it
-        folder = Path(path).parent if path not in ("", ":memory:") and uri.startswith("sqlite:///") else None
-        if folder is not None and not folder.is_dir():
-            reason = f"its folder {folder} does not exist"
-        what = "the sqlite store"
-    if reason is None:
-        return
-    raise StoreError(
-        f"{what} {uri} does not answer ({reason}). Start a server: `cemlab ui` (or `make ui`) serves the "
-        f"project's store and prints its address to put in MLFLOW_TRACKING_URI; or start the server that "
-        f"MLFLOW_TRACKING_URI names; or unset MLFLOW_TRACKING_URI to use the embedded default store under ./runs")
-
-
-def _http_problem(url: str, timeout_s: float) -> str | None:
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout_s) as r:
-            return None if r.status == 200 else f"GET /health answered {r.status}"
-    except urllib.error.HTTPError as e:
-        return f"GET /health answered {e.code}"
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return f"GET /health: {getattr(e, 'reason', None) or e}"
-
-
-def _tcp_problem(uri: str, default_port: int, timeout_s: float) -> str | None:
-    try:
-        parts = urllib.parse.urlsplit(uri)
-        host, port = parts.hostname, parts.port or default_port
-    except ValueError as e:
-        return f"not a valid URI: {e}"
-    if not host:  # a local socket: the database driver reports it
-        return None
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except OSError as e:
-        return f"no connection to {host}:{port}: {e.strerror or e}"

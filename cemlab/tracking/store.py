@@ -16,6 +16,9 @@ Remote stores: MLflow retries a failing HTTP call for about four minutes by defa
 calls use short settings instead (:data:`HTTP_SETTINGS`, see docs/tracking.md), so a server that
 went away is named within seconds; a variable already set in the environment wins.
 
+Reachability: :func:`probe_store` names a store that does not answer (server, database or sqlite
+folder) within seconds; every command that needs the store calls it first.
+
 Reuse: every trial run carries the tag ``cemlab.config_hash``; :func:`find_runs_by_hash` finds
 the runs of given hashes in all experiments, :func:`finished_run_for` the one to reuse.
 """
@@ -23,7 +26,9 @@ the runs of given hashes in all experiments, :func:`finished_run_for` the one to
 from __future__ import annotations
 
 import os
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
@@ -98,19 +103,72 @@ class StoreError(RuntimeError):
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
     """True when an MLflow server answers ``GET <url>/health`` with 200."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return _http_problem(url, timeout) is None
 
 
 def check_reachable(uri: str | None = None) -> None:
     """Fail fast (instead of MLflow's minutes of HTTP retries) when ``uri`` cannot be reached:
-    :func:`cemlab.tracking.server.probe_store` with a 5 s timeout."""
-    from cemlab.tracking.server import probe_store
-
+    :func:`probe_store` with a 5 s timeout."""
     probe_store(uri or tracking_uri(), timeout_s=5.0)
+
+
+#: Default ports of the database URIs MLflow takes (``scheme+driver://user@host[:port]/db``).
+_DB_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def probe_store(uri: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`StoreError` within about ``timeout_s`` when the tracking store ``uri`` cannot
+    be reached; the message names the URI and how to get a store.
+
+    MLflow's own client retries an unreachable server for minutes, so every command that needs
+    the store calls this first. A server (``http(s)://``) must answer ``GET /health``; a database
+    URI must accept a TCP connection on its host and port; a sqlite file needs an existing folder
+    (the file itself is created on first use)."""
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    reason = None
+    if scheme in ("http", "https"):
+        reason = _http_problem(uri, timeout_s)
+        what = "the MLflow server at"
+    elif scheme in _DB_PORTS:
+        reason = _tcp_problem(uri, _DB_PORTS[scheme], timeout_s)
+        what = "the tracking database at"
+    elif scheme == "sqlite":
+        path = uri.removeprefix("sqlite:///").split("?", 1)[0]   # as store_exists reads it
+        folder = Path(path).parent if path not in ("", ":memory:") and uri.startswith("sqlite:///") else None
+        if folder is not None and not folder.is_dir():
+            reason = f"its folder {folder} does not exist"
+        what = "the sqlite store"
+    if reason is None:
+        return
+    raise StoreError(
+        f"{what} {uri} does not answer ({reason}). Start a server: `cemlab ui` (or `make ui`) serves the "
+        f"project's store and prints its address to put in MLFLOW_TRACKING_URI; or start the server that "
+        f"MLFLOW_TRACKING_URI names; or unset MLFLOW_TRACKING_URI to use the embedded default store under ./runs")
+
+
+def _http_problem(url: str, timeout_s: float) -> str | None:
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout_s) as r:
+            return None if r.status == 200 else f"GET /health answered {r.status}"
+    except urllib.error.HTTPError as e:
+        return f"GET /health answered {e.code}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return f"GET /health: {getattr(e, 'reason', None) or e}"
+
+
+def _tcp_problem(uri: str, default_port: int, timeout_s: float) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        host, port = parts.hostname, parts.port or default_port
+    except ValueError as e:
+        return f"not a valid URI: {e}"
+    if not host:  # a local socket: the database driver reports it
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as e:
+        return f"no connection to {host}:{port}: {e.strerror or e}"
 
 
 def sqlite_path(uri: str) -> Path:

@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cemlab.config import ConfigError
     from cemlab.data import DataError
-    from cemlab.tracking.server import probe_store
-    from cemlab.tracking.store import StoreError, tracking_uri
+    from cemlab.tracking.store import StoreError, probe_store, tracking_uri
 
     try:
         probe_store(args.tracking_uri or tracking_uri())

@@ -1,0 +1,304 @@
+"""How a claim's rule turns runs into a verdict, and the claims.csv table of verdicts.
+
+Every comparison is made per seed (``cemlab.report.stats``): the effect is the mean over seeds of a
+paired difference, usually the relative change of the main metric (test perplexity; test RMSE for
+the GP study) ``value_B(seed) / value_A(seed) - 1``, with a 95% t-interval over the seeds. A
+verdict is one of
+
+- ``supported``: every comparison's interval lies wholly on the claim's side of its tolerance;
+- ``contradicted``: at least one comparison's interval lies wholly on the other side;
+- ``inconclusive``: otherwise, in particular an interval that straddles the tolerance, or a
+  comparison with one seed only (its numbers are shown, it never decides);
+- ``not enough runs``: no comparison could be made (cells missing, diverged or failed).
+
+Where a sweep has several learning rates, each model enters at its best learning rate of the grid
+(by the seed mean), except for the learning-rate claims, which use the Akima-interpolated optimum of
+each seed's curve (``cemlab.report.akima``). Every verdict lists the numbers behind it, the cells
+that were missing, and its regime: the scale, the corpus, tokens per parameter, optimizer steps and
+seeds behind it (next to the paper's regime, ``PAPER_REGIME``). A verdict at ``tiny`` or ``smoke``
+scale says what those runs show, not what the paper's 100M-parameter runs show.
+
+The recursion claims are judged separately for each step-size setting ``eta`` of the sweep (one
+verdict row per value, column ``condition``), because the T=1 -> T=2 comparison depends on it: at
+eta = 1 two steps move the state about twice as far as one, at eta = 1/T the same distance.
+``claims.csv`` gives, per row, the comparison that decides the verdict (the least favourable one
+for a claim made at every size); ``numbers`` lists them all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, METHOD, NOT_ENOUGH, SUPPORTED, Interval, combine, judge, \
+    t_interval
+from cemlab.report.table import best_lr
+
+#: The regime of the paper's language-model runs (sec. 4, Table 1-2), shown next to every verdict.
+PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/param), SlimPajama; seeds not stated"
+#: The GP study's regime (Table 3).
+PAPER_REGIME_GP = "GP regression as in Table 3 (8192 training points); seeds not stated"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%" if math.isfinite(x) else "n/a"
+
+
+def num(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else "n/a"
+
+
+def log2_ratio(x: float) -> str:
+    return f"{x:+.2f} (log2 of the lr ratio)" if math.isfinite(x) else "n/a"
+
+
+@dataclass
+class Check:
+    """One comparison: where (``label``), its paired interval over seeds, the tolerance and the side
+    of it the claim states (``below``: effect < tol; ``above``: effect > tol; ``within``: |effect| <
+    tol), its verdict, its numbers, the step-size ``condition`` it belongs to and its regime."""
+
+    label: str
+    text: str
+    iv: Interval
+    tol: float = 0.0
+    side: str = "below"
+    condition: str = ""
+    regime: dict = field(default_factory=dict)
+    verdict: str = ""
+    fmt: Callable[[float], str] = pct
+
+    def __post_init__(self):
+        if not self.verdict:
+            self.verdict = _judge(self.iv, self.tol, self.side)
+
+    def describe(self) -> str:
+        iv = self.iv
+        ci = f"95% CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else "no interval"
+        return f"{self.text}: effect {self.fmt(iv.effect)}, {ci}, n={iv.n} [{self.verdict}]"
+
+    def badness(self) -> float:
+        """How close (or beyond) the interval is to the wrong side of the tolerance; the largest
+        one decides which comparison a claims.csv row shows."""
+        iv = self.iv
+        if not iv.finite:
+            return math.inf
+        if self.side == "below":
+            return iv.high - self.tol
+        if self.side == "above":
+            return self.tol - iv.low
+        return max(iv.high - self.tol, -self.tol - iv.low)
+
+
+def _judge(iv: Interval, tol: float, side: str) -> str:
+    if side != "within":
+        return judge(iv, tol, side)
+    # |effect| < tol: supported inside (-tol, tol), contradicted wholly outside it
+    below, above = judge(iv, tol, "below"), judge(iv, -tol, "above")
+    if below == SUPPORTED and above == SUPPORTED:
+        return SUPPORTED
+    if CONTRADICTED in (below, above):
+        return CONTRADICTED
+    return below if below in (NOT_ENOUGH,) else INCONCLUSIVE
+
+
+@dataclass
+class Verdict:
+    """A claim with its verdict (one per step-size ``condition`` for the recursion claims)."""
+
+    id: str
+    paper: str
+    claim: str
+    rule: str
+    sweeps: list[str]
+    verdict: str
+    numbers: str
+    scale: str
+    missing: list[str] = field(default_factory=list)
+    condition: str = ""
+    effect: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    n_seeds: int = 0
+    tokens_per_param: float = math.nan
+    steps: float = math.nan
+    corpus: str = ""
+    paper_regime: str = PAPER_REGIME
+    method: str = METHOD
+
+
+class ClaimData:
+    """Cells and per-seed values of the sweeps a claim reads, at one scale. With ``sweeps`` (the
+    sweeps whose files list the claim), any other sweep reads as one without runs."""
+
+    def __init__(self, cells_of: Callable[[str], pd.DataFrame],
+                 trials_of: Callable[[str], pd.DataFrame] | None = None,
+                 history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None):
+        self._cells_of = cells_of
+        self._trials_of = trials_of
+        self.history = history
+        self.sweeps = sweeps
+        self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
+
+    def _listed(self, sweep: str) -> bool:
+        return self.sweeps is None or sweep in self.sweeps
+
+    def cells(self, sweep: str, **where) -> pd.DataFrame:
+        df = self._cells_of(sweep) if self._listed(sweep) else self._cells_of(sweep).iloc[:0]
+        for k, v in where.items():
+            if df.empty:
+                break
+            df = df[df[k].isin(v) if isinstance(v, (list, tuple, set)) else df[k] == v]
+        return df
+
+    def at_best_lr(self, sweep: str, by: list[str], **where) -> pd.DataFrame:
+        df = self.cells(sweep, **where)
+        if df.empty or df["lr"].nunique() <= 1:
+            return df
+        return best_lr(df, by)
+
+    def trials(self, sweep: str) -> pd.DataFrame:
+        if self._trials_of is None:
+            return pd.DataFrame(columns=["cell", "seed", "value", "run_id", "lr"])
+        return self._trials_of(sweep) if self._listed(sweep) else self._trials_of(sweep).iloc[:0]
+
+    def seed_trials(self, row) -> pd.DataFrame:
+        """The finished trials of a cell (one per seed), indexed by seed."""
+        sweep = str(row["sweep"])
+        if sweep not in self._by_cell:
+            t = self.trials(sweep)
+            self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
+        g = self._by_cell[sweep].get(row["cell"])
+        if g is None:
+            return pd.DataFrame(columns=["seed", "value", "run_id"]).set_index("seed")
+        g = g[np.isfinite(g["value"].to_numpy(dtype=float))]
+        return g.drop_duplicates("seed").set_index("seed")
+
+    def seed_values(self, row) -> pd.Series:
+        return self.seed_trials(row)["value"].astype(float)
+
+    def aligned(self, rows: list) -> tuple[list[int], list[np.ndarray]]:
+        """Seeds at which every cell of ``rows`` finished, and each cell's values at them."""
+        series = [self.seed_values(r) for r in rows]
+        seeds = sorted(set.intersection(*(set(s.index) for s in series))) if series else []
+        return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
+
+
+def regime_of(rows: list) -> dict:
+    """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
+    with the number of passes over its training split (token budget / training tokens)."""
+    r = rows[0]
+    budget, params = float(r.get("token_budget", math.nan)), float(r.get("params_total", math.nan))
+    corpus, have = str(r.get("corpus", "") or ""), float(r.get("train_tokens", math.nan))
+    if corpus and math.isfinite(budget) and math.isfinite(have) and have > 0:
+        corpus += f" ({budget / have:.2g} epochs)"
+    return dict(tokens_per_param=budget / params if params and math.isfinite(params) else math.nan,
+                steps=float(r.get("total_steps", math.nan)), corpus=corpus)
+
+
+def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Callable, text: str, tol: float = 0.0,
+            side: str = "below", condition: str = "", fmt: Callable = pct) -> Check | None:
+    """A paired comparison of the cells ``rows``: ``f(values of each cell at a seed)`` per seed."""
+    seeds, vals = data.aligned(rows)
+    if not seeds:
+        missing.append(f"{label}: no seed at which every compared cell finished")
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diffs = np.asarray(f(*vals), dtype=float)
+    return Check(label, text, t_interval(diffs), tol, side, condition, regime_of(rows), fmt=fmt)
+
+
+def rel(a, b):
+    """Relative change of b over a, per seed."""
+    return b / a - 1
+
+
+def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
+    """The cell of ``df`` matching ``where`` (the lowest seed mean if several match, e.g. one per
+    learning rate); None, and a note in ``missing``, when none has a finished run."""
+    d = df
+    for k, v in where.items():
+        if d.empty:
+            break
+        d = d[d[k] == v]
+    if d.empty:
+        missing.append(f"{label}: not in the grid")
+        return None
+    vals = d["mean"].to_numpy(dtype=float)
+    if not np.isfinite(vals).any():
+        note = "; ".join(n for n in d["note"] if n) or "no finished run"
+        missing.append(f"{label}: {note}")
+        return None
+    return d.iloc[int(np.nanargmin(vals))]
+
+
+def sizes_of(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df.sort_values("order")["size"])) if not df.empty else []
+
+
+def etas_of(df: pd.DataFrame) -> list[str]:
+    """The step-size settings present (column ``eta``), in grid order."""
+    if df.empty or "eta" not in df:
+        return [""]
+    return list(dict.fromkeys(str(e) for e in df.sort_values("order")["eta"])) or [""]
+
+
+def eta_condition(eta: str) -> str:
+    return f"eta={eta}" if eta else ""
+
+
+def _decisive(checks: list[Check], verdict: str) -> Check:
+    """The comparison a claims.csv row shows: among those with the row's verdict (any, if none
+    has it), the least favourable one."""
+    pool = [c for c in checks if c.verdict == verdict] or checks
+    return max(pool, key=lambda c: (c.badness(), -c.iv.n))
+
+
+def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
+             trials_of: Callable[[str], pd.DataFrame] | None = None,
+             history: Callable[[str, str], list] | None = None,
+             sweeps: dict[str, list[str]] | None = None) -> list[Verdict]:
+    """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
+    of their sweeps at ``scale``: one per claim, or one per step-size condition for the claims
+    judged per eta. ``sweeps``: claim id -> the sweeps whose files list it (``SweepGrids.claim_sweeps``);
+    a claim reads only those. None: every sweep, and no sweeps named in the verdicts."""
+    out = []
+    for c in claims:
+        mine_sweeps = None if sweeps is None else sweeps.get(c.id, [])
+        checks, missing = c.evaluate(ClaimData(cells_of, trials_of, history, mine_sweeps))
+        checks = [ch for ch in checks if ch is not None]
+        missing = list(dict.fromkeys(missing))
+        conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
+        for cond in conditions:
+            mine = [ch for ch in checks if ch.condition == cond]
+            verdict = combine([ch.verdict for ch in mine])
+            v = Verdict(c.id, c.paper, c.claim, c.rule, mine_sweeps or [], verdict,
+                        "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime)
+            if mine:
+                d = _decisive(mine, verdict)
+                v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
+                v.tokens_per_param = d.regime.get("tokens_per_param", math.nan)
+                v.steps = d.regime.get("steps", math.nan)
+                corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in mine)
+                v.corpus = ", ".join(x for x in corpora if x)
+            out.append(v)
+    return out
+
+
+#: claims.csv columns (scripts read these names).
+CLAIM_COLUMNS = ["id", "paper", "claim", "condition", "verdict", "effect", "ci_low", "ci_high", "n_seeds", "scale",
+                 "corpus", "tokens_per_param", "steps", "paper_regime", "method", "numbers", "missing", "rule",
+                 "sweeps"]
+
+
+def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
+    return pd.DataFrame([dict(id=v.id, paper=v.paper, claim=v.claim, condition=v.condition, verdict=v.verdict,
+                              effect=v.effect, ci_low=v.ci_low, ci_high=v.ci_high, n_seeds=v.n_seeds, scale=v.scale,
+                              corpus=v.corpus, tokens_per_param=v.tokens_per_param, steps=v.steps,
+                              paper_regime=v.paper_regime, method=v.method, numbers=v.numbers,
+                              missing="; ".join(v.missing), rule=v.rule, sweeps=" ".join(v.sweeps))
+                         for v in verdicts], columns=CLAIM_COLUMNS)
