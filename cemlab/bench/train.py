@@ -37,11 +37,11 @@ DEFAULT_CONFIG = Path("configs/default.yaml")
 
 def _setup(cfg, total_steps: int):
     """The plan (capped at ``total_steps``) and the data shared by both loops."""
-    from cemlab.train.data import load_task_data
+    from cemlab.tasks import task_of
     from cemlab.train.plan import make_plan
 
     plan = make_plan(cfg.model_copy(update={"train": cfg.train.model_copy(update={"max_steps": total_steps})}))
-    return plan, load_task_data(cfg, plan)
+    return plan, task_of(cfg).load_data(cfg, plan)
 
 
 def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> tuple[float, float]:
