@@ -1,10 +1,16 @@
-"""The paper's figures and claims that cemlab reproduces, by id: what a sweep file's ``figures:``
-and ``claims:`` keys may name.
+"""The paper's figures and claims that cemlab reproduces: what a sweep file's ``figures:`` and
+``claims:`` keys may name, and each claim's definition.
 
 Plain data with no imports, so that loading a sweep file (``cemlab.sweeps.spec``) checks these ids
 without loading the report (``cemlab.report``, which may not be imported by the sweep layer). The
 report draws each figure with the function of the same name in ``cemlab.report.paper_figures``
-and judges each claim with its entry in ``cemlab.report.claims``; a test keeps the three in step.
+and judges each claim with the rule its entry names in ``cemlab.report.claim_rules`` (bound in
+``cemlab.report.claims``, which fails on import when a rule is missing); a test keeps them in step.
+
+Adding a claim: its entry in ``CLAIM_ENTRIES`` here, its rule function in
+``cemlab.report.claim_rules``, and its id in the ``claims:`` of the sweep files whose runs judge it.
+Adding a figure: its builder in ``cemlab.report.paper_figures``, its id in ``FIGURES`` here, and the
+id in the ``figures:`` of the sweep files it is drawn from.
 """
 
 from __future__ import annotations
@@ -12,10 +18,96 @@ from __future__ import annotations
 #: Paper figures and tables the report draws, in page order (each is a builder's name).
 FIGURES: tuple[str, ...] = ("fig2a", "fig2b", "fig2c", "fig2d", "fig3a", "fig3b", "fig3c", "fig4", "table3")
 
-#: Claims the report judges, in paper order (``cemlab.report.claims.CLAIMS``).
-CLAIMS: tuple[str, ...] = (
-    "attn-small-cost", "mlp-loses-more", "param-matching-recovers", "t2-beats-t1", "precond-t2-not-t1",
-    "cem-attn-t2-beats-llama", "full-cem-matches-llama", "full-cem-higher-lr", "full-cem-256m",
-    "kq-diagonal-matters", "shared-close-to-per-head", "reuse-vs-recursion-mlp", "reuse-vs-recursion-attention",
-    "gp-t2-beats-t1", "gp-not-monotonic", "test-time-recursion",
+# Tolerances of the rules (relative to the reference perplexity), chosen to match the paper's wording.
+#: "Only a small effect on test perplexity" (sec. 4.1): CEM attention at most 5% above Llama.
+SMALL_COST = 0.05
+#: "Little or no effect/gain": a relative change of at most 1% counts as none.
+NEGLIGIBLE = 0.01
+#: "Matches or beats": at most 1% above the reference.
+MATCH_TOL = 0.01
+#: "Close to": within 2% of the reference.
+CLOSE_TOL = 0.02
+
+#: The regime of the paper's language-model runs (sec. 4, Table 1-2), shown next to every verdict.
+PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/param), SlimPajama; seeds not stated"
+#: The GP study's regime (Table 3).
+PAPER_REGIME_GP = "GP regression as in Table 3 (8192 training points); seeds not stated"
+
+
+def _claim(id: str, paper: str, claim: str, rule: str, function: str, paper_regime: str = PAPER_REGIME) -> dict:
+    """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
+    runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
+    that rule, and the regime of the paper's runs behind it."""
+    return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, paper_regime=paper_regime)
+
+
+#: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
+CLAIM_ENTRIES: tuple[dict, ...] = (
+    _claim("attn-small-cost", "Fig. 2a, sec. 4.1",
+           "Replacing attention by CEM attention (T=1, about half the attention parameters) costs little perplexity.",
+           f"At every size, CEM attention's perplexity is at most {SMALL_COST:.0%} above Llama's (paired over seeds).",
+           "rule_attn_small_cost"),
+    _claim("mlp-loses-more", "Fig. 2b, sec. 4.1",
+           "CEM MLPs lose more perplexity than CEM attention.",
+           "At every size, the relative perplexity increase of the dimension-matched CEM MLP over Llama is larger "
+           "than that of CEM attention.", "rule_mlp_loses_more"),
+    _claim("param-matching-recovers", "Fig. 2b, sec. 4.1",
+           "Parameter matching (hidden width x1.5) recovers some of the CEM MLP's loss.",
+           "At every size, the parameter-matched CEM MLP has lower perplexity than the dimension-matched one.",
+           "rule_param_matching_recovers"),
+    _claim("t2-beats-t1", "Fig. 2c/2d, sec. 4.2",
+           "Recursion T=2 beats T=1 (CEM attention and CEM MLP).",
+           "For every sublayer, size and preconditioner, perplexity at T=2 is lower than at T=1; judged per step "
+           "size eta of the T=2 cells.", "rule_t2_beats_t1"),
+    _claim("precond-t2-not-t1", "Fig. 2c/2d, sec. 4.2",
+           "Preconditioners have little effect at T=1 but help at T=2.",
+           f"Gain of the richest preconditioner over the simplest (dplr over diag, or over none), averaged over "
+           f"sublayers and sizes per seed: within +-{NEGLIGIBLE:.0%} at T=1, above {NEGLIGIBLE:.0%} and above the "
+           f"T=1 gain at T=2; per eta.", "rule_precond_t2_not_t1"),
+    _claim("cem-attn-t2-beats-llama", "Fig. 2c, sec. 4.2",
+           "CEM attention with T=2 (and a preconditioner) beats Llama attention.",
+           "At every size, the best CEM attention at T=2 has lower perplexity than Llama; per eta.",
+           "rule_cem_attn_t2_beats_llama"),
+    _claim("full-cem-matches-llama", "Fig. 3a, sec. 4.3",
+           "A full CEM Transformer (T=2, dplr) matches or beats Llama at the optimal learning rate.",
+           f"At every size, CEM's Akima-interpolated optimal perplexity is at most {MATCH_TOL:.0%} above Llama's "
+           f"(optima per seed, paired).", "rule_full_cem_matches_llama"),
+    _claim("full-cem-higher-lr", "Fig. 3a, sec. 4.3",
+           "Full CEM Transformers prefer a higher learning rate than Llama.",
+           "At every size, CEM's optimal learning rate is higher than Llama's (log2 ratio of the per-seed optima > 0; "
+           "an optimum at the grid's edge stands for 'at or beyond the edge').", "rule_full_cem_higher_lr"),
+    _claim("full-cem-256m", "appendix (256M)",
+           "At 256M parameters, full CEM still matches or beats Llama.",
+           f"At every size of the sweep, full CEM's perplexity is at most {MATCH_TOL:.0%} above Llama's.", "rule_256m"),
+    _claim("kq-diagonal-matters", "Fig. 3b, sec. 4.4",
+           "A diagonal term in A_k is essential for good performance.",
+           f"At every size, CEM attention without a diagonal is more than {NEGLIGIBLE:.0%} worse than the best "
+           f"diagonal variant.", "rule_kq_matters"),
+    _claim("shared-close-to-per-head", "Fig. 3b, sec. 4.4",
+           "A diagonal shared across heads is close to per-head diagonals.",
+           f"At every size, the shared diagonal's perplexity is at most {CLOSE_TOL:.0%} above the per-head one's.",
+           "rule_shared_close"),
+    _claim("reuse-vs-recursion-mlp", "Fig. 3c, sec. 4.4",
+           "Plain reuse of the MLP block gains little from T=1 to T=2, while CEM MLP recursion gains.",
+           f"At every size, plain reuse gains at most {NEGLIGIBLE:.0%} and each CEM MLP setting gains more than "
+           f"0 and more than plain reuse; per eta.", "rule_reuse_vs_recursion_mlp"),
+    _claim("reuse-vs-recursion-attention", "Fig. 4, appendix D",
+           "Plain reuse of the attention block gains little (or hurts), while CEM attention recursion gains.",
+           f"At every size, plain reuse gains at most {NEGLIGIBLE:.0%} and CEM attention gains more than 0 and "
+           f"more than plain reuse; per eta.", "rule_reuse_vs_recursion_attention"),
+    _claim("gp-t2-beats-t1", "Table 3 (GP study)",
+           "In the GP study, T=2 beats T=1.",
+           "For every kernel, the test RMSE at T=2 is lower than at T=1.", "rule_gp_t2_beats_t1", PAPER_REGIME_GP),
+    _claim("gp-not-monotonic", "Table 3 (GP study)",
+           "In the GP study, gains from more recursion steps are not monotonic.",
+           "For at least one kernel, the test RMSE rises from one T to the next larger T.",
+           "rule_gp_not_monotonic", PAPER_REGIME_GP),
+    _claim("test-time-recursion", "beyond the paper (sec. 5.2: future work)",
+           "A CEM model trained with T=2 improves when given more recursion steps at test time.",
+           "For every T=2-trained CEM cell, test perplexity evaluated with 2T steps is lower than with the T steps it "
+           "was trained with (test/ppl_at_steps, paired over seeds); per eta.",
+           "rule_test_time_recursion", "not in the paper"),
 )
+
+#: Claim ids, in paper order: what a sweep file's ``claims:`` may list.
+CLAIMS: tuple[str, ...] = tuple(e["id"] for e in CLAIM_ENTRIES)

@@ -111,6 +111,7 @@ def test_mfu_is_model_flops_over_device_peak(monkeypatch):
     from types import SimpleNamespace
 
     from cemlab import hardware
+    from cemlab.tasks import get_task
     from cemlab.tracking import schema
     from cemlab.train.callbacks import RunCallback
 
@@ -122,7 +123,7 @@ def test_mfu_is_model_flops_over_device_peak(monkeypatch):
     cfg = ModelConfig.preset("162m", attention="cem", mlp="cem", attn_steps=2, mlp_steps=2)
     fpt = flops_per_token(cfg, 2048)["train"]
     plan = SimpleNamespace(tokens_per_step=128 * 2048, micro_batch_size=8, total_steps=10)
-    cb = RunCallback(plan=plan, task=SimpleNamespace(kind="lm"), val_dataset=list(range(16)), energy_batch=None,
+    cb = RunCallback(plan=plan, task=get_task("lm"), val_dataset=list(range(16)), energy_batch=None,
                      folder=None, state={}, flops_per_unit=fpt, val_batches=1,
                      peak_flops=hardware.peak_flops("NVIDIA H100 80GB HBM3"))
     cb._t_last = 10.0

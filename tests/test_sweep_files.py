@@ -95,22 +95,37 @@ def test_plan_lists_every_sweep_and_marks_a_broken_one(capsys, monkeypatch, tmp_
     assert "learning rates must be > 0" in " ".join(text.split())   # the broken file's own error
 
 
+def test_a_claim_whose_rule_is_missing_fails_naming_claim_and_rule():
+    from cemlab import paper
+    from cemlab.report.claims import bind
+
+    entry = dict(paper.CLAIM_ENTRIES[0], id="new-claim", function="rule_new_claim")
+    assert [c.id for c in bind([paper.CLAIM_ENTRIES[0]])] == [paper.CLAIMS[0]]
+    for e in (entry, dict(entry, function="np")):   # "np" is in claim_rules, but not a rule
+        with pytest.raises(LookupError, match=f"claim 'new-claim' .*rule '{e['function']}'.*claim_rules"):
+            bind([paper.CLAIM_ENTRIES[0], e])
+
+
 def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
     """The ids a sweep file's ``figures:``/``claims:`` are checked against (``cemlab.paper``) are
-    the report's figure builders and claims, in page order; loading every sweep file imports
-    neither the report nor matplotlib; every claim is listed by some sweep, a claim's own sweep
-    first (mlp-loses-more compares the MLP sweep with the attention sweep)."""
+    the report's figure builders and claims, in page order; each claim is bound to the rule its
+    entry names, and every rule is some claim's; loading every sweep file imports neither the
+    report nor matplotlib; every claim is listed by some sweep, a claim's own sweep first
+    (mlp-loses-more compares the MLP sweep with the attention sweep)."""
     import subprocess
     import sys
 
     from cemlab import paper
+    from cemlab.report import claim_rules
     from cemlab.report.build import SweepGrids
     from cemlab.report.claims import CLAIMS
     from cemlab.report.figures import PAPER_FIGURES
 
     assert [(f.__module__, f.__name__) for f in PAPER_FIGURES.values()] == \
         [("cemlab.report.paper_figures", fid) for fid in paper.FIGURES]
-    assert [c.id for c in CLAIMS] == list(paper.CLAIMS)
+    assert [c.id for c in CLAIMS] == list(paper.CLAIMS) and len(set(paper.CLAIMS)) == len(CLAIMS) > 0
+    assert [c.evaluate for c in CLAIMS] == [getattr(claim_rules, e["function"]) for e in paper.CLAIM_ENTRIES]
+    assert {e["function"] for e in paper.CLAIM_ENTRIES} == {n for n in vars(claim_rules) if n.startswith("rule_")}
     code = ("import sys; from cemlab.sweeps.files import list_sweeps; from cemlab.sweeps.spec import load_sweep; "
             "specs = [load_sweep(n) for n in list_sweeps()]; "
             "print(sum(len(s.figures) + len(s.claims) for s in specs), "

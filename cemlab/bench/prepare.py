@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cemlab.data import DataConfig
     from cemlab.sweeps.spec import load_sweep
+    from cemlab.tasks import task_of
     from cemlab.train.plan import make_plan
 
     tmp = Path(tempfile.mkdtemp(prefix="cemlab-bench-prepare-"))
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<44}" + "".join(f"{r / 1e3:>12.0f} k/s" for r in rates) + f"{rates[-1] / rates[0]:>8.2f}")
 
         # the paper-shaped data step on the stand-in
-        trials = [t for t in load_sweep(args.sweep).expand("paper") if t.config.task == "lm"]
+        trials = [t for t in load_sweep(args.sweep).expand("paper") if task_of(t.config).prepared_data]
         budgets = sorted({make_plan(t.config, t.resources.workers).tokens for t in trials})
         cfg = corpora["SlimPajama stand-in (JSONL, hf streaming)"]
         scale = 0.95 * totals["SlimPajama stand-in (JSONL, hf streaming)"] / budgets[-1]

@@ -37,11 +37,11 @@ DEFAULT_CONFIG = Path("configs/default.yaml")
 
 def _setup(cfg, total_steps: int):
     """The plan (capped at ``total_steps``) and the data shared by both loops."""
-    from cemlab.train.data import load_task_data
+    from cemlab.tasks import task_of
     from cemlab.train.plan import make_plan
 
     plan = make_plan(cfg.model_copy(update={"train": cfg.train.model_copy(update={"max_steps": total_steps})}))
-    return plan, load_task_data(cfg, plan)
+    return plan, task_of(cfg).load_data(cfg, plan)
 
 
 def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> tuple[float, float]:
@@ -102,7 +102,7 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
     from cemlab.train.callbacks import RunCallback
     from cemlab.train.data import DataPosition, StepBatchSampler
     from cemlab.train.module import CEMLabModule
-    from cemlab.train.run import quiet_lightning, build_trainer
+    from cemlab.train.trainer import build_trainer, quiet_lightning
     from cemlab.tasks import task_of
 
     class StepClock(L.Callback):
@@ -127,7 +127,7 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
                         num_workers=0, pin_memory=accelerator == "gpu")
     clock = StepClock()
     with tempfile.TemporaryDirectory() as folder:
-        callback = RunCallback(plan=plan, task=task, val_dataset=data.val, energy_batch=None, folder=Path(folder),
+        callback = RunCallback(plan=plan, task=task_of(quiet), val_dataset=data.val, energy_batch=None, folder=Path(folder),
                                state={}, metrics=None, report=None,
                                flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=None,
                                val_batches=1)
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from cemlab.train.run import accelerator_and_precision
+    from cemlab.train.trainer import accelerator_and_precision
 
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)

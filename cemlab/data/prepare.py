@@ -37,13 +37,15 @@ class DataNeed:
 
 
 def sweep_data_needs(trials: list["Trial"], cache_dir: str | None = None) -> list[DataNeed]:
-    """The distinct data sets of a sweep's language-model trials (GP trials draw their data)."""
+    """The distinct data sets of a sweep's trials whose task reads a corpus prepared ahead (language
+    models; GP trials draw their data)."""
+    from cemlab.tasks import task_of
     from cemlab.train.plan import make_plan
 
     needs: dict[str, DataNeed] = {}
     for t in trials:
         cfg = t.config
-        if cfg.task != "lm":
+        if not task_of(cfg).prepared_data:
             continue
         data = cfg.data.model_copy(update={"cache_dir": cache_dir}) if cache_dir else cfg.data
         plan = make_plan(cfg, max(1, int(t.resources.workers)))

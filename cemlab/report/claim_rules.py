@@ -1,7 +1,9 @@
 """The rule of each claim: from the cells and per-seed values of its sweeps (``ClaimData``) to the
 comparisons (``Check``) that decide its verdict, and the cells it found missing.
 
-Tolerances (relative to the reference perplexity), chosen to match the paper's wording:
+Each claim's entry in ``cemlab.paper`` names its rule here (a ``rule_*`` function of
+``ClaimData``); the tolerances the rules apply are defined there, next to the rule texts that
+quote them (``SMALL_COST``, ``NEGLIGIBLE``, ``MATCH_TOL``, ``CLOSE_TOL``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
 from cemlab.report.akima import akima_optimum
 from cemlab.report.paper_figures import reuse_setting
 from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, t_interval
@@ -19,21 +22,6 @@ from cemlab.report.table import best_lr
 from cemlab.report.verdicts import (Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct,
                                     pick_cell, regime_of, rel, sizes_of)
 
-#: "Only a small effect on test perplexity" (sec. 4.1): CEM attention at most 5% above Llama.
-SMALL_COST = 0.05
-#: "Little or no effect/gain": a relative change of at most 1% counts as none.
-NEGLIGIBLE = 0.01
-#: "Matches or beats": at most 1% above the reference.
-MATCH_TOL = 0.01
-#: "Close to": within 2% of the reference.
-CLOSE_TOL = 0.02
-
-__doc__ += f"""
-- ``SMALL_COST = {SMALL_COST}``: "small effect" (CEM attention at T=1 vs Llama);
-- ``NEGLIGIBLE = {NEGLIGIBLE}``: "little or no" effect or gain;
-- ``MATCH_TOL = {MATCH_TOL}``: "matches or beats";
-- ``CLOSE_TOL = {CLOSE_TOL}``: "close to".
-"""
 
 
 def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b: tuple[str, dict]):
@@ -328,7 +316,7 @@ def rule_shared_close(data: ClaimData):
     return checks, missing
 
 
-def rule_reuse(sweep: str, attention: bool):
+def _reuse_rule(sweep: str, attention: bool):
     """Per size and eta: plain reuse gains at most NEGLIGIBLE from T=1 to T=2 (gain = relative drop
     of perplexity, per seed), each CEM setting gains more than 0 and more than plain reuse."""
     def rule(data: ClaimData):
@@ -375,6 +363,10 @@ def rule_reuse(sweep: str, attention: bool):
                     checks += [ch for ch in found if ch is not None]
         return checks, missing
     return rule
+
+
+rule_reuse_vs_recursion_mlp = _reuse_rule("reuse_vs_recursion_mlp", attention=False)
+rule_reuse_vs_recursion_attention = _reuse_rule("reuse_vs_recursion_attention", attention=True)
 
 
 def _gp_cells(data: ClaimData) -> dict[str, dict[int, object]]:

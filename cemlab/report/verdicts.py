@@ -15,8 +15,8 @@ Where a sweep has several learning rates, each model enters at its best learning
 (by the seed mean), except for the learning-rate claims, which use the Akima-interpolated optimum of
 each seed's curve (``cemlab.report.akima``). Every verdict lists the numbers behind it, the cells
 that were missing, and its regime: the scale, the corpus, tokens per parameter, optimizer steps and
-seeds behind it (next to the paper's regime, ``PAPER_REGIME``). A verdict at ``tiny`` or ``smoke``
-scale says what those runs show, not what the paper's 100M-parameter runs show.
+seeds behind it (next to the paper's regime, ``cemlab.paper.PAPER_REGIME``). A verdict at ``tiny``
+or ``smoke`` scale says what those runs show, not what the paper's 100M-parameter runs show.
 
 The recursion claims are judged separately for each step-size setting ``eta`` of the sweep (one
 verdict row per value, column ``condition``), because the T=1 -> T=2 comparison depends on it: at
@@ -34,14 +34,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from cemlab.paper import PAPER_REGIME
 from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, METHOD, NOT_ENOUGH, SUPPORTED, Interval, combine, judge, \
     t_interval
 from cemlab.report.table import best_lr
-
-#: The regime of the paper's language-model runs (sec. 4, Table 1-2), shown next to every verdict.
-PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/param), SlimPajama; seeds not stated"
-#: The GP study's regime (Table 3).
-PAPER_REGIME_GP = "GP regression as in Table 3 (8192 training points); seeds not stated"
 
 
 def pct(x: float) -> str:

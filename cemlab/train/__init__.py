@@ -1,8 +1,12 @@
 """Training: one run from a config to a finished MLflow run (Lightning).
 
-- ``train(run_config, ...) -> RunResult`` (:mod:`cemlab.train.run`): what ``cemlab train`` and the
-  sweep runner call.
+- ``train(run_config, ...) -> RunResult`` (:mod:`cemlab.train.run`, one function per step): what
+  ``cemlab train`` and the sweep runner call; ``RunResult`` (:mod:`cemlab.train.result`): what a
+  run ended with; :mod:`cemlab.train.decide`: reuse, record, resume or run, asked of the store.
 - :mod:`cemlab.train.plan`: token budget, steps, accumulation, schedule, weight-decay groups.
+- :mod:`cemlab.train.trainer`: the Lightning ``Trainer``, accelerator and precision.
+- :mod:`cemlab.train.tasks`: the runtime side of a task (model, loss, metrics), built by
+  :mod:`cemlab.tasks`.
 - :mod:`cemlab.train.data`: the task's datasets and the resumable data order.
 - :mod:`cemlab.train.module`: the LightningModule; :mod:`cemlab.train.callbacks`: metrics,
   validation, checkpoints, progress; :mod:`cemlab.train.checkpoint`: atomic checkpoint files.
@@ -20,8 +24,16 @@ __all__ = ["train", "RunResult", "describe"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from cemlab.train import run
+    if name == "train":
+        from cemlab.train.run import train
 
-        return getattr(run, name)
+        return train
+    if name == "RunResult":
+        from cemlab.train.result import RunResult
+
+        return RunResult
+    if name == "describe":
+        from cemlab.train.plan import describe
+
+        return describe
     raise AttributeError(f"module 'cemlab.train' has no attribute {name!r}")

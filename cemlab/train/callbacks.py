@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
@@ -30,12 +30,16 @@ from cemlab.tracking import schema
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import eval_indices
 
+if TYPE_CHECKING:  # pragma: no cover
+    from cemlab.tasks import Task
+
 
 class RunCallback(L.Callback):
     """Step metrics, validation, reports and checkpoints of one run (see the module docstring).
-    ``latest`` holds the last value of every metric (the result and the progress bar read it)."""
+    ``task``: the run's task (:mod:`cemlab.tasks`; it names the metrics of units seen and units per
+    second). ``latest`` holds the last value of every metric (the result and the progress bar read it)."""
 
-    def __init__(self, *, plan, task, val_dataset, energy_batch, folder: Path, state: dict[str, Any],
+    def __init__(self, *, plan, task: "Task", val_dataset, energy_batch, folder: Path, state: dict[str, Any],
                  metrics=None, report: Callable[[dict[str, float]], None] | None = None,
                  flops_per_unit: float, peak_flops: float | None, val_batches: int):
         self.plan, self.task = plan, task
@@ -79,12 +83,11 @@ class RunCallback(L.Callback):
         self._window.append((now - self._t_last, self.plan.tokens_per_step))
         dt = sum(d for d, _ in self._window)
         rate = sum(n for _, n in self._window) / dt if dt > 0 else float("nan")
-        lm = self.task.kind == "lm"
         values = {
             schema.TRAIN_LOSS: pl_module.step_loss,
             schema.LR: pl_module.step_lr,
-            (schema.TOKENS_SEEN if lm else schema.EXAMPLES_SEEN): step * self.plan.tokens_per_step,
-            (schema.TOKENS_PER_S if lm else schema.EXAMPLES_PER_S): rate,
+            self.task.seen_metric: step * self.plan.tokens_per_step,
+            self.task.rate_metric: rate,
             schema.FLOPS_PER_S: rate * self.flops_per_unit,
         }
         if pl_module.grad_norm is not None:

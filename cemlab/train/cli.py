@@ -13,6 +13,9 @@ has one. ``--restart`` trains it anew in a new MLflow run; the old ``last.ckpt``
 are moved aside into ``replaced-<time>/`` in the same folder (delete that by hand when you want).
 ``--dry-run`` prints the plan after checking that the data it names exists and can be read.
 
+(Imports are inside the functions that need them: ``cemlab --help`` starts without torch,
+``--dry-run`` without Lightning, and a dead tracking store is named before either loads.)
+
 Exit codes:
   0    the run finished (test metrics logged)
   1    an unexpected error (traceback printed; the MLflow run is marked failed)
@@ -55,6 +58,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg = _load_config(args)
+    if isinstance(cfg, int):
+        return cfg
+    if getattr(args, "print_config", False):
+        from cemlab.tracking.mlflow_run import config_yaml
+
+        print(config_yaml(cfg), end="")
+        return EXIT_OK
+
+    if args.dry_run:
+        return _dry_run(cfg)
+
+    from cemlab.config import ConfigError
+    from cemlab.data import DataError
+    from cemlab.tracking.store import StoreError, probe_store, tracking_uri
+
+    try:
+        probe_store(args.tracking_uri or tracking_uri())
+    except StoreError as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from cemlab.train.run import train  # torch and Lightning load here, once the store answered
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        result = train(cfg, tracking_uri=args.tracking_uri, resume=not args.restart)
+    except (ConfigError, DataError) as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as e:
+        print(f"cemlab train: {e or 'interrupted'}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _report(result, args.json)
+
+
+def _dry_run(cfg) -> int:
+    """Print the plan after checking that the data it names exists and can be read."""
+    from cemlab.config import ConfigError
+    from cemlab.data import DataError, check_data
+    from cemlab.tasks import task_of
+    from cemlab.train.plan import describe
+
+    try:
+        if task_of(cfg).prepared_data:  # a task that generates its data has none to check
+            check_data(cfg.data)
+        print(json.dumps(describe(cfg), indent=1))
+    except (ConfigError, DataError) as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _load_config(args: argparse.Namespace):
+    """The run config of the command line (file, overrides, defaults), or the exit code of bad input."""
     from cemlab.config import ConfigError, load_run_config
 
     # The config file is the one positional that is not a key=value override, wherever it stands.
@@ -77,46 +135,14 @@ def run(args: argparse.Namespace) -> int:
         print("cemlab train: --resume and --restart contradict each other; give one (resuming is the default)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    return cfg
 
-    if getattr(args, "print_config", False):
-        from cemlab.tracking.mlflow_run import config_yaml
 
-        print(config_yaml(cfg), end="")
-        return EXIT_OK
-
-    from cemlab.data import DataError, check_data
-    from cemlab.train.run import describe, train
-
-    if args.dry_run:
-        try:
-            if cfg.task != "gp":  # the GP study generates its data
-                check_data(cfg.data)
-            print(json.dumps(describe(cfg), indent=1))
-        except (ConfigError, DataError) as e:
-            print(f"cemlab train: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        return EXIT_OK
-
-    from cemlab.tracking.store import StoreError, probe_store, tracking_uri
-
-    try:
-        probe_store(args.tracking_uri or tracking_uri())
-    except StoreError as e:
-        print(f"cemlab train: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
-        result = train(cfg, tracking_uri=args.tracking_uri, resume=not args.restart)
-    except (ConfigError, DataError) as e:
-        print(f"cemlab train: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt as e:
-        print(f"cemlab train: {e or 'interrupted'}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+def _report(result, as_json: bool) -> int:
+    """Print the result (one line on stderr; JSON on stdout with ``--json``); its exit code."""
     if result.run_id is None:  # a DDP rank other than zero: rank zero reports
         return EXIT_DIVERGED if result.diverged else EXIT_OK
-    if args.json:
+    if as_json:
         print(json.dumps(result.to_dict(), indent=1))
     if result.outcome != "trained":
         print(f"cemlab train: {result.run_name} already has a result ({result.status}, MLflow run {result.run_id}); "

@@ -20,8 +20,6 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from cemlab.config import RunConfig
-from cemlab.tasks import TaskData, task_of
 from cemlab.train.plan import TrainPlan
 
 
@@ -80,10 +78,3 @@ def eval_indices(n: int, max_examples: int | None) -> list[int]:
     if max_examples is None or max_examples >= n:
         return list(range(n))
     return sorted({int(round(i)) for i in np.linspace(0, n - 1, max_examples)})
-
-
-def load_task_data(cfg: RunConfig, plan: TrainPlan) -> TaskData:
-    """Prepare the data of ``cfg``'s task (:meth:`cemlab.tasks.Task.load_data`: tokenised and cached
-    for language models, drawn for the GP task). Bad input raises ``cemlab.data.DataError`` /
-    ``ConfigError`` before any training."""
-    return task_of(cfg).load_data(cfg, plan)

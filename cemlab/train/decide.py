@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cemlab.tracking import outcomes, schema
+from cemlab.train.result import RunResult
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
     from cemlab.config import RunConfig
-    from cemlab.train.run import RunResult
 
 log = logging.getLogger("cemlab.train")
 
@@ -171,7 +171,7 @@ def store_identity(uri: str, experiment_id: str | None) -> dict[str, Any]:
 
 
 def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, state: dict[str, Any], uri: str,
-                      parent_run_id: str | None = None, role: str | None = None) -> "RunResult":
+                      parent_run_id: str | None = None, role: str | None = None) -> RunResult:
     """Write the result kept in ``folder`` into the store as a new run, without training (see the
     module docstring); update ``state.json`` to point to it. Returns the result with the new run
     id and ``outcome="recorded"``."""
@@ -179,7 +179,6 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
 
     from cemlab.config import flatten
     from cemlab.train import checkpoint as ckpt
-    from cemlab.train.run import RunResult
     from cemlab.tracking import mlflow_run as mr
     from cemlab.tracking import store
 
@@ -213,10 +212,9 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
     return result
 
 
-def result_from_run(run: "Run", state: dict[str, Any] | None, uri: str) -> "RunResult":
+def result_from_run(run: "Run", state: dict[str, Any] | None, uri: str) -> RunResult:
     """The result of a run the store already holds (``outcome="reused"``): the local result when
     it belongs to that run, else what the run's tags and metrics say."""
-    from cemlab.train.run import RunResult
     from cemlab.tracking.store import run_status
 
     local = (state or {}).get("result")

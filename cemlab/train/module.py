@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from cemlab.config import RunConfig
 from cemlab.train.data import DataPosition
 from cemlab.train.plan import TrainPlan, decay_groups, lr_factor
+from cemlab.train.trainer import accelerator_and_precision
 
 #: Test hook: a NaN loss at this optimizer step (1-based), to exercise divergence handling.
 #: Read from the environment, so it never enters a config or its hash.
@@ -49,8 +50,6 @@ class CEMLabModule(L.LightningModule):
         self.model = task.model
         # The compiled module shares the parameters but is kept out of the module tree, so that
         # checkpoints and state dicts have the same keys with and without compilation.
-        from cemlab.train.run import accelerator_and_precision
-
         compiled = cfg.train.compiles(accelerator_and_precision(cfg)[0])
         self.__dict__["_train_forward"] = torch.compile(self.model) if compiled else self.model
         inject = os.environ.get(INJECT_NAN_ENV)

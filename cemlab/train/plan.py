@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from cemlab.config import ConfigError, RunConfig
 from cemlab.tasks import task_of
+from cemlab.tracking.mlflow_run import run_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
@@ -81,6 +82,12 @@ def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
         accumulation=t.batch_size // per_step, budget=budget, budget_params=params, total_steps=steps,
         warmup_steps=int(round(t.warmup_frac * steps)),
     )
+
+
+def describe(cfg: RunConfig, world_size: int = 1) -> dict:
+    """The plan of a config without training (for ``cemlab train --dry-run`` and the sweep planner)."""
+    plan = make_plan(cfg, world_size)
+    return {"run_name": cfg.tracking.run_name or run_name(cfg), "config_hash": cfg.hash(), **plan.to_dict()}
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, final_factor: float) -> float:

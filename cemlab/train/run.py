@@ -5,9 +5,14 @@ This is what ``cemlab train`` calls and what the sweep runner calls inside a Ray
     result = train(cfg, tracking_uri=url, parent_run_id=parent, report=tune_report, resume=True)
     result.status          # "finished" or "diverged" (a result, not an error)
 
-Flow: plan (budget, steps) -> data (tokenised and cached; bad input fails here, before anything is
-logged) -> model (seeded) -> MLflow run (created, or reopened when resuming) -> Lightning ``fit``
--> test metrics, test-time recursion curve, energy traces -> terminal status.
+Steps, one function each, in the order ``train`` calls them: :func:`resolve_config` (config, run
+name, task, ranks, devices, plan) -> data (the task's ``load_data``: tokenised and cached, or
+drawn; bad input fails here, before anything is logged) -> :func:`build_model` (seeded) ->
+:func:`decide_start` (reuse / record / resume / afresh) -> :func:`open_logger` (the MLflow run,
+created or reopened, and ``state.json``) -> :func:`make_run_callback` -> :func:`set_up_trainer`
+-> :func:`fit` (Lightning) -> :func:`test` (test metrics, test-time recursion curve, energy traces)
+-> :func:`record` (result, terminal status). A divergence ends in :func:`record_divergence`, an
+error or an interruption in :func:`mark_stopped`.
 
 Resuming (``resume=True``): the checkpoint folder of the config (``train.checkpoint_dir`` or
 ``<runs>/checkpoints/<config hash>``) holds ``last.ckpt`` and ``state.json``. A run that is still
@@ -34,103 +39,41 @@ Ray has set up the process group (gloo on CPU, NCCL on GPU) and ``RANK``/``WORLD
 ``LOCAL_RANK``, and Lightning trains with Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``.
 Either way the data order and gradient accumulation make an optimizer step see the same
 ``train.batch_size`` sequences as one process would (``cemlab.train.data``).
+
+torch, Lightning and MLflow are imported at the top: this module is imported only to train
+(``cemlab train --dry-run`` plans with ``cemlab.train.plan.describe`` without them).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
-import sys
 import time
-import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
 from cemlab.config import ConfigError, RunConfig, flatten
-from cemlab.tracking import schema
+from cemlab.tasks import Task, TaskData, task_of
+from cemlab.tracking import conventions, schema, store
+from cemlab.tracking import mlflow_run as mr
+from cemlab.train import checkpoint as ckpt
+from cemlab.train import decide as dc
+from cemlab.train.callbacks import ProgressBar, RunCallback
+from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
+from cemlab.train.module import CEMLabModule, Diverged
+from cemlab.train.plan import TrainPlan, make_plan
+from cemlab.train.result import RunResult, finite
+from cemlab.train.tasks import test_recursion_list
+from cemlab.train.trainer import (accelerator_and_precision, build_trainer, device_peak_flops, quiet_lightning,
+                                  show_progress_bar)
 
 log = logging.getLogger("cemlab.train")
-
-
-@dataclass
-class RunResult:
-    """What a run ended with. ``metrics`` holds the last value of every scalar metric
-    (``train/loss``, ``val/ppl``, ``test/ppl`` or ``test/rmse``, ...); ``test_at_steps`` the
-    test-time recursion curve {T': test ppl (or rmse)}."""
-
-    status: str                                   # finished | diverged
-    config_hash: str
-    run_name: str
-    run_id: str | None = None                     # None on ranks other than zero
-    tracking_uri: str | None = None
-    steps: int = 0                                # optimizer steps done
-    total_steps: int = 0
-    tokens: int = 0                               # tokens (GP: examples) seen
-    metrics: dict[str, float] = field(default_factory=dict)
-    test_at_steps: dict[int, float] = field(default_factory=dict)
-    diverged_step: int | None = None
-    checkpoint_dir: str | None = None
-    seconds: float = 0.0
-    resumed: bool = False
-    outcome: str = "trained"                      # trained | reused (the store had it) | recorded (from local state)
-    params: int | None = None                     # the model's parameter count
-
-    @property
-    def diverged(self) -> bool:
-        return self.status == schema.STATUS_DIVERGED
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
-        d = dict(d)
-        d["test_at_steps"] = {int(k): float(v) for k, v in (d.get("test_at_steps") or {}).items()}
-        return cls(**d)
-
-
-def resolve_tracking_uri(uri: str | None = None) -> str:
-    """``uri``, else ``$MLFLOW_TRACKING_URI``, else the project's store."""
-    from cemlab.tracking.store import tracking_uri
-
-    return uri or tracking_uri()
-
-
-def _rank_world(cfg: RunConfig) -> tuple[int, int]:
-    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
-    world = int(os.environ.get("WORLD_SIZE", cfg.train.devices))
-    return rank, world
-
-
-def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
-    import torch
-
-    t = cfg.train
-    cuda = torch.cuda.is_available()
-    if t.accelerator == "gpu" and not cuda:
-        raise ConfigError("train.accelerator='gpu' but no CUDA device is visible; use 'auto' or 'cpu'")
-    accelerator = "gpu" if (t.accelerator == "gpu" or (t.accelerator == "auto" and cuda)) else "cpu"
-    if t.precision == "auto":
-        return accelerator, "bf16-mixed" if accelerator == "gpu" else "32-true"
-    return accelerator, t.precision
-
-
-def _peak_flops(accelerator: str, precision: str = "bf16-mixed") -> float | None:
-    if accelerator != "gpu":
-        return None
-    from cemlab.hardware import peak_flops
-
-    return peak_flops(precision=precision)
-
-
-def _progress_bar(cfg: RunConfig, override: bool | None) -> bool:
-    if override is not None:
-        return override
-    if cfg.train.progress_bar is not None:
-        return cfg.train.progress_bar
-    return sys.stderr.isatty()
 
 
 def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, parent_run_id: str | None = None,
@@ -144,233 +87,351 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     ``role``: the ``cemlab.role`` tag (``trial`` when nested, else ``train``); ``ray_train``: this
     process is one worker of a Ray Train ``TorchTrainer`` (DDP over Ray's process group;
     ``train.devices`` is then ignored)."""
-    import lightning as L
-    import torch
-    from torch.utils.data import DataLoader
+    run = resolve_config(run_config, tracking_uri=tracking_uri, parent_run_id=parent_run_id, role=role)
+    data = run.task.load_data(run.cfg, run.plan)  # bad input fails here, before anything is logged
+    model = build_model(run)
+    start = decide_start(run, resume)
+    if isinstance(start, RunResult):  # the store or the runs folder already holds the result
+        return start
+    logger = open_logger(run, model, data, start)
+    callback = make_run_callback(run, model, data, start, logger, report)
+    try:
+        trainer, module, loader = set_up_trainer(run, model, data, start, callback, progress_bar, ray_train)
+        fit(trainer, module, loader, start)
+    except Diverged as e:
+        return record_divergence(run, model, start, logger, callback, e)
+    except BaseException as e:
+        interruption = mark_stopped(run, logger, e)
+        if interruption is None:
+            raise
+        raise interruption from e
+    curve = test(run, model, data, trainer, module, callback, logger)
+    return record(run, model, start, logger, callback, trainer, module, curve, report)
 
-    from cemlab.train import checkpoint as ckpt
-    from cemlab.train.callbacks import ProgressBar, RunCallback
-    from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices, load_task_data
-    from cemlab.train.module import CEMLabModule, Diverged
-    from cemlab.train.plan import make_plan
-    from cemlab.tasks import task_of
-    from cemlab.train.tasks import test_recursion_list
-    from cemlab.tracking import conventions
-    from cemlab.tracking import mlflow_run as mr
-    from cemlab.tracking import store
 
+# -- the run's facts, as the steps pass them on -----------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    """What every step reads: the validated config, its identity and task, this process's rank, the
+    devices and the plan, and the caller's tracking arguments."""
+
+    cfg: RunConfig
+    config_hash: str
+    name: str
+    task: Task                    # what differs between tasks: data, model, unit, metric names
+    rank: int                     # global rank (RANK); only rank zero talks to MLflow
+    world: int
+    accelerator: str
+    precision: str
+    plan: TrainPlan
+    tracking_uri: str | None      # as given (None: $MLFLOW_TRACKING_URI or the project's store)
+    parent_run_id: str | None
+    role: str | None
+    t0: float                     # perf_counter at the start, for RunResult.seconds
+
+    @property
+    def zero(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class Model:
+    """The task's runtime object (:mod:`cemlab.train.tasks`: the model, its loss and metrics) and
+    the facts logged at step 0 (parameter counts, FLOPs per token or example)."""
+
+    runtime: Any
+    static_metrics: dict[str, float]
+
+    @property
+    def params(self) -> int:
+        return int(self.static_metrics[schema.PARAMS_TOTAL])
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the run starts: its checkpoint folder, the state it continues (None: afresh), the
+    store's decision (None when not resuming) and the checkpoint to load (None: step 0)."""
+
+    folder: Path
+    state: dict[str, Any] | None
+    decision: dc.Decision | None
+    ckpt_path: Path | None
+
+    @property
+    def resumed(self) -> bool:
+        return self.ckpt_path is not None
+
+
+@dataclass
+class RunLogger:
+    """The MLflow side of the run on global rank zero (on other ranks ``client`` is None and
+    :meth:`finish` does nothing) and the ``state.json`` content the checkpoints update."""
+
+    state: dict[str, Any]
+    client: Any = None
+    uri: str | None = None
+    run_id: str | None = None
+    metrics: mr.MetricBuffer | None = None
+    monitor: Any = None           # MLflow's system metrics thread, when on
+
+    def finish(self, status: str, extra_tags: dict[str, str] | None = None) -> None:
+        """Flush the metrics, stop the system metrics and end the MLflow run with ``status``."""
+        if self.client is None:
+            return
+        try:
+            self.metrics.flush()  # first: a trial the scheduler stops has little time before its process ends
+        finally:
+            try:
+                if self.monitor is not None:
+                    self.monitor.finish()
+            finally:
+                mr.finish_run(self.client, self.run_id, status, extra_tags)
+
+
+# -- the steps ----------------------------------------------------------------------------------------
+def resolve_config(run_config: RunConfig | dict, *, tracking_uri: str | None, parent_run_id: str | None,
+                   role: str | None) -> Run:
+    """Validate the config; name the run and its task; find this process's rank, the accelerator,
+    the precision and the plan (budget, steps, accumulation)."""
     t0 = time.perf_counter()
     cfg = run_config if isinstance(run_config, RunConfig) else RunConfig.model_validate(run_config)
     config_hash, name = cfg.hash(), cfg.tracking.run_name or mr.run_name(cfg)
     rank, world = _rank_world(cfg)
-    zero = rank == 0
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     accelerator, precision = accelerator_and_precision(cfg)
-    plan = make_plan(cfg, world)
-    data = load_task_data(cfg, plan)
-    L.seed_everything(cfg.train.seed, workers=False, verbose=False)
-    task = task_of(cfg).build(cfg)
-    folder = ckpt.checkpoint_dir(cfg)
+    return Run(cfg=cfg, config_hash=config_hash, name=name, task=task_of(cfg), rank=rank, world=world,
+               accelerator=accelerator, precision=precision, plan=make_plan(cfg, world), tracking_uri=tracking_uri,
+               parent_run_id=parent_run_id, role=role, t0=t0)
 
-    # -- resume or start afresh ----------------------------------------------------------------
+
+def build_model(run: Run) -> Model:
+    """Seed every generator with ``train.seed``, then build the task's model."""
+    L.seed_everything(run.cfg.train.seed, workers=False, verbose=False)
+    runtime = run.task.build(run.cfg)
+    return Model(runtime, runtime.static_metrics(run.plan.seq_len))
+
+
+def decide_start(run: Run, resume: bool) -> Start | RunResult:
+    """The result the store (reuse) or the runs folder (record) already holds, or where training
+    starts: the checkpoint the store's decision continues, or afresh, after setting the folder's
+    earlier checkpoint aside (see the module docstring)."""
+    folder = ckpt.checkpoint_dir(run.cfg)
     state = ckpt.read_state(folder) if resume else None
-    if state is not None and state.get("config_hash") != config_hash:
+    if state is not None and state.get("config_hash") != run.config_hash:
         raise ConfigError(
             f"{folder / ckpt.STATE_NAME} belongs to config hash {state.get('config_hash')}, this config's hash is "
-            f"{config_hash}; point train.checkpoint_dir elsewhere or start afresh with --restart"
+            f"{run.config_hash}; point train.checkpoint_dir elsewhere or start afresh with --restart"
         )
-    static_metrics = task.static_metrics(plan.seq_len)
-    n_params = int(static_metrics[schema.PARAMS_TOTAL])
     decision = None
     if resume:  # the store decides what is done; every rank asks it (only rank zero writes)
-        from cemlab.train import decide as dc
-
-        uri = resolve_tracking_uri(tracking_uri)
-        decision = dc.decide(store.get_client(uri), config_hash, folder, state, own_run_first=True)
+        uri = resolve_tracking_uri(run.tracking_uri)
+        decision = dc.decide(store.get_client(uri), run.config_hash, folder, state, own_run_first=True)
         if decision.action == dc.REUSE:
             result = dc.result_from_run(decision.run, state, uri)
-            if zero:
-                log.info("%s: the store %s already holds run %s with a result; not training again", name, uri,
+            if run.zero:
+                log.info("%s: the store %s already holds run %s with a result; not training again", run.name, uri,
                          result.run_id)
             return result
         if decision.action == dc.RECORD:
-            if not zero:
+            if not run.zero:
                 return RunResult.from_dict({**state["result"], "run_id": None, "outcome": "recorded"})
-            return dc.record_from_local(store.get_client(uri), cfg, folder, state, uri, parent_run_id, role)
-        if zero and decision.action == dc.RUN and state:
-            log.info("%s: %s", name, decision.reason)
+            return dc.record_from_local(store.get_client(uri), run.cfg, folder, state, uri, run.parent_run_id,
+                                        run.role)
+        if run.zero and decision.action == dc.RUN and state:
+            log.info("%s: %s", run.name, decision.reason)
         state = decision.state  # None: the local result is not used (trained again from scratch)
     ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
     if ckpt_path is not None and not ckpt_path.is_file():
         ckpt_path = None
-    if zero and (not resume or state is None):  # starting afresh: keep what the folder held
+    if run.zero and (not resume or state is None):  # starting afresh: keep what the folder held
         aside = ckpt.set_aside(folder)
         if aside is not None:
             log.info("starting afresh: the previous checkpoint and state of this config are kept in %s", aside)
+    return Start(folder, state, decision, ckpt_path)
 
-    # -- MLflow (rank zero) --------------------------------------------------------------------
-    uri = client = run_id = metrics = None
-    if zero:
-        uri = resolve_tracking_uri(tracking_uri)
-        from cemlab.train import decide as dc
 
-        client = store.get_client(uri)
-        keep_local = functools.partial(dc.append_metrics, folder)  # the history, kept beside the checkpoint
-        resumed_run = decision.run if decision is not None and decision.action == dc.RESUME else None
-        if resumed_run is not None:
-            run_id, experiment_id = resumed_run.info.run_id, resumed_run.info.experiment_id
-            mr.reopen_run(client, run_id)
-            metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
-            metrics.skip_logged()
-        else:
-            if state and state.get("run_id"):
-                log.warning("run %s is not in this MLflow store (or deleted); logging into a new run", state["run_id"])
-            parent = parent_run_id or cfg.tracking.parent_run_id
-            experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
-            tags = mr.run_tags(cfg, role=role or ("trial" if parent else "train"), parent_run_id=parent)
-            run_id = mr.create_run(client, experiment_id, name, tags)
-            mr.log_params(client, run_id, flatten(cfg))
-            mr.log_config(client, run_id, cfg)
-            metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
-            upto = int((state or {}).get("step", 0)) if ckpt_path is not None else -1
-            kept = [m for m in dc.read_metrics(folder) if int(m["step"]) <= upto and m["key"].startswith("train/")]
-            dc.clear_metrics(folder)
-            for m in kept:  # continuing a checkpoint in a new run: the history so far comes along
-                metrics.add(m["key"], m["value"], int(m["step"]))
-            static = dict(static_metrics)
-            conventions.log_run_conventions(
-                client, run_id, cfg, name, data_stats=data.stats, params=n_params,
-                budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=task.description())
-            static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
-                           schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
-            metrics.add_many(static, 0)
-            metrics.flush()
-        state = {"config_hash": config_hash, "run_id": run_id, "run_name": name, "tracking_uri": uri,
-                 "store": dc.store_identity(uri, experiment_id), "status": schema.STATUS_RUNNING,
-                 "step": (state or {}).get("step", 0),
-                 "total_steps": plan.total_steps, "plan": plan.to_dict()}
-        ckpt.write_state(folder, state)
-    resumed = ckpt_path is not None
-    monitor = conventions.start_system_metrics(cfg, uri, run_id, resume=resumed) if zero else None
-    if zero:
-        log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", name, task.kind,
-                 f"{n_params:,}", task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size, plan.seq_len,
-                 f", resuming from {ckpt_path}" if resumed else "", run_id)
+def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> RunLogger:
+    """On rank zero: reopen the MLflow run being resumed, or create one; write ``state.json``;
+    start the system metrics. Other ranks log nothing."""
+    if not run.zero:
+        return RunLogger(state=start.state or {})
+    uri = resolve_tracking_uri(run.tracking_uri)
+    client = store.get_client(uri)
+    keep_local = functools.partial(dc.append_metrics, start.folder)  # the history, kept beside the checkpoint
+    decision = start.decision
+    if decision is not None and decision.action == dc.RESUME:
+        run_id, experiment_id = decision.run.info.run_id, decision.run.info.experiment_id
+        mr.reopen_run(client, run_id)
+        metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
+        metrics.skip_logged()
+    else:
+        run_id, experiment_id = _create_mlflow_run(run, client, start)
+        metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
+        _log_start(run, model, data, start, client, run_id, metrics)
+    state = {"config_hash": run.config_hash, "run_id": run_id, "run_name": run.name, "tracking_uri": uri,
+             "store": dc.store_identity(uri, experiment_id), "status": schema.STATUS_RUNNING,
+             "step": (start.state or {}).get("step", 0),
+             "total_steps": run.plan.total_steps, "plan": run.plan.to_dict()}
+    ckpt.write_state(start.folder, state)
+    monitor = conventions.start_system_metrics(run.cfg, uri, run_id, resume=start.resumed)
+    plan = run.plan
+    log.info("%s: %s, %s parameters, %s=%s steps=%d (%d x %d per step)%s; MLflow run %s", run.name, run.task.name,
+             f"{model.params:,}", run.task.unit, f"{plan.tokens:,}", plan.total_steps, plan.batch_size,
+             plan.seq_len, f", resuming from {start.ckpt_path}" if start.resumed else "", run_id)
+    return RunLogger(state, client, uri, run_id, metrics, monitor)
 
-    def finish(status: str, extra_tags: dict[str, str] | None = None) -> None:
-        if client is not None:
-            try:
-                metrics.flush()  # first: a trial the scheduler stops has little time before its process ends
-            finally:
-                try:
-                    if monitor is not None:
-                        monitor.finish()
-                finally:
-                    mr.finish_run(client, run_id, status, extra_tags)
 
-    # -- Lightning -----------------------------------------------------------------------------
-    position = DataPosition()
-    val_idx = eval_indices(len(data.val), cfg.train.val_batches * plan.micro_batch_size)
-    energy_batch = _energy_batch(data.val, val_idx, task) if task.recursion_T() is not None else None
-    callback = RunCallback(
-        plan=plan, task=task, val_dataset=data.val, energy_batch=energy_batch, folder=folder,
-        state=state or {}, metrics=metrics, report=report if zero else None,
-        flops_per_unit=task.train_flops_per_unit(plan.seq_len), peak_flops=_peak_flops(accelerator, precision),
-        val_batches=cfg.train.val_batches,
+def make_run_callback(run: Run, model: Model, data: TaskData, start: Start, logger: RunLogger,
+                      report: Callable[[dict[str, float]], None] | None) -> RunCallback:
+    """The callback that logs step metrics, validates, reports and checkpoints (``cemlab.train.callbacks``)."""
+    runtime, plan = model.runtime, run.plan
+    val_idx = eval_indices(len(data.val), run.cfg.train.val_batches * plan.micro_batch_size)
+    energy_batch = _energy_batch(data.val, val_idx, runtime) if runtime.recursion_T() is not None else None
+    return RunCallback(
+        plan=plan, task=run.task, val_dataset=data.val, energy_batch=energy_batch, folder=start.folder,
+        state=logger.state, metrics=logger.metrics, report=report if run.zero else None,
+        flops_per_unit=runtime.train_flops_per_unit(plan.seq_len),
+        peak_flops=device_peak_flops(run.accelerator, run.precision), val_batches=run.cfg.train.val_batches,
     )
-    show_bar = _progress_bar(cfg, progress_bar) and zero
-    try:
-        module = CEMLabModule(cfg, task, plan, position)
-        sampler = StepBatchSampler(len(data.train), plan, cfg.train.seed, rank, position)
-        loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=accelerator == "gpu")
-        trainer = build_trainer(cfg, plan, accelerator, precision,
-                                [callback] + ([ProgressBar(callback)] if show_bar else []), folder, show_bar,
-                                ray_train=ray_train)
-        with quiet_lightning():
-            trainer.fit(module, train_dataloaders=loader, ckpt_path=str(ckpt_path) if ckpt_path else None)
-    except Diverged as e:
-        result = RunResult(
-            status=schema.STATUS_DIVERGED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
-            steps=e.step - 1, total_steps=plan.total_steps, tokens=(e.step - 1) * plan.tokens_per_step,
-            metrics=_finite(callback.latest), diverged_step=e.step, checkpoint_dir=str(folder),
-            seconds=time.perf_counter() - t0, resumed=resumed, params=n_params,
-        )
-        finish(schema.STATUS_DIVERGED, {schema.DIVERGED_STEP: str(e.step)})
-        if zero:
-            ckpt.write_state(folder, {**state, "status": schema.STATUS_DIVERGED, "result": result.to_dict()})
-        if zero:
-            log.warning("%s diverged at step %d (loss %s)", name, e.step, e.loss)
-        return result
-    except (KeyboardInterrupt, SystemExit) as e:  # Lightning turns Ctrl-C into SystemExit(1)
-        finish(schema.STATUS_INTERRUPTED)
-        raise KeyboardInterrupt(f"{name} interrupted; the same `cemlab train` command continues it") from e
-    except BaseException as e:
-        interrupted = type(e).__name__ == "SIGTERMException"
-        finish(schema.STATUS_INTERRUPTED if interrupted else schema.STATUS_FAILED,
-               None if interrupted else {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
-        if interrupted:
-            raise KeyboardInterrupt(f"{name} got SIGTERM; the same `cemlab train` command continues it") from e
-        raise
 
-    # -- the end: test metrics, test-time recursion, energy traces --------------------------------
+
+def set_up_trainer(run: Run, model: Model, data: TaskData, start: Start, callback: RunCallback,
+                   progress_bar: bool | None, ray_train: bool):
+    """The LightningModule, the resumable training loader of this rank and the ``Trainer``."""
+    position = DataPosition()
+    module = CEMLabModule(run.cfg, model.runtime, run.plan, position)
+    sampler = StepBatchSampler(len(data.train), run.plan, run.cfg.train.seed, run.rank, position)
+    loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=run.accelerator == "gpu")
+    show_bar = show_progress_bar(run.cfg, progress_bar) and run.zero
+    trainer = build_trainer(run.cfg, run.plan, run.accelerator, run.precision,
+                            [callback] + ([ProgressBar(callback)] if show_bar else []), start.folder, show_bar,
+                            ray_train=ray_train)
+    return trainer, module, loader
+
+
+def fit(trainer, module: CEMLabModule, loader: DataLoader, start: Start) -> None:
+    """Train to the plan's last step, from the checkpoint when there is one."""
+    with quiet_lightning():
+        trainer.fit(module, train_dataloaders=loader, ckpt_path=str(start.ckpt_path) if start.resumed else None)
+
+
+def test(run: Run, model: Model, data: TaskData, trainer, module: CEMLabModule, callback: RunCallback,
+         logger: RunLogger) -> dict[int, float]:
+    """Test metrics, the test-time recursion curve (returned) and the energy traces, logged; an error
+    here marks the MLflow run failed."""
+    runtime = model.runtime
     try:
-        final, curve = _final_evaluation(cfg, trainer, module, task, data, plan, energy_batch, metrics,
-                                          test_recursion_list(cfg, task.recursion_T()))
+        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan,
+                                                 callback.energy_batch,
+                                                 test_recursion_list(run.cfg, runtime.recursion_T()))
+        if logger.metrics is not None:
+            _log_test(logger.metrics, run.task, runtime, final, curve, traces, trainer.global_step)
     except BaseException as e:
-        finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
+        logger.finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         raise
     callback.latest.update(final)
-    if zero and conventions.log_model_enabled(cfg):
+    return curve
+
+
+def record(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback, trainer,
+           module: CEMLabModule, curve: dict[int, float],
+           report: Callable[[dict[str, float]], None] | None) -> RunResult:
+    """The final model (when logged), the result, the finished MLflow run and ``state.json``; the
+    last report."""
+    if run.zero and conventions.log_model_enabled(run.cfg):
         try:
-            conventions.log_final_model(client, run_id, module.model, cfg, trainer.global_step)
+            conventions.log_final_model(logger.client, logger.run_id, module.model, run.cfg, trainer.global_step)
         except Exception as e:  # the result stands without its model artifact
-            log.warning("%s: could not log the final model: %s", name, e)
-    result = RunResult(
-        status=schema.STATUS_FINISHED, config_hash=config_hash, run_name=name, run_id=run_id, tracking_uri=uri,
-        steps=trainer.global_step, total_steps=plan.total_steps, tokens=trainer.global_step * plan.tokens_per_step,
-        metrics=_finite(callback.latest), test_at_steps=curve, checkpoint_dir=str(folder),
-        seconds=time.perf_counter() - t0, resumed=resumed, params=n_params,
-    )
-    finish(schema.STATUS_FINISHED)
-    if zero:
-        ckpt.write_state(folder, {**state, "status": schema.STATUS_FINISHED, "step": result.steps,
-                                  "result": result.to_dict()})
+            log.warning("%s: could not log the final model: %s", run.name, e)
+    result = _result(run, model, start, logger, callback, schema.STATUS_FINISHED, trainer.global_step,
+                     test_at_steps=curve)
+    logger.finish(schema.STATUS_FINISHED)
+    if run.zero:
+        ckpt.write_state(start.folder, {**logger.state, "status": schema.STATUS_FINISHED, "step": result.steps,
+                                        "result": result.to_dict()})
         if report is not None:
             report(dict(callback.latest))
     return result
 
 
-def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callbacks: list, folder,
-                  progress_bar: bool, ray_train: bool = False):
-    """The ``lightning.Trainer`` of a run: one epoch of ``plan.total_steps`` optimizer steps over the
-    resumable loader; validation, checkpoints and logging come from cemlab's callbacks, so
-    Lightning's own loops for them, its loggers and its checkpointing are off.
+def record_divergence(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback,
+                      e: Diverged) -> RunResult:
+    """A NaN/inf loss at step ``e.step``: the run ends diverged, keeping what it logged."""
+    result = _result(run, model, start, logger, callback, schema.STATUS_DIVERGED, e.step - 1, diverged_step=e.step)
+    logger.finish(schema.STATUS_DIVERGED, {schema.DIVERGED_STEP: str(e.step)})
+    if run.zero:
+        ckpt.write_state(start.folder, {**logger.state, "status": schema.STATUS_DIVERGED, "result": result.to_dict()})
+        log.warning("%s diverged at step %d (loss %s)", run.name, e.step, e.loss)
+    return result
 
-    ``ray_train``: inside a Ray Train worker, DDP over the process group Ray set up (Ray's
-    Lightning strategy and cluster environment, one device per worker, checked by
-    ``ray.train.lightning.prepare_trainer``); otherwise ``train.devices`` processes started by
-    Lightning."""
-    import lightning as L
 
-    placement: dict = {"devices": cfg.train.devices}
-    if ray_train:
-        from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
+def mark_stopped(run: Run, logger: RunLogger, e: BaseException) -> KeyboardInterrupt | None:
+    """End the MLflow run interrupted (Ctrl-C, SIGTERM: returns the ``KeyboardInterrupt`` to raise,
+    the run is resumable) or failed (returns None: the error propagates)."""
+    if isinstance(e, (KeyboardInterrupt, SystemExit)):  # Lightning turns Ctrl-C into SystemExit(1)
+        logger.finish(schema.STATUS_INTERRUPTED)
+        return KeyboardInterrupt(f"{run.name} interrupted; the same `cemlab train` command continues it")
+    if type(e).__name__ == "SIGTERMException":
+        logger.finish(schema.STATUS_INTERRUPTED)
+        return KeyboardInterrupt(f"{run.name} got SIGTERM; the same `cemlab train` command continues it")
+    logger.finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
+    return None
 
-        placement = {"devices": "auto", "strategy": RayDDPStrategy(), "plugins": [RayLightningEnvironment()]}
-    with quiet_lightning():
-        trainer = L.Trainer(
-            accelerator=accelerator, precision=precision, **placement,
-            max_steps=plan.total_steps, max_epochs=1, accumulate_grad_batches=plan.accumulation,
-            gradient_clip_val=cfg.train.grad_clip, limit_val_batches=0, num_sanity_val_steps=0,
-            logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=progress_bar,
-            callbacks=callbacks, use_distributed_sampler=False, default_root_dir=str(folder),
-        )
-    if ray_train:
-        from ray.train.lightning import prepare_trainer
 
-        trainer = prepare_trainer(trainer)
-    return trainer
+# -- pieces of the steps ------------------------------------------------------------------------------
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """``uri``, else ``$MLFLOW_TRACKING_URI``, else the project's store."""
+    return uri or store.tracking_uri()
+
+
+def _rank_world(cfg: RunConfig) -> tuple[int, int]:
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+    world = int(os.environ.get("WORLD_SIZE", cfg.train.devices))
+    return rank, world
+
+
+def _create_mlflow_run(run: Run, client, start: Start) -> tuple[str, str]:
+    """A new MLflow run with the config's tags, params and config file; (run id, experiment id)."""
+    if start.state and start.state.get("run_id"):
+        log.warning("run %s is not in this MLflow store (or deleted); logging into a new run", start.state["run_id"])
+    parent = run.parent_run_id or run.cfg.tracking.parent_run_id
+    experiment_id = store.ensure_experiment(run.cfg.tracking.experiment, client)
+    tags = mr.run_tags(run.cfg, role=run.role or ("trial" if parent else "train"), parent_run_id=parent)
+    run_id = mr.create_run(client, experiment_id, run.name, tags)
+    mr.log_params(client, run_id, flatten(run.cfg))
+    mr.log_config(client, run_id, run.cfg)
+    return run_id, experiment_id
+
+
+def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run_id: str,
+               metrics: mr.MetricBuffer) -> None:
+    """What a new MLflow run logs first: the metric history of the checkpoint it continues (if any),
+    MLflow's conventions (description, dataset inputs) and the step-0 facts (parameters, budget)."""
+    upto = int((start.state or {}).get("step", 0)) if start.resumed else -1
+    kept = [m for m in dc.read_metrics(start.folder) if int(m["step"]) <= upto and m["key"].startswith("train/")]
+    dc.clear_metrics(start.folder)
+    for m in kept:  # continuing a checkpoint in a new run: the history so far comes along
+        metrics.add(m["key"], m["value"], int(m["step"]))
+    plan = run.plan
+    conventions.log_run_conventions(
+        client, run_id, run.cfg, run.name, data_stats=data.stats, params=model.params,
+        budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=model.runtime.description())
+    static = dict(model.static_metrics)
+    static.update({schema.TOKEN_BUDGET: plan.budget, schema.TOTAL_STEPS: plan.total_steps,
+                   schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
+    metrics.add_many(static, 0)
+    metrics.flush()
+
+
+def _result(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback, status: str, steps: int,
+            **extra) -> RunResult:
+    return RunResult(
+        status=status, config_hash=run.config_hash, run_name=run.name, run_id=logger.run_id, tracking_uri=logger.uri,
+        steps=steps, total_steps=run.plan.total_steps, tokens=steps * run.plan.tokens_per_step,
+        metrics=finite(callback.latest), checkpoint_dir=str(start.folder), seconds=time.perf_counter() - run.t0,
+        resumed=start.resumed, params=model.params, **extra,
+    )
 
 
 def _train_units(data, plan) -> int:
@@ -386,88 +447,45 @@ def _split_units(data, plan) -> dict[str, int]:
     return {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
 
 
-def _energy_batch(dataset, indices: list[int], task):
-    """A fixed validation batch for energy traces: 4 sequences (LM) or 256 examples (GP)."""
-    import torch
-
-    k = 4 if task.kind == "lm" else 256
-    return torch.stack([dataset[i][0] for i in indices[:k]])
+def _energy_batch(dataset, indices: list[int], runtime):
+    """A fixed validation batch for energy traces (``runtime.energy_batch_size`` inputs)."""
+    return torch.stack([dataset[i][0] for i in indices[:runtime.energy_batch_size]])
 
 
-def _final_evaluation(cfg, trainer, module, task, data, plan, energy_batch, metrics, recursion_list):
-    """Test loss and metric, the test-time recursion curve and the energy traces, on the device
-    the model trained on (Lightning moves it to the CPU when ``fit`` ends)."""
-    from cemlab.train.data import eval_indices
-
+def _evaluate_on_test(cfg, trainer, module, runtime, data, plan, energy_batch, recursion_list):
+    """Test loss and metric, the test-time recursion curve and the energy traces (rank zero), on the
+    device the model trained on (Lightning moves it to the CPU when ``fit`` ends)."""
     module.to(trainer.strategy.root_device)
-    step = trainer.global_step
     cap = cfg.train.test_batches * plan.micro_batch_size if cfg.train.test_batches else None
     test_idx = eval_indices(len(data.test), cap)
     mb = plan.micro_batch_size
     test = module.evaluate(data.test, test_idx, mb)
     final = {f"test/{k}": v for k, v in test.items()}
     curve: dict[int, float] = {}
-    T = task.recursion_T()
+    T = runtime.recursion_T()
     for steps in recursion_list:
         if steps == T:
-            curve[steps] = test[task.metric]
+            curve[steps] = test[runtime.metric]
         else:
-            with task.recursion_steps(steps):
-                curve[steps] = module.evaluate(data.test, test_idx, mb)[task.metric]
+            with runtime.recursion_steps(steps):
+                curve[steps] = module.evaluate(data.test, test_idx, mb)[runtime.metric]
     traces = module.energy_trace(energy_batch) if energy_batch is not None and trainer.is_global_zero else {}
-    if metrics is not None:
-        metrics.add_many(final, step)
-        key = schema.TEST_PPL_AT_STEPS if task.kind == "lm" else schema.TEST_RMSE_AT_STEPS
-        for steps, value in curve.items():
-            metrics.add(key, value, steps)
-        for (sub, layer), trace in traces.items():
-            for t, value in enumerate(trace.tolist()):
-                metrics.add(schema.energy_metric(sub, layer), value, t)
-            metrics.add(schema.energy_drop_metric(sub, layer), float(trace[0] - trace[-1]), step)
-        for (sub, layer), etas in task.step_sizes().items():  # fixed, 1/T or the learned values at the end
-            for t, eta in enumerate(etas, 1):
-                metrics.add(schema.step_size_metric(sub, layer), eta, t)
-            metrics.add(schema.total_step_metric(sub, layer), sum(etas), step)
-    return final, curve
+    return final, curve, traces
 
 
-def _finite(d: dict[str, Any]) -> dict[str, float]:
-    """The numeric, non-NaN entries of ``d`` as floats (a result must survive JSON)."""
-    return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not math.isnan(v)}
+def _log_test(metrics, task: Task, runtime, final, curve, traces, step: int) -> None:
+    """The test metrics at the last step; the recursion curve, energy traces and step sizes by step."""
+    metrics.add_many(final, step)
+    for steps, value in curve.items():
+        metrics.add(task.test_metric_at_steps, value, steps)
+    for (sub, layer), trace in traces.items():
+        for t, value in enumerate(trace.tolist()):
+            metrics.add(schema.energy_metric(sub, layer), value, t)
+        metrics.add(schema.energy_drop_metric(sub, layer), float(trace[0] - trace[-1]), step)
+    for (sub, layer), etas in runtime.step_sizes().items():  # fixed, 1/T or the learned values at the end
+        for t, eta in enumerate(etas, 1):
+            metrics.add(schema.step_size_metric(sub, layer), eta, t)
+        metrics.add(schema.total_step_metric(sub, layer), sum(etas), step)
 
 
-class quiet_lightning:
-    """Silence Lightning's start-up chatter and the two warnings that do not apply here: the
-    training loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a
-    memory map in the main process on purpose."""
-
-    def __enter__(self):
-        self._levels = {}
-        for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-            lg = logging.getLogger(name)
-            self._levels[name] = lg.level
-            lg.setLevel(logging.WARNING)
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
-        return self
-
-    def __exit__(self, *exc):
-        self._warnings.__exit__(*exc)
-        for name, level in self._levels.items():
-            logging.getLogger(name).setLevel(level)
-        return False
-
-
-def describe(cfg: RunConfig, world_size: int = 1) -> dict[str, Any]:
-    """The plan of a config without training (for ``cemlab train --dry-run`` and the sweep planner)."""
-    from cemlab.train.plan import make_plan
-    from cemlab.tracking.mlflow_run import run_name
-
-    plan = make_plan(cfg, world_size)
-    return {"run_name": cfg.tracking.run_name or run_name(cfg), "config_hash": cfg.hash(), **plan.to_dict()}
-
-
-__all__ = ["RunResult", "train", "build_trainer", "accelerator_and_precision", "quiet_lightning", "resolve_tracking_uri", "describe"]
+__all__ = ["RunResult", "train", "resolve_tracking_uri"]

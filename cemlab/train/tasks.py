@@ -1,4 +1,8 @@
-"""What differs between the two tasks cemlab trains: the model, its loss and its metrics.
+"""The runtime side of the two tasks cemlab trains: the model, its loss and its metrics.
+
+The task registry (:mod:`cemlab.tasks`) owns each task's facts (unit, metric names, data) and
+builds these objects (``Task.build``); this module does not import it, since the registry imports
+this one.
 
 * ``lm`` (:class:`LanguageModelTask`): a causal LM from ``cfg.model``; next-token cross entropy;
   perplexity ``exp(mean NLL per token)``; model FLOPs per token from
@@ -24,10 +28,8 @@ from cemlab.tracking import schema
 
 
 class LanguageModelTask:
-    kind = "lm"
-    unit = "tokens"
-    metric = "ppl"            # headline metric: val/ppl, test/ppl
-    lower_is_better = True
+    metric = "ppl"            # the headline entry of metrics_from_sums: val/ppl, test/ppl
+    energy_batch_size = 4     # validation sequences the energy traces are taken on
 
     def __init__(self, cfg: RunConfig):
         from cemlab.models import build_model
@@ -111,10 +113,8 @@ def step_description(m) -> str:
 
 
 class GPTask:
-    kind = "gp"
-    unit = "examples"
     metric = "rmse"
-    lower_is_better = True
+    energy_batch_size = 256   # validation examples the energy traces are taken on
 
     def __init__(self, cfg: RunConfig):
         from cemlab.models.gp import build_gp_model
