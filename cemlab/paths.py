@@ -1,4 +1,5 @@
-"""Where cemlab keeps its files: one runs folder per project (MLflow store, caches, checkpoints).
+"""Where cemlab keeps its files: one runs folder per project (MLflow store, caches, checkpoints;
+a run's checkpoint folder is ``cemlab.train.checkpoint.checkpoint_folder``).
 
 The runs folder is ``$CEMLAB_RUNS_DIR`` when set, else ``./runs`` under the current directory,
 always made absolute, because Ray trials change into a temporary directory: the sweep driver
@@ -17,22 +18,18 @@ def runs_dir() -> Path:
     return p
 
 
+def _runs_subdir(name: str) -> Path:
+    p = runs_dir() / name
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
 def cache_dir() -> Path:
-    p = runs_dir() / "cache"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-def checkpoints_dir() -> Path:
-    p = runs_dir() / "checkpoints"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return _runs_subdir("cache")
 
 
 def mlflow_dir() -> Path:
-    p = runs_dir() / "mlflow"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return _runs_subdir("mlflow")
 
 
 def reports_dir() -> Path:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cemlab.sweeps.spec import Trial
+    from cemlab.sweeps.schema import Trial
 
 
 @dataclass

@@ -29,7 +29,7 @@ def checkpoint_dir(cfg: RunConfig) -> Path:
     if cfg.train.checkpoint_dir:
         d = Path(cfg.train.checkpoint_dir).expanduser().resolve()
     else:
-        d = paths.checkpoints_dir() / cfg.hash()
+        d = checkpoint_folder(paths.runs_dir(), cfg.hash())
     d.mkdir(parents=True, exist_ok=True)
     return d
 
