@@ -137,5 +137,5 @@ class Task:
         raise NotImplementedError
 
     def build(self, cfg: "RunConfig"):
-        """The training-time task object (model, loss, metrics; :mod:`cemlab.train.tasks`)."""
+        """The training-time task object (model, loss, metrics, recursion), defined in the task's own module."""
         raise NotImplementedError

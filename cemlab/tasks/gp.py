@@ -4,7 +4,12 @@ from a Gaussian process; the metric is RMSE, the budget counts examples, the dat
 from __future__ import annotations
 
 import functools
+import math
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
 
 from cemlab.tasks.base import Task, TaskData, format_lr
 from cemlab.tracking import schema
@@ -16,8 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 @functools.lru_cache(maxsize=1024)
 def _count_parameters(config_json: str) -> int:
     """Cached by the GP config's JSON (built on the meta device: no memory)."""
-    import torch
-
     from cemlab.gp.config import GPConfig
     from cemlab.models.gp import build_gp_model, count_parameters
 
@@ -113,6 +116,60 @@ class GPRegression(Task):
                         TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
 
     def build(self, cfg: "RunConfig"):
-        from cemlab.train.tasks import GPTask
+        return GPTraining(cfg, self)
 
-        return GPTask(cfg)
+
+class GPTraining:
+    """The training-time half of the task (``GPRegression.build``): the regressor, mean squared error,
+    RMSE, FLOPs per example, the energies of its CEM MLP layers."""
+
+    metric = "rmse"
+    energy_batch_size = 256   # validation examples the energy traces are taken on
+
+    def __init__(self, cfg: "RunConfig", task: GPRegression):
+        from cemlab.models.gp import build_gp_model
+
+        self.cfg, self.task = cfg, task
+        self.gp = cfg.gp
+        self.model = build_gp_model(self.gp)
+
+    @staticmethod
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out.float(), y.float())
+
+    @staticmethod
+    def eval_sums(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return ((out.double() - y.double()) ** 2).sum(), y.numel()
+
+    @staticmethod
+    def metrics_from_sums(total: float, count: int) -> dict[str, float]:
+        mse = total / count
+        return {"loss": mse, "rmse": math.sqrt(mse)}
+
+    def static_metrics(self, seq_len: int) -> dict[str, float]:
+        from cemlab.models.gp import count_parameters, flops_per_example
+
+        counts = count_parameters(self.model)
+        return {schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_MLP: counts["cem"],
+                schema.FLOPS_PER_EXAMPLE: flops_per_example(self.gp)["forward"]}
+
+    def train_flops_per_unit(self, seq_len: int) -> float:
+        return self.task.train_flops_per_unit(self.cfg, seq_len)
+
+    def recursion_T(self) -> int:
+        return self.gp.steps
+
+    @contextmanager
+    def recursion_steps(self, steps: int):
+        with self.model.recursion_steps(steps):
+            yield
+
+    def step_sizes(self) -> dict[tuple[str, int], list[float]]:
+        return {}
+
+    def description(self) -> str:
+        return ""
+
+    def energy_trace(self, x: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
+        trace = self.model.energy_trace(x)  # [n_layers, T+1]
+        return {("mlp", i): trace[i].cpu() for i in range(trace.shape[0])}

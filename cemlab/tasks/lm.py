@@ -4,10 +4,15 @@ is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
 
 from cemlab.tasks.base import Task, TaskData, format_eta, format_lr
 from cemlab.tracking import schema
@@ -31,8 +36,6 @@ def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int)
 def _count_parameters(config_json: str) -> int:
     """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
     building each on the meta device costs tens of milliseconds."""
-    import torch
-
     from cemlab.models import build_model, count_parameters
     from cemlab.models.config import ModelConfig
 
@@ -203,9 +206,7 @@ class LanguageModelling(Task):
         )
 
     def build(self, cfg: "RunConfig"):
-        from cemlab.train.tasks import LanguageModelTask
-
-        return LanguageModelTask(cfg)
+        return LanguageModelTraining(cfg, self)
 
 
 def _family(m, group: str) -> str:
@@ -238,3 +239,90 @@ def _derived_precond(m) -> str:
     if m.mlp == "cem":
         return m.mlp_precond
     return "none"
+
+
+class LanguageModelTraining:
+    """The training-time half of the task (``LanguageModelling.build``): the model, next-token cross
+    entropy, perplexity ``exp(mean NLL per token)``, FLOPs per token, the energies of every CEM sublayer."""
+
+    metric = "ppl"            # the headline entry of metrics_from_sums: val/ppl, test/ppl
+    energy_batch_size = 4     # validation sequences the energy traces are taken on
+
+    def __init__(self, cfg: "RunConfig", task: LanguageModelling):
+        from cemlab.models import build_model
+
+        self.cfg, self.task = cfg, task
+        self.model = build_model(cfg.model)
+
+    # -- loss and metrics ---------------------------------------------------------------------
+    @staticmethod
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    @staticmethod
+    def eval_sums(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        nll = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1), reduction="sum")
+        return nll.double(), y.numel()
+
+    @staticmethod
+    def metrics_from_sums(total: float, count: int) -> dict[str, float]:
+        loss = total / count
+        return {"loss": loss, "ppl": math.exp(loss) if loss < 700 else float("inf")}
+
+    # -- facts --------------------------------------------------------------------------------
+    def static_metrics(self, seq_len: int) -> dict[str, float]:
+        from cemlab.models import count_parameters, flops_per_token
+
+        counts = count_parameters(self.model)
+        return {
+            schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_ATTENTION: counts["attention"],
+            schema.PARAMS_MLP: counts["mlp"], schema.PARAMS_EMBEDDING: counts["embedding"],
+            schema.PARAMS_HEAD: counts["head"],
+            schema.FLOPS_PER_TOKEN: flops_per_token(self.cfg.model, seq_len)["train"],
+        }
+
+    def train_flops_per_unit(self, seq_len: int) -> float:
+        return self.task.train_flops_per_unit(self.cfg, seq_len)
+
+    # -- CEM recursion ------------------------------------------------------------------------
+    def recursion_T(self) -> int | None:
+        """The training recursion steps T of the CEM sublayers (None for a model without any)."""
+        m = self.cfg.model
+        steps = [s for s, kind in ((m.attn_steps, m.attention), (m.mlp_steps, m.mlp)) if kind == "cem"]
+        return max(steps) if steps else None
+
+    @contextmanager
+    def recursion_steps(self, steps: int):
+        m = self.cfg.model
+        with self.model.recursion_steps(attn=steps if m.attention == "cem" else None,
+                                        mlp=steps if m.mlp == "cem" else None):
+            yield
+
+    def energy_trace(self, x: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
+        return self.model.energy_trace(x)
+
+    def step_sizes(self) -> dict[tuple[str, int], list[float]]:
+        """eta_t of every CEM sublayer's steps (fixed, 1/T or learned), by (sublayer, layer)."""
+        return {(name, i): sub.step_sizes() for name, i, sub in self.model.cem_sublayers()}
+
+    def description(self) -> str:
+        """The run's MLflow description: what each CEM sublayer's step is (see ``step_description``)."""
+        return step_description(self.cfg.model)
+
+
+
+def step_description(m) -> str:
+    """One line per CEM sublayer: steps, step size, total step, where the state starts, and whether
+    the step is the gradient of the stated energy (a KQ diagonal in the scores only is not)."""
+    lines = []
+    for sub, kind, T, eta in (("attention", m.attention, m.attn_steps, m.attn_eta), ("MLP", m.mlp, m.mlp_steps,
+                                                                                        m.mlp_eta)):
+        if kind != "cem":
+            continue
+        total = {"1/T": "1", "learned": "learned, initialised to 1"}.get(eta) if isinstance(eta, str) else \
+            f"{T * float(eta):g}"
+        lines.append(f"CEM {sub}: T={T} steps of eta={eta} (total step T*eta = {total}), x0={m.cem_x0}.")
+    if m.attention == "cem" and m.kq_diagonal != "none" and not m.exact_energy_gradient:
+        lines.append("Score-only KQ diagonal (Algorithm 1): the attention step is NOT the gradient of the stated "
+                     "energy, so the energy need not fall along the recursion (exact_energy_gradient=true makes it so).")
+    return " ".join(lines)

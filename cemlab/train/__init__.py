@@ -5,8 +5,8 @@
   run ended with; :mod:`cemlab.train.decide`: reuse, record, resume or run, asked of the store.
 - :mod:`cemlab.train.plan`: token budget, steps, accumulation, schedule, weight-decay groups.
 - :mod:`cemlab.train.trainer`: the Lightning ``Trainer``, accelerator and precision.
-- :mod:`cemlab.train.tasks`: the runtime side of a task (model, loss, metrics), built by
-  :mod:`cemlab.tasks`.
+- the task's training-time object (model, loss, metrics) comes from its module in
+  :mod:`cemlab.tasks` (``task_of(cfg).build(cfg)``).
 - :mod:`cemlab.train.data`: the task's datasets and the resumable data order.
 - :mod:`cemlab.train.module`: the LightningModule; :mod:`cemlab.train.callbacks`: metrics,
   validation, checkpoints, progress; :mod:`cemlab.train.checkpoint`: atomic checkpoint files.

@@ -69,7 +69,6 @@ from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.module import CEMLabModule, Diverged
 from cemlab.train.plan import TrainPlan, make_plan
 from cemlab.train.result import RunResult, finite
-from cemlab.train.tasks import test_recursion_list
 from cemlab.train.trainer import (accelerator_and_precision, build_trainer, device_peak_flops, quiet_lightning,
                                   show_progress_bar)
 
@@ -136,7 +135,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Model:
-    """The task's runtime object (:mod:`cemlab.train.tasks`: the model, its loss and metrics) and
+    """The task's runtime object (``Task.build``: the model, its loss and metrics) and
     the facts logged at step 0 (parameter counts, FLOPs per token or example)."""
 
     runtime: Any
@@ -489,3 +488,12 @@ def _log_test(metrics, task: Task, runtime, final, curve, traces, step: int) -> 
 
 
 __all__ = ["RunResult", "train", "resolve_tracking_uri"]
+
+
+def test_recursion_list(cfg: RunConfig, T: int | None) -> list[int]:
+    """Recursion steps tried at test time: ``train.test_recursion_steps`` or 1..2T (none for a
+    model without CEM sublayers)."""
+    if T is None:
+        return []
+    return sorted(set(cfg.train.test_recursion_steps or range(1, 2 * T + 1)))
+
