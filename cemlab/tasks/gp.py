@@ -3,29 +3,19 @@ from a Gaussian process; the metric is RMSE, the budget counts examples, the dat
 
 from __future__ import annotations
 
-import functools
 import math
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from cemlab.tasks.base import Task, TaskData, format_lr
+from cemlab.config import RunConfig
+from cemlab.gp import make_gp_data
+from cemlab.gp.data import TensorPairs
+from cemlab.models.gp import build_gp_model, count_parameters, flops_per_example
+from cemlab.tasks.base import Task, TaskData, format_lr, parameter_count
 from cemlab.tracking import schema
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cemlab.config import RunConfig
-
-
-@functools.lru_cache(maxsize=1024)
-def _count_parameters(config_json: str) -> int:
-    """Cached by the GP config's JSON (built on the meta device: no memory)."""
-    from cemlab.gp.config import GPConfig
-    from cemlab.models.gp import build_gp_model, count_parameters
-
-    with torch.device("meta"):
-        return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
 
 
 class GPRegression(Task):
@@ -47,14 +37,12 @@ class GPRegression(Task):
 
     def budget_parameters(self, cfg: "RunConfig") -> int:
         """The regressor's own parameters."""
-        return _count_parameters(cfg.gp.model_dump_json())
+        return parameter_count(cfg.gp, build_gp_model, count_parameters)
 
     def parameters(self, cfg: "RunConfig") -> int:
-        return _count_parameters(cfg.gp.model_dump_json())
+        return parameter_count(cfg.gp, build_gp_model, count_parameters)
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
-        from cemlab.models.gp import flops_per_example
-
         return flops_per_example(cfg.gp)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -108,9 +96,6 @@ class GPRegression(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Draw the GP data (cached by its settings)."""
-        from cemlab.gp import make_gp_data
-        from cemlab.gp.data import TensorPairs
-
         d = make_gp_data(cfg.gp)
         return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
                         TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
@@ -127,8 +112,6 @@ class GPTraining:
     energy_batch_size = 256   # validation examples the energy traces are taken on
 
     def __init__(self, cfg: "RunConfig", task: GPRegression):
-        from cemlab.models.gp import build_gp_model
-
         self.cfg, self.task = cfg, task
         self.gp = cfg.gp
         self.model = build_gp_model(self.gp)
@@ -147,8 +130,6 @@ class GPTraining:
         return {"loss": mse, "rmse": math.sqrt(mse)}
 
     def static_metrics(self, seq_len: int) -> dict[str, float]:
-        from cemlab.models.gp import count_parameters, flops_per_example
-
         counts = count_parameters(self.model)
         return {schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_MLP: counts["cem"],
                 schema.FLOPS_PER_EXAMPLE: flops_per_example(self.gp)["forward"]}

@@ -3,22 +3,23 @@ is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from cemlab.tasks.base import Task, TaskData, format_eta, format_lr
+from cemlab.config import ConfigError, RunConfig
+from cemlab.data import PackedDataset, prepare_data
+from cemlab.data.corpus import stdlib_root
+from cemlab.models import build_model, count_parameters, flops_per_token
+from cemlab.models.config import PRESETS
+from cemlab.tasks.base import Task, TaskData, format_eta, format_lr, parameter_count
 from cemlab.tracking import schema
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cemlab.config import RunConfig
 
 #: Model dimensions that make a size, with their short labels (``d128 L3``).
 SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))
@@ -30,17 +31,6 @@ def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int)
     else:
         text = "Llama"
     return text + (f", reused {reuse}x" if reuse > 1 else "")
-
-
-@functools.lru_cache(maxsize=4096)
-def _count_parameters(config_json: str) -> int:
-    """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
-    building each on the meta device costs tens of milliseconds."""
-    from cemlab.models import build_model, count_parameters
-    from cemlab.models.config import ModelConfig
-
-    with torch.device("meta"):
-        return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
 
 
 class LanguageModelling(Task):
@@ -59,8 +49,6 @@ class LanguageModelling(Task):
     # -- the config ------------------------------------------------------------------------------
     def seq_len(self, cfg: "RunConfig") -> int:
         """Packed sequence length: ``data.seq_len`` or the model's context."""
-        from cemlab.config import ConfigError
-
         seq_len = cfg.data.seq_len or cfg.model.context_length
         if seq_len > cfg.model.context_length:
             raise ConfigError(
@@ -72,14 +60,12 @@ class LanguageModelling(Task):
     def budget_parameters(self, cfg: "RunConfig") -> int:
         """The matched Llama baseline's parameters, counted on the meta device (no memory), so that
         a CEM variant trains on exactly the tokens of its baseline."""
-        return _count_parameters(cfg.model.matched_baseline().model_dump_json(exclude={"name"}))
+        return parameter_count(cfg.model.matched_baseline(), build_model, count_parameters, exclude={"name"})
 
     def parameters(self, cfg: "RunConfig") -> int:
-        return _count_parameters(cfg.model.model_dump_json(exclude={"name"}))
+        return parameter_count(cfg.model, build_model, count_parameters, exclude={"name"})
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
-        from cemlab.models import flops_per_token
-
         return flops_per_token(cfg.model, seq_len)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -93,8 +79,6 @@ class LanguageModelling(Task):
         """The preset name (``86m``, ``tiny``) while the model has that preset's dimensions;
         otherwise the dimensions that differ from it (``d128 L3``), or all of them without a preset
         (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
-        from cemlab.models.config import PRESETS
-
         m = cfg.model
         preset = PRESETS.get(m.name) if m.name else None
         if m.name and preset is None:
@@ -172,8 +156,6 @@ class LanguageModelling(Task):
 
             return HuggingFaceDatasetSource(path=d.hf_dataset, config_name=d.hf_config, split=d.hf_split)
         if d.source == "stdlib":
-            from cemlab.data.corpus import stdlib_root
-
             path = str(stdlib_root())
         else:
             path = d.path if d.source == "text" else d.hf_dataset
@@ -195,8 +177,6 @@ class LanguageModelling(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Tokenised and cached corpus splits, packed into sequences of ``plan.seq_len``."""
-        from cemlab.data import PackedDataset, prepare_data
-
         min_tokens = plan.tokens if cfg.data.source == "hf" else None
         bundle = prepare_data(cfg.data, cfg.model.vocab_size, plan.seq_len, min_train_tokens=min_tokens)
         return TaskData(
@@ -249,8 +229,6 @@ class LanguageModelTraining:
     energy_batch_size = 4     # validation sequences the energy traces are taken on
 
     def __init__(self, cfg: "RunConfig", task: LanguageModelling):
-        from cemlab.models import build_model
-
         self.cfg, self.task = cfg, task
         self.model = build_model(cfg.model)
 
@@ -271,8 +249,6 @@ class LanguageModelTraining:
 
     # -- facts --------------------------------------------------------------------------------
     def static_metrics(self, seq_len: int) -> dict[str, float]:
-        from cemlab.models import count_parameters, flops_per_token
-
         counts = count_parameters(self.model)
         return {
             schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_ATTENTION: counts["attention"],
