@@ -1,5 +1,8 @@
 """GP regression (paper Table 3): the recursive CEM MLP regressor (``gp:`` section) on data drawn
-from a Gaussian process; the metric is RMSE, the budget counts examples, the data is generated."""
+from a Gaussian process; the metric is RMSE, the budget counts examples, the data is generated.
+
+MLflow's dataset source is imported inside ``dataset_source``, so ``cemlab plan``, which imports
+every task, does not load MLflow."""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from cemlab.gp import make_gp_data
+from cemlab.gp.config import GPConfig
+from cemlab.gp.data import TensorPairs
+from cemlab.models.gp import build_gp_model, count_parameters, flops_per_example
 from cemlab.tasks.base import Task, TaskData, format_lr
 from cemlab.tracking import schema
 
@@ -21,9 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 @functools.lru_cache(maxsize=1024)
 def _count_parameters(config_json: str) -> int:
     """Cached by the GP config's JSON (built on the meta device: no memory)."""
-    from cemlab.gp.config import GPConfig
-    from cemlab.models.gp import build_gp_model, count_parameters
-
     with torch.device("meta"):
         return count_parameters(build_gp_model(GPConfig.model_validate_json(config_json)))["total"]
 
@@ -53,8 +57,6 @@ class GPRegression(Task):
         return _count_parameters(cfg.gp.model_dump_json())
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
-        from cemlab.models.gp import flops_per_example
-
         return flops_per_example(cfg.gp)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -108,9 +110,6 @@ class GPRegression(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Draw the GP data (cached by its settings)."""
-        from cemlab.gp import make_gp_data
-        from cemlab.gp.data import TensorPairs
-
         d = make_gp_data(cfg.gp)
         return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
                         TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
@@ -127,8 +126,6 @@ class GPTraining:
     energy_batch_size = 256   # validation examples the energy traces are taken on
 
     def __init__(self, cfg: "RunConfig", task: GPRegression):
-        from cemlab.models.gp import build_gp_model
-
         self.cfg, self.task = cfg, task
         self.gp = cfg.gp
         self.model = build_gp_model(self.gp)
@@ -147,8 +144,6 @@ class GPTraining:
         return {"loss": mse, "rmse": math.sqrt(mse)}
 
     def static_metrics(self, seq_len: int) -> dict[str, float]:
-        from cemlab.models.gp import count_parameters, flops_per_example
-
         counts = count_parameters(self.model)
         return {schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_MLP: counts["cem"],
                 schema.FLOPS_PER_EXAMPLE: flops_per_example(self.gp)["forward"]}

@@ -1,5 +1,8 @@
 """Language modelling: a causal LM (``model:`` section) trained on a tokenised corpus; the metric
-is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4)."""
+is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4).
+
+MLflow's dataset sources are imported inside ``dataset_source``, so ``cemlab plan``, which imports
+every task, does not load MLflow."""
 
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from cemlab.config import ConfigError
+from cemlab.data import PackedDataset, prepare_data
+from cemlab.data.corpus import stdlib_root
+from cemlab.models import build_model, count_parameters, flops_per_token
+from cemlab.models.config import ModelConfig, PRESETS
 from cemlab.tasks.base import Task, TaskData, format_eta, format_lr
 from cemlab.tracking import schema
 
@@ -36,9 +44,6 @@ def _sublayer(kind: str, steps: int, eta: float | str, precond: str, reuse: int)
 def _count_parameters(config_json: str) -> int:
     """Cached by the model config's JSON: a sweep plans hundreds of trials on a few models, and
     building each on the meta device costs tens of milliseconds."""
-    from cemlab.models import build_model, count_parameters
-    from cemlab.models.config import ModelConfig
-
     with torch.device("meta"):
         return count_parameters(build_model(ModelConfig.model_validate_json(config_json)))["total"]
 
@@ -59,8 +64,6 @@ class LanguageModelling(Task):
     # -- the config ------------------------------------------------------------------------------
     def seq_len(self, cfg: "RunConfig") -> int:
         """Packed sequence length: ``data.seq_len`` or the model's context."""
-        from cemlab.config import ConfigError
-
         seq_len = cfg.data.seq_len or cfg.model.context_length
         if seq_len > cfg.model.context_length:
             raise ConfigError(
@@ -78,8 +81,6 @@ class LanguageModelling(Task):
         return _count_parameters(cfg.model.model_dump_json(exclude={"name"}))
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
-        from cemlab.models import flops_per_token
-
         return flops_per_token(cfg.model, seq_len)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -93,8 +94,6 @@ class LanguageModelling(Task):
         """The preset name (``86m``, ``tiny``) while the model has that preset's dimensions;
         otherwise the dimensions that differ from it (``d128 L3``), or all of them without a preset
         (``d128 L3 h4 mlp344``). The vocabulary and context are data settings."""
-        from cemlab.models.config import PRESETS
-
         m = cfg.model
         preset = PRESETS.get(m.name) if m.name else None
         if m.name and preset is None:
@@ -172,8 +171,6 @@ class LanguageModelling(Task):
 
             return HuggingFaceDatasetSource(path=d.hf_dataset, config_name=d.hf_config, split=d.hf_split)
         if d.source == "stdlib":
-            from cemlab.data.corpus import stdlib_root
-
             path = str(stdlib_root())
         else:
             path = d.path if d.source == "text" else d.hf_dataset
@@ -195,8 +192,6 @@ class LanguageModelling(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Tokenised and cached corpus splits, packed into sequences of ``plan.seq_len``."""
-        from cemlab.data import PackedDataset, prepare_data
-
         min_tokens = plan.tokens if cfg.data.source == "hf" else None
         bundle = prepare_data(cfg.data, cfg.model.vocab_size, plan.seq_len, min_train_tokens=min_tokens)
         return TaskData(
@@ -249,8 +244,6 @@ class LanguageModelTraining:
     energy_batch_size = 4     # validation sequences the energy traces are taken on
 
     def __init__(self, cfg: "RunConfig", task: LanguageModelling):
-        from cemlab.models import build_model
-
         self.cfg, self.task = cfg, task
         self.model = build_model(cfg.model)
 
@@ -271,8 +264,6 @@ class LanguageModelTraining:
 
     # -- facts --------------------------------------------------------------------------------
     def static_metrics(self, seq_len: int) -> dict[str, float]:
-        from cemlab.models import count_parameters, flops_per_token
-
         counts = count_parameters(self.model)
         return {
             schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_ATTENTION: counts["attention"],
