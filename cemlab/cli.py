@@ -1,5 +1,6 @@
 """The ``cemlab`` command. Each subcommand lives in its area's ``cli`` module, imported lazily so
-that ``cemlab --help`` and ``cemlab plan`` start fast.
+that ``cemlab --help`` and ``cemlab plan`` start fast; the report builder (pandas) and argcomplete
+are imported where they are used, for the same reason.
 
 Every command honours ``MLFLOW_TRACKING_URI`` (otherwise the project's embedded store under
 ``./runs``) and, for sweeps, ``RAY_ADDRESS``.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 #: subcommand -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,8 +62,6 @@ command. Runs are logged to $MLFLOW_TRACKING_URI, else to the project's store un
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("cemlab")
     except PackageNotFoundError:  # a source checkout that is not installed

@@ -10,6 +10,9 @@ the run's compute dtype, e.g. TF32 for ``32-true``); cemlab's own table below is
 Lightning's cannot do: GPU-hour estimates for a named kind without that device (``cemlab plan``),
 and the H200, which Lightning's name parsing does not find. ``tests/test_gpu_paths.py`` checks the
 two tables agree where both have a kind.
+
+Lightning's table of peak FLOPs (and torch, for the device) is imported inside :func:`peak_flops`,
+so the GPU-hour arithmetic of ``cemlab plan`` does not load Lightning.
 """
 
 from __future__ import annotations

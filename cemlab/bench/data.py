@@ -21,13 +21,12 @@ import sys
 import tempfile
 import time
 
+from cemlab.data import DataConfig, prepare_data
 from cemlab.models.config import PRESETS
 
 
 def _child(spec: dict) -> None:
     """Run in the measured process: prepare once and print the stats as JSON."""
-    from cemlab.data import DataConfig, prepare_data
-
     bundle = prepare_data(DataConfig(**spec["data"]), spec["vocab_size"], spec["seq_len"])
     print(json.dumps(bundle.stats))
 

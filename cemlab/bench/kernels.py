@@ -24,12 +24,17 @@ interleaved rounds (order rotated each round); the median round is reported. Col
 
 FlexAttention has no CPU backward in torch 2.13: on CPU the flex rows of ``--pass train`` print
 n/a (``auto`` is the reference path there); ``--pass forward`` times them.
+
+``transformers`` is imported only where the Hugging Face case is built, so the other cases run
+without loading it (about 0.6 s); ``cemlab.hardware.peak_flops`` is looked up when the table is
+made, so that a test can give it a known peak.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import platform
 import statistics
 import sys
 import time
@@ -38,6 +43,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
+
+from cemlab.models import build_model, flops_per_token
+import cemlab.models.cem as cem
+from cemlab.models.config import ModelConfig
+from cemlab.models.hf import hf_config
 
 #: name -> ModelConfig overrides (None = Hugging Face LlamaForCausalLM of the same size). The CEM
 #: attention rows use the paper's options (ALiBi, self/other bias); ``diag`` adds a shared KQ diagonal.
@@ -72,8 +83,6 @@ class Row:
 
 
 def _backend_name(code: int) -> str:
-    from torch.nn.attention import SDPBackend
-
     names = {int(b.value): n for n, b in SDPBackend.__members__.items()}
     return names.get(int(code), str(code))
 
@@ -82,8 +91,6 @@ def attention_kernels(forward, tokens, autocast, train: bool, compiled: bool = F
     """The attention kernels one forward pass of ``forward`` uses (eager; with autograd when
     ``train``, which matters: a mask that needs a gradient rules out the flash kernels): SDPA's
     backend choice for each call's actual inputs, or flex (``compiled``: it will run compiled)."""
-    import cemlab.models.cem as cem
-
     seen: list[str] = []
     sdpa, flex = F.scaled_dot_product_attention, cem.flex
 
@@ -110,10 +117,6 @@ class Case:
     """One (preset, variant, compile) model, built and warmed up once."""
 
     def __init__(self, preset: str, name: str, compiled: bool, args):
-        from cemlab.models import build_model, flops_per_token
-        from cemlab.models.config import ModelConfig
-        from cemlab.models.hf import hf_config
-
         self.preset, self.name, self.compiled, self.device = preset, name, compiled, args.device
         self.train = args.pass_ == "train"
         base = ModelConfig.preset(preset, context_length=max(args.seq, ModelConfig.preset(preset).context_length))
@@ -255,7 +258,6 @@ def run(args) -> list[Row]:
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
-    import platform
 
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                  platform.processor()) if sys.platform.startswith("linux") else platform.processor()

@@ -22,6 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from cemlab.data import DataConfig, prepare_data
+from cemlab.data.corpus import stdlib_corpus
+from cemlab.sweeps.spec import load_sweep
+from cemlab.tasks import task_of
+from cemlab.train.plan import make_plan
+
 RECORD_CHARS = 4000
 SETS = ("RedPajamaCommonCrawl", "RedPajamaC4", "RedPajamaGithub", "RedPajamaBook", "RedPajamaArXiv",
         "RedPajamaWikipedia", "RedPajamaStackExchange")
@@ -29,8 +35,6 @@ SETS = ("RedPajamaCommonCrawl", "RedPajamaC4", "RedPajamaGithub", "RedPajamaBook
 
 def write_standin(folder: Path, chars: int, shards: int = 4) -> int:
     """JSONL shards of SlimPajama's record format from standard-library text; returns characters."""
-    from cemlab.data.corpus import stdlib_corpus
-
     folder.mkdir(parents=True, exist_ok=True)
     files = [open(folder / f"chunk_{i}.jsonl", "w", encoding="utf-8") for i in range(shards)]
     n = 0
@@ -50,8 +54,6 @@ def write_standin(folder: Path, chars: int, shards: int = 4) -> int:
 
 
 def timed(cfg, vocab: int, seq_len: int, target: int | None, workers: int) -> tuple[float, dict]:
-    from cemlab.data import prepare_data
-
     t0 = time.perf_counter()
     b = prepare_data(cfg, vocab, seq_len, min_train_tokens=target, workers=workers)
     return time.perf_counter() - t0, b.stats
@@ -69,11 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary (default 4096, the tiny preset's)")
     args = p.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
-
-    from cemlab.data import DataConfig
-    from cemlab.sweeps.spec import load_sweep
-    from cemlab.tasks import task_of
-    from cemlab.train.plan import make_plan
 
     tmp = Path(tempfile.mkdtemp(prefix="cemlab-bench-prepare-"))
     try:

@@ -18,6 +18,10 @@ build the cache, the second is a hit; both are printed (seconds inside ``prepare
 
 Default config: ``configs/default.yaml`` when it exists in the current directory, else the
 built-in defaults.
+
+Lightning and the modules built on it (``cemlab.train.callbacks``, ``cemlab.train.module``) are
+imported in the Lightning loop, so ``cemlab bench train --help`` and a bad config answer without
+loading them (Lightning alone takes seconds).
 """
 
 from __future__ import annotations
@@ -32,27 +36,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+from torch.utils.data import DataLoader
+
+from cemlab.bench.data import run_once
+from cemlab.config import ConfigError, load_run_config
+from cemlab.tasks import task_of
+from cemlab.tracking.mlflow_run import run_name
+from cemlab.train.data import DataPosition, StepBatchSampler
+from cemlab.train.plan import decay_groups, lr_factor, make_plan
+from cemlab.train.trainer import accelerator_and_precision, build_trainer, quiet_lightning
+
 DEFAULT_CONFIG = Path("configs/default.yaml")
 
 
 def _setup(cfg, total_steps: int):
     """The plan (capped at ``total_steps``) and the data shared by both loops."""
-    from cemlab.tasks import task_of
-    from cemlab.train.plan import make_plan
-
     plan = make_plan(cfg.model_copy(update={"train": cfg.train.model_copy(update={"max_steps": total_steps})}))
     return plan, task_of(cfg).load_data(cfg, plan)
 
 
 def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> tuple[float, float]:
     """(wall, CPU) seconds per optimizer step of a hand-written loop doing the same work."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    from cemlab.train.data import DataPosition, StepBatchSampler
-    from cemlab.train.plan import decay_groups, lr_factor
-    from cemlab.tasks import task_of
-
     t = cfg.train
     torch.manual_seed(t.seed)
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
@@ -96,14 +101,9 @@ def bare_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) ->
 def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: str) -> tuple[float, float]:
     """(wall, CPU) seconds per optimizer step of ``cemlab train``'s Lightning loop (no MLflow)."""
     import lightning as L
-    import torch
-    from torch.utils.data import DataLoader
 
     from cemlab.train.callbacks import RunCallback
-    from cemlab.train.data import DataPosition, StepBatchSampler
     from cemlab.train.module import CEMLabModule
-    from cemlab.train.trainer import build_trainer, quiet_lightning
-    from cemlab.tasks import task_of
 
     class StepClock(L.Callback):
         def __init__(self):
@@ -141,9 +141,6 @@ def lightning_loop(cfg, plan, data, warmup: int, accelerator: str, precision: st
 
 def data_startup(cfg) -> list[tuple[bool, float, float]]:
     """(cache hit, seconds in prepare_data, process wall seconds) of two fresh processes."""
-    from cemlab.bench.data import run_once
-    from cemlab.tasks import task_of
-
     spec = {"data": cfg.data.model_dump(mode="json"), "vocab_size": cfg.model.vocab_size, "seq_len": task_of(cfg).seq_len(cfg)}
     out = []
     for _ in range(2):
@@ -166,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cemlab bench train", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    from cemlab.config import ConfigError, load_run_config
 
     config = args.config or (str(DEFAULT_CONFIG) if DEFAULT_CONFIG.is_file() else None)
     overrides = list(args.overrides)
@@ -178,17 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cemlab bench train: {e}", file=sys.stderr)
         return 2
 
-    import torch
-
-    from cemlab.train.trainer import accelerator_and_precision
-
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     accelerator, precision = accelerator_and_precision(cfg)
     plan, data = _setup(cfg, args.warmup + args.steps + 1)
     device = torch.cuda.get_device_name() if accelerator == "gpu" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"config: {config or 'built-in defaults'} {' '.join(overrides)}".rstrip())
-    from cemlab.tracking.mlflow_run import run_name
 
     print(f"run: {run_name(cfg)}; "
           f"batch {plan.batch_size} x {plan.seq_len} tokens, micro-batch {plan.micro_batch_size} "

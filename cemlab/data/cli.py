@@ -2,6 +2,9 @@
 
 See :mod:`cemlab.data.prepare`. Exit codes: 0 the store holds every trial's data; 2 bad sweep,
 scale or data settings (the message names the field).
+
+What ``run`` needs (the sweep files, the preparation, rich, Ray) is imported inside it, so ``cemlab
+--help``, which imports every command's ``cli`` module, does not load it.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+from cemlab.data.errors import DataError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.data.errors import DataError
     from cemlab.data.prepare import prepare_sweep_data
     from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, load_sweep
 

@@ -11,6 +11,9 @@ reads no more than one byte of a file and tokenises nothing. What it checks:
 - ``data.tokenizer`` other than ``bpe``: a local path exists; a hub name is in the local cache, or
   can still be downloaded (not in offline mode, ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``);
 - ``data.cache_dir``, when it exists, is writable.
+
+``huggingface_hub``'s cache lookup is imported only to check a pretrained tokenizer, so ``cemlab
+--help`` and ``cemlab plan``, which import this module, do not load it.
 """
 
 from __future__ import annotations

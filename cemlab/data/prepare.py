@@ -10,6 +10,9 @@ per trial and budget.
 
 Parallel over local processes (``workers``, default: every core), or over the cluster's CPUs as
 Ray tasks when ``$RAY_ADDRESS`` is set and Ray is connected.
+
+Ray is imported inside :func:`prepare_sweep_data`, so ``cemlab plan``, which reads
+:func:`sweep_data_needs`, does not load it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from cemlab.data import prepare_data
+from cemlab.data.store import print_progress
+from cemlab.tasks import task_of
+from cemlab.train.plan import make_plan
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,9 +47,6 @@ class DataNeed:
 def sweep_data_needs(trials: list["Trial"], cache_dir: str | None = None) -> list[DataNeed]:
     """The distinct data sets of a sweep's trials whose task reads a corpus prepared ahead (language
     models; GP trials draw their data)."""
-    from cemlab.tasks import task_of
-    from cemlab.train.plan import make_plan
-
     needs: dict[str, DataNeed] = {}
     for t in trials:
         cfg = t.config
@@ -66,9 +71,6 @@ def prepare_sweep_data(trials: list["Trial"], *, cache_dir: str | None = None, w
     """Fill the token store for every data set of ``trials``; returns one stats dict per data set.
     A data set already in the store costs a memory map. Bad data settings raise ``DataError``."""
     import ray
-
-    from cemlab.data import prepare_data
-    from cemlab.data.store import print_progress
 
     use_ray = bool(os.environ.get("RAY_ADDRESS")) and ray.is_initialized()
     workers = workers or os.cpu_count() or 1

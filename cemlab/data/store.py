@@ -29,14 +29,19 @@ Builders of one entry serialise on the cache lock (:mod:`cemlab.data.cache`).
 
 cemlab keeps this small format instead of Ray Data / ``datasets.map`` because trials need one
 contiguous, memory-mappable stream per split with exact document-prefix cuts.
+
+``tokenizers`` and Ray are imported where a tokenizer is loaded and where shards go to a Ray
+cluster, so ``cemlab --help`` and ``cemlab plan``, which import this module, load neither.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import multiprocessing as mp
 import os
 import shutil
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,6 +53,7 @@ import numpy as np
 from cemlab.data import cache
 from cemlab.data.corpus import SPLITS, Corpus, Selector
 from cemlab.data.errors import DataError
+from cemlab.data.tokenizer import BPETokenizer, load_pretrained
 
 #: Bumped when the layout or meaning of a store changes.
 STORE_VERSION = 2
@@ -85,12 +91,8 @@ def load_tokenizer(spec: tuple):
         if spec[0] == "bpe":
             from tokenizers import Tokenizer
 
-            from cemlab.data.tokenizer import BPETokenizer
-
             _WORKER_TOKENIZERS[spec] = BPETokenizer(Tokenizer.from_file(spec[1]), spec[2], Path(spec[1]))
         else:
-            from cemlab.data.tokenizer import load_pretrained
-
             _WORKER_TOKENIZERS[spec] = load_pretrained(spec[1], spec[2])
     return _WORKER_TOKENIZERS[spec]
 
@@ -151,8 +153,6 @@ class _Executor:
             self.in_flight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
             self.kind = f"ray ({int(ray.cluster_resources().get('CPU', 1))} CPUs)"
         elif workers >= 1:
-            import multiprocessing as mp
-
             self.pool = mp.get_context("spawn").Pool(workers, initializer=_pool_init)
             self.in_flight = 2 * workers
             self.kind = f"{workers} process(es)"
@@ -448,8 +448,6 @@ def _report(progress: Progress, m: dict[str, Any], target: int | None, new_token
 
 def print_progress(prefix: str = "data") -> Progress:
     """A progress callback that prints one line per ~2 s: tokens, tokens/s, share done, ETA."""
-    import sys
-
     last = [0.0]
 
     def show(p: dict[str, Any]) -> None:

@@ -5,6 +5,9 @@ Both are wrapped in :class:`TextTokenizer`, the small interface the pipeline and
 documents), ``vocab_size`` and a content ``fingerprint`` that keys the token cache. Text that
 happens to contain the end-of-text marker is encoded as ordinary text, so only the packer puts
 end-of-text tokens into a stream.
+
+``tokenizers`` and ``transformers`` are imported inside the functions that train or load a
+tokenizer, so ``cemlab --help`` and ``cemlab plan``, which import this module, load neither.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from cemlab.models.common import (
@@ -325,8 +326,6 @@ def _causal(b, h, q_idx, kv_idx):
 
 def causal_block_mask(pos: Positions, device: torch.device):
     """The causal block mask of this length, made once per forward and shared by every layer."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     if pos.block_mask is None:
         pos.block_mask = create_block_mask(_causal, None, None, pos.seq_len, pos.seq_len, device=device)
     return pos.block_mask
@@ -339,7 +338,6 @@ def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
     """FlexAttention, compiled on CUDA when the caller is not already being compiled (eager flex
     materialises the scores); a CPU backward is refused by torch with an error naming the option."""
     global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
 
     fn = flex_attention
     if q.is_cuda and not torch.compiler.is_compiling():

@@ -3,6 +3,9 @@
 So that a baseline can be checked against, evaluated and served with the Hugging Face stack.
 Only pure Llama models convert (``attention = mlp = 'llama'``, no plain reuse): CEM layers have no
 Hugging Face counterpart. Weights are copied, not shared.
+
+``transformers`` is imported inside the functions that build its objects, so importing this module
+(the benchmarks do) does not load it.
 """
 
 from __future__ import annotations

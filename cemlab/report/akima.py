@@ -14,6 +14,9 @@ optimum with Akima interpolation (Akima, 1970). Here:
 
 With fewer than three learning rates there is nothing to interpolate between: the best measured
 point is returned, flagged as not bracketed.
+
+scipy is imported inside ``_interpolator``, so ``cemlab report`` refuses a bad sweep name without
+loading it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@
 
 Output is deterministic: the same store gives byte-identical files (no dates in PNG/PDF, stable
 order). A sweep without any run in the store still gets a page, which says so.
+
+matplotlib is imported only when a figure is saved, so ``cemlab report`` refuses a bad sweep name
+without loading it; ``cemlab.sweeps.spec`` is imported inside ``SweepGrids``, where a module-level
+``spec`` would be shadowed by the local ``spec`` of :func:`make_report` and by ``SweepGrids.spec``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import CLAIMS, claims_for
 from cemlab.report.render import Page, Section, render_html, render_md
@@ -386,8 +391,6 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
 def reports_root(out: str | Path | None) -> Path:
     """``out``, or ``cemlab.paths.reports_dir()`` (``$CEMLAB_REPORTS_DIR`` or ``./reports``)."""
-    from cemlab.paths import reports_dir
-
     return Path(out).expanduser().resolve() if out is not None else reports_dir()
 
 

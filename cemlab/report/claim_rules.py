@@ -21,6 +21,7 @@ from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, t_interva
 from cemlab.report.table import best_lr
 from cemlab.report.verdicts import (Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct,
                                     pick_cell, regime_of, rel, sizes_of)
+from cemlab.tracking import schema
 
 
 
@@ -428,8 +429,6 @@ def rule_test_time_recursion(data: ClaimData):
     with T=2 evaluated with 2T steps has lower test perplexity than at its training T (per seed,
     the relative change of test/ppl_at_steps between T'=2T and T'=T; per sublayer, size,
     preconditioner and eta)."""
-    from cemlab.tracking import schema
-
     missing: list[str] = []
     checks = []
     if data.history is None:

@@ -2,6 +2,9 @@
 
 Exit codes: 0 every report has runs; 2 unknown sweep or scale, or the store does not answer; 3 a report (or the whole store) has
 no runs, in which case its page is still written and says so.
+
+What ``run`` needs (the report builder with pandas, the runs and the store) is imported inside it,
+so ``cemlab --help``, which imports every command's ``cli`` module, does not load it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The figures every sweep's report tries, whatever paper figure it feeds: energy after each
-recursion step, test-time recursion, training curves, and the parameter/FLOPs table."""
+recursion step, test-time recursion, training curves, and the parameter/FLOPs table.
+
+matplotlib's tick locator is imported inside the figure builders, like ``pyplot`` in ``plotting``,
+so ``cemlab report`` refuses a bad sweep name without loading matplotlib."""
 
 from __future__ import annotations
 

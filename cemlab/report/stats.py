@@ -18,6 +18,9 @@ Verdict of one comparison against the claim's tolerance ``tol`` on the side the 
 - ``inconclusive``: the interval contains ``tol``, or there is one seed only (the numbers are
   still shown, never a yes or no);
 - ``not enough runs``: no seed at which every compared cell finished.
+
+scipy is imported inside :func:`t_interval`, so ``cemlab report`` refuses a bad sweep name without
+loading it.
 """
 
 from __future__ import annotations

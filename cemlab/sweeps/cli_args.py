@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from cemlab.config import _valid_keys
 from cemlab.sweeps.files import list_sweeps, scale_names
 from cemlab.sweeps.schema import DEFAULT_SCALE
 
@@ -31,8 +32,6 @@ def add_scale_argument(parser: argparse.ArgumentParser) -> None:
 
 def _override_completer(prefix: str = "", **_):
     """Config keys (``train.tokens=``) once a section is typed, else the sections."""
-    from cemlab.config import _valid_keys
-
     section, dot, _ = prefix.partition(".")
     if dot:
         return [f"{section}.{k}=" for k in _valid_keys((section,))]

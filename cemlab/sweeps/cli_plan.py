@@ -7,6 +7,10 @@ fails to load or expand is listed as broken with its error (exit code 2), the ot
 A ``search: optuna`` sweep is shown one row per grid cell, with its number of learning-rate samples
 and their statuses; tokens and FLOPs per row are one run's, the totals count every sample (an
 upper bound: ASHA stops some early). See ``cemlab.sweeps.plan``.
+
+What the subcommand needs beyond its arguments (rich, the planner, the sweep files, the tasks, the
+store) is imported inside the functions that use it, so ``cemlab --help``, which imports every
+command's ``cli`` module, does not load it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import sys
 
 from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.files import list_sweeps
+from cemlab.sweeps.schema import SweepError
 
 _STATUS_STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "red",
                  "running": "cyan", "partial": "cyan", "todo": "dim"}
@@ -80,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from cemlab.sweeps.plan import plan_sweep
-    from cemlab.sweeps.schema import SweepError
     from cemlab.tracking.store import StoreError
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
@@ -110,8 +115,6 @@ def _list_sweeps(scale: str, console) -> int:
     """Every sweep with its trial count at ``scale``; a broken file is listed with its error (exit code 2)."""
     from rich.table import Table
 
-    from cemlab.sweeps.files import list_sweeps
-    from cemlab.sweeps.schema import SweepError
     from cemlab.sweeps.spec import load_sweep
 
     table = Table(title=f"Sweeps (trials at scale {scale})")

@@ -3,6 +3,9 @@ sweep on a SLURM allocation (Ray across the nodes, data prepared first, requeue 
 
 See :mod:`cemlab.sweeps.slurm`. Submit the result with ``sbatch``. Exit code 2 for a bad sweep,
 scale or setting (checked here, not after a day in the queue).
+
+The sweep files and the sbatch template are imported inside ``run``, so ``cemlab --help``, which
+imports every command's ``cli`` module, does not load them.
 """
 
 from __future__ import annotations

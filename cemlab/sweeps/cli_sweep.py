@@ -9,6 +9,9 @@ log files are listed); 2 the sweep could not start (bad sweep file or scale, unr
 server, resources the Ray cluster lacks); 3 the trials are fine but the report could not be built;
 4 the MLflow store stopped answering during the sweep (the running trials were stopped; rerun once
 it is back); 130 interrupted (Ctrl-C or SIGTERM): rerun the same command to resume.
+
+The sweep runner (Ray, rich) and the store's and server's errors are imported inside ``run``, so
+``cemlab --help``, which imports every command's ``cli`` module, does not load them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.schema import SweepError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,7 +53,6 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
 
     from cemlab.sweeps.invocation import EXIT_INTERRUPTED, EXIT_USAGE
     from cemlab.sweeps.runner import run_sweep
-    from cemlab.sweeps.schema import SweepError
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
 

@@ -12,10 +12,15 @@ no ratio is given. A separate table, not part of the report's verdict tables.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.table import Table
+
 from cemlab.hardware import PEAK_BF16_FLOPS, gpu_hours
+from cemlab.paths import runs_dir
+from cemlab.tracking import schema
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -46,10 +51,6 @@ class CostRow:
 
 def trial_walls(sweep: str, scale: str) -> dict[str, float]:
     """run id -> wall seconds of its trial, from ``<runs>/logs/<sweep>-<scale>/summary.json``."""
-    import json
-
-    from cemlab.paths import runs_dir
-
     try:
         summary = json.loads((runs_dir() / "logs" / f"{sweep}-{scale}" / "summary.json").read_text())
     except (OSError, ValueError):
@@ -60,8 +61,6 @@ def trial_walls(sweep: str, scale: str) -> dict[str, float]:
 
 def cost_rows(plan: "Plan", client: "MlflowClient", mfu: float = 0.4, kind: str = "H100 SXM") -> list[CostRow]:
     """One row per planned trial that has a finished run in the store (``plan`` read with a store)."""
-    from cemlab.tracking import schema
-
     walls = trial_walls(plan.sweep, plan.scale)
     rows = []
     for r in plan.rows:
@@ -88,8 +87,6 @@ def cost_rows(plan: "Plan", client: "MlflowClient", mfu: float = 0.4, kind: str 
 
 def render_cost_table(rows: list[CostRow], mfu: float) -> "object":
     """A rich Table of ``rows`` with a total line."""
-    from rich.table import Table
-
     kind = rows[0].kind if rows else "H100 SXM"
     t = Table(title=f"Planned (training FLOPs at {mfu:.0%} MFU of {kind} bf16 peak, "
                     f"{PEAK_BF16_FLOPS[kind] / 1e12:.0f} TFLOP/s) vs measured (trial wall time x devices)")

@@ -31,6 +31,8 @@ from cemlab.sweeps.trial_job import prepare_config
 from cemlab.sweeps.trial_lock import lock_is_free, try_trial_lock
 from cemlab.sweeps.tune_report import RUN_ID_KEY
 from cemlab.tracking import outcomes, schema
+from cemlab.tracking.store import best_run, find_runs_by_hash, run_status, search_runs
+from cemlab.train import decide as dc
 from cemlab.train.checkpoint import checkpoint_folder, read_state
 
 if TYPE_CHECKING:
@@ -56,9 +58,6 @@ class CellSearch:
 def decide_grid(state: Invocation, trials: list[Trial]) -> dict[str, Trial]:
     """Decide every trial of a grid (module docstring); returns the trials to run, by id. The
     others get their outcome (done, reused, recorded) now."""
-    from cemlab.train import decide as dc
-    from cemlab.tracking.store import find_runs_by_hash
-
     for t in trials:
         state.progress.add(t)
     by_hash = find_runs_by_hash([t.config_hash for t in trials], state.client)
@@ -90,8 +89,6 @@ def decide_grid(state: Invocation, trials: list[Trial]) -> dict[str, Trial]:
 def decide_searches(state: Invocation, cells: list[Trial]) -> list[CellSearch]:
     """Decide every ``search: optuna`` cell (module docstring); returns the cells that still need
     samples. Samples with a result get their outcome now."""
-    from cemlab.tracking.store import best_run, run_status
-
     for cell in cells:  # the time-left estimate counts every cell's samples from the start
         state.progress.expect(cell, cell.search.samples)
     jobs = []
@@ -171,8 +168,6 @@ def _record(state: Invocation, trial: Trial, folder: Path, local: dict) -> None:
     """The runs folder holds ``trial``'s result and the store lacks its run: record it under this
     parent (``cemlab.train.decide.record_from_local``), without training; say so in the trial's
     log and the table."""
-    from cemlab.train import decide as dc
-
     cfg = prepare_config(trial, state.job())
     origin = f"run {str(local.get('run_id'))[:8]} of {(local.get('store') or {}).get('tracking_uri') or local.get('tracking_uri') or '?'}"
     result = dc.record_from_local(state.client, cfg, folder, local, state.uri, state.parent_run_id, "trial")
@@ -190,8 +185,6 @@ def _record(state: Invocation, trial: Trial, folder: Path, local: dict) -> None:
 
 def search_cell_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
     """Runs of an Optuna-searched cell (tag ``cemlab.search_cell``) at its scale, by config hash."""
-    from cemlab.tracking.store import search_runs
-
     runs = search_runs(client, [experiment_id], f"tags.`{schema.SEARCH_CELL}` = '{cell.trial_id}' and "
                                                  f"tags.`{schema.SCALE}` = '{cell.scale}'")
     out: dict[str, list[Run]] = {}

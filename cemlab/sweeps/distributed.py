@@ -29,6 +29,10 @@ replacement.
   retries from the trial's last checkpoint like any other trial (the sweep's ``retries``).
   If the Tune trial ends (stopped by ASHA, or the driver is gone), the Train run it owns ends
   with it (Ray's actor fate sharing).
+
+Ray Train and the training loop (``cemlab.train.run``, with Lightning) are imported inside the
+functions of a multi-worker trial, so the sweep driver, which imports this module through
+``cemlab.sweeps.trainable``, loads neither.
 """
 
 from __future__ import annotations
@@ -36,8 +40,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cemlab.sweeps import trial_job as tj
+from cemlab.sweeps.tune_report import Reporter, deliver_to_tune
 
 if TYPE_CHECKING:
     from cemlab.sweeps.schema import Trial
@@ -65,7 +73,6 @@ def fit_trial(trial: "Trial", job: "TrialJob") -> tuple["RunResult", list[str]]:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
-    from cemlab.sweeps.tune_report import deliver_to_tune
     from cemlab.train.run import RunResult
 
     res = trial.resources
@@ -122,8 +129,6 @@ def worker_main(config: dict[str, Any]) -> None:
     """One Ray Train worker (one DDP rank) of a multi-worker trial."""
     import ray.train
 
-    from cemlab.sweeps import trial_job as tj
-    from cemlab.sweeps.tune_report import Reporter
     from cemlab.train.run import train
 
     trial, job, queue = config["trial"], config["job"], config["queue"]
@@ -147,8 +152,6 @@ def worker_main(config: dict[str, Any]) -> None:
             if rank == 0:
                 queue.put(("result", {**result.to_dict(), "nodes": nodes}))
         except BaseException:
-            import traceback
-
             traceback.print_exc()   # into the trial's log
             raise
 

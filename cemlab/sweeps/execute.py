@@ -19,6 +19,9 @@ trial slots.
 Each Tune result becomes the trial's :class:`~cemlab.sweeps.invocation.TrialOutcome`
 (:func:`_tune_outcome`), with its MLflow run's terminal status made right (failed when the trial
 died outside ``train``, stopped when ASHA stopped it: ``cemlab.sweeps.record.mark_stopped``).
+
+Optuna and Tune's ASHA scheduler and Optuna searcher are imported only for ``search: optuna`` cells,
+so a grid sweep does not load them.
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ import math
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import ray
+from ray import tune
 
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps import tune_report as rk
@@ -41,8 +48,10 @@ from cemlab.sweeps.record import mark_stopped
 from cemlab.sweeps.schema import SweepError, Trial
 from cemlab.sweeps.trainable import run_trial
 from cemlab.sweeps.trial_job import TrialJob
-from cemlab.tracking import schema
+from cemlab.tracking import mlflow_run as mr, schema
+from cemlab.tracking.store import run_status
 from cemlab.train.checkpoint import checkpoint_folder, read_state
+from cemlab.train.plan import make_plan
 
 #: Seconds the driver waits for a stopped trial's process to end before marking its run.
 STOP_WAIT_S = 30.0
@@ -54,8 +63,6 @@ def connect_ray(cpus: int | None = None) -> bool:
     """Join the cluster at ``$RAY_ADDRESS``, or start local Ray with ``cpus`` (default: all of
     this machine's). Returns True when this call started or joined Ray (and should shut it down);
     an already initialised Ray (a test, a notebook) is used as it is."""
-    import ray
-
     if ray.is_initialized():
         return False
     common = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
@@ -91,7 +98,6 @@ def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
     """The grid's trials that need running (``cemlab.sweeps.decide.decide_grid``), as one Tuner."""
     if not todo:
         return
-    from ray import tune
 
     job = state.job(trials=todo)
     _fit(state, job, param_space={"trial_id": tune.grid_search(list(todo))}, name=f"{state.spec.name}-{state.scale}",
@@ -108,7 +114,6 @@ def run_searches(state: Invocation, jobs: list[CellSearch]) -> None:
         for job in jobs:
             _fit_search(state, job, concurrency=per_cell)
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     # One Tuner per cell, in threads of this driver (Tune runs in a non-main thread); Ray queues
     # their trials on the cluster's resources.
@@ -130,8 +135,6 @@ def search_concurrency(cells: int, slots: int) -> tuple[int, int]:
 
 def trial_slots(resources) -> int:
     """How many trials of ``resources`` the Ray cluster holds at once (at least 1)."""
-    import ray
-
     total = ray.cluster_resources()
     fits = [total.get("CPU", 0) // resources.cpus]
     if resources.gpus > 0:
@@ -146,8 +149,6 @@ def _fit_search(state: Invocation, job: CellSearch, concurrency: int | None = No
     from optuna.distributions import FloatDistribution
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
-
-    from cemlab.tracking.store import run_status
 
     cell, points, num_samples, search, done_runs = job.cell, job.points, job.num_samples, job.search, job.done_runs
     s = cell.search
@@ -177,8 +178,6 @@ def _fit_search(state: Invocation, job: CellSearch, concurrency: int | None = No
 def validation_reports(trial: Trial) -> int:
     """Reports a trial sends to Tune: one per validation before the last step, plus the final one.
     This is ASHA's ``max_t``, so its rungs fall on validations, never after training ended."""
-    from cemlab.train.plan import make_plan
-
     total = make_plan(trial.config, trial.resources.workers).total_steps
     return (total - 1) // trial.config.train.val_interval + 1
 
@@ -191,8 +190,6 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome. ``concurrency``:
     at most this many trials at once (default: what the cluster holds, for searches and multi-worker
     trials)."""
-    from ray import tune
-
     callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
     distributed = resources.workers > 1
     # A multi-worker trial's Tune process only waits for its Ray Train workers, which ask for the
@@ -231,8 +228,6 @@ def _tune_outcome(state: Invocation, trial: Trial, result, row: pg.Row, error_fi
     """A Tune result -> the trial's outcome, with its MLflow run's terminal status made right:
     failed when the trial errored outside ``train`` (or its process died), stopped when ASHA
     stopped it."""
-    from cemlab.tracking import mlflow_run as mr
-
     metrics = dict(result.metrics or {})
     run_id = metrics.get(rk.RUN_ID_KEY) or (read_state(checkpoint_folder(state.runs_dir, trial.config_hash))
                                             or {}).get("run_id")

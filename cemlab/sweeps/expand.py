@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cemlab.config import RunConfig
+from cemlab.config import RunConfig, parse_override
 from cemlab.sweeps.errors import explain_config_error, format_validation_error
 from cemlab.sweeps.files import _scales_path_for, check_scale_overrides
 from cemlab.sweeps.layers import leaves, merge_dicts, nest, render
@@ -40,8 +40,6 @@ def _with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
                     overrides: list[str]) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
     """For the sweep file ``spec`` (a ``SweepSpec``): split ``key=value`` overrides into axis values (a copy of ``spec`` whose ``scales[scale]``
     lists them) and config layers ``(text, nested dict)`` applied last to every trial."""
-    from cemlab.config import parse_override
-
     axes = spec.axis_names()
     axis_values: dict[str, list] = {}
     layers: list[tuple[str, dict[str, Any]]] = []

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import _thread
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 from cemlab.sweeps.invocation import write_json_atomic
+from cemlab.tracking.store import healthy
 
 #: The driver asks an HTTP store ``GET /health`` this often while trials run (seconds), with this
 #: timeout, and calls it gone after this many failures in a row: named within about 15 s.
@@ -63,8 +66,6 @@ class DriverLock:
     parent run of its own, and says whose sweep it found."""
 
     def __init__(self, log_dir: Path):
-        import fcntl
-
         self.log_dir = log_dir
         self._fh = open(log_dir / DRIVER_LOCK, "a")
         try:
@@ -115,8 +116,6 @@ class StoreWatch:
         self._thread: threading.Thread | None = None
 
     def _down(self) -> bool:
-        from cemlab.tracking.store import healthy
-
         return not healthy(self.uri, timeout=STORE_CHECK_TIMEOUT_S)
 
     def _message(self) -> str:
@@ -124,8 +123,6 @@ class StoreWatch:
                 f"{STORE_CHECK_FAILURES} times, {time.strftime('%H:%M:%S')})")
 
     def _loop(self) -> None:
-        import _thread
-
         failures = 0
         while not self._stop.wait(STORE_CHECK_EVERY_S):
             failures = failures + 1 if self._down() else 0

@@ -28,11 +28,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cemlab.data.prepare import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
+from cemlab.models import flops_per_token
+from cemlab.models.config import ModelConfig
+from cemlab.sweeps.expand import sampled_trials
 from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.spec import SweepSpec, load_sweep
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
+from cemlab.tracking.runs import RunStore, pick_run
+from cemlab.tracking.store import (best_run, check_reachable, find_runs_by_hash, get_client, run_status, store_exists,
+                                   tracking_uri)
+from cemlab.train.plan import make_plan
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -131,8 +139,6 @@ def plan_trial(trial: Trial) -> TrialPlan:
     """One row of the plan: the trial's parameters, budget, steps and training FLOPs, as its task
     counts them (``cemlab.tasks``: parameter counts are cached by model config, so a sweep's many
     trials on a few models build each model once, on the meta device)."""
-    from cemlab.train.plan import make_plan
-
     cfg = trial.config
     task = task_of(cfg)
     tp = make_plan(cfg, world_size=trial.resources.workers)
@@ -146,8 +152,6 @@ def plan_trial(trial: Trial) -> TrialPlan:
 def trial_statuses(trials: list[Trial], client: "MlflowClient") -> dict[str, tuple[str, str | None]]:
     """config hash -> (plan status, id of the run that decided it) from the MLflow store: the
     best of the config's runs (finished > diverged > running > failed, then any other status)."""
-    from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
-
     out: dict[str, tuple[str, str | None]] = {}
     for h, runs in find_runs_by_hash([t.config_hash for t in trials], client).items():
         run = best_run(runs, fallback=True)
@@ -163,9 +167,6 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
     """cell trial id -> (plan status, sampled runs per status) of ``search: optuna`` cells, from the
     runs tagged with each cell (see the module docstring; the run standing for each sampled
     learning rate is chosen as ``cemlab report`` chooses it)."""
-    from cemlab.sweeps.expand import sampled_trials
-    from cemlab.tracking.runs import RunStore, pick_run
-
     store = RunStore(client.tracking_uri, client=client)
     out: dict[str, tuple[str, dict[str, int]]] = {}
     for cell in cells:
@@ -182,9 +183,6 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
 
 def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
-    from cemlab.models.config import ModelConfig
-    from cemlab.models import flops_per_token
-
     rows = [plan_trial(t) for t in spec.expand("paper")]
     flops = sum((r.flops or 0.0) * r.samples for r in rows)  # search: optuna: every sample, an upper bound
     ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)
@@ -201,9 +199,6 @@ def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_P
     (the largest token budget per streamed data set), against once per budget inside the trials
     (as before the token store: each budget was its own cache entry, tokenised by one process of
     a trial holding all its GPUs), in CPU core-hours and in the GPU-hours those GPUs sat idle."""
-    from cemlab.data.prepare import sweep_data_needs
-    from cemlab.train.plan import make_plan
-
     trials = [t for t in spec.expand("paper") if task_of(t.config).prepared_data]
     if not trials:
         return {}
@@ -232,8 +227,6 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
     rows = [plan_trial(t) for t in trials]
     store = None
     if read_store:
-        from cemlab.tracking.store import check_reachable, get_client, store_exists, tracking_uri
-
         if client is None and store_exists():
             check_reachable()
             client = get_client()

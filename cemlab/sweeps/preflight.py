@@ -11,17 +11,26 @@ get its URL and never open the sqlite file (docs/tracking.md).
 Once Ray is up (:func:`prepare_on_ray`): resources no trial can get are refused on local Ray and
 warned about on a cluster; the data is tokenised once, before any trial (trials then only map
 the token store); a cluster without a shared tracking server is warned about.
+
+``prepare_sweep_data`` is looked up in ``cemlab.data.prepare`` when the data is prepared, so that a
+test can substitute it there.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from typing import TYPE_CHECKING
 
+import ray
+
+from cemlab.data import DataError, check_data
 from cemlab.sweeps.files import sweeps_dir
 from cemlab.sweeps.schema import SweepError, Trial
 from cemlab.sweeps.spec import SweepSpec
 from cemlab.tasks import task_of
+from cemlab.tracking.server import shared_tracking_uri
+from cemlab.tracking.store import configured_tracking_uri, probe_store
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,9 +39,6 @@ if TYPE_CHECKING:
 def check_before_ray(spec: SweepSpec, trials: list[Trial]) -> str:
     """Data sources, the tracking store and the Ray address (module docstring); returns the
     tracking URI the trials share. Raises ``SweepError``, ``StoreError`` or ``ServerError``."""
-    from cemlab.tracking.server import shared_tracking_uri
-    from cemlab.tracking.store import configured_tracking_uri, probe_store
-
     check_data_sources(spec, trials)
     if configured_tracking_uri():
         probe_store(configured_tracking_uri())
@@ -66,8 +72,6 @@ def check_ray_address(timeout_s: float = 10.0) -> None:
     """A ``$RAY_ADDRESS`` (``host:port`` or ``ray://host:port``) that nothing answers is a
     ``SweepError`` naming it, within ``timeout_s``: ``ray.init`` itself waits on it for minutes with
     only its own log lines. ``auto`` and ``local`` are left to ``ray.init``."""
-    import socket
-
     address = os.environ.get("RAY_ADDRESS", "")
     if not address or address in ("auto", "local"):
         return
@@ -87,8 +91,6 @@ def check_data_sources(spec: SweepSpec, trials: list[Trial]) -> None:
     """Pre-flight: every data source a trial will read exists and is readable
     (``cemlab.data.check_data``, once per distinct data config); a ``SweepError`` names the
     first trial that reads a bad one."""
-    from cemlab.data import DataError, check_data
-
     seen: set[str] = set()
     for t in trials:
         if not task_of(t.config).prepared_data:  # generated when trained
@@ -106,8 +108,6 @@ def check_data_sources(spec: SweepSpec, trials: list[Trial]) -> None:
 def check_resources(trials: list[Trial], scale: str) -> str | None:
     """Refuse, before anything runs, trials that local Ray can never place (``SweepError``); on a
     cluster (``$RAY_ADDRESS``, which may add nodes on demand) return the same finding as a warning."""
-    import ray
-
     if not trials:
         return None
     res = trials[0].resources

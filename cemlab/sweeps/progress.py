@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cemlab.sweeps import tune_report as tr
+from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
 
@@ -154,8 +155,6 @@ class SweepProgress:
 
     def _flops(self, trial) -> float | None:
         try:
-            from cemlab.sweeps.plan import plan_trial
-
             return plan_trial(trial).flops
         except Exception:  # an estimate only: a trial without a count leaves the estimate out
             return None

@@ -18,6 +18,9 @@ finished (``finished``, or ``failed`` when a trial failed) with those counts, an
 (each replaced atomically). Runs of trials that were stopped, interrupted, or cut off by a store
 that went away are marked here too (:func:`mark_stopped`, :func:`mark_interrupted`,
 :func:`mark_store_lost`).
+
+MLflow is imported inside the function that writes metrics with it, so ``cemlab sweep`` refuses a
+bad sweep file without loading MLflow (about 1.8 s).
 """
 
 from __future__ import annotations
@@ -35,9 +38,12 @@ from cemlab.sweeps.guards import DriverLock
 from cemlab.sweeps.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
 from cemlab.sweeps.spec import SweepSpec
 from cemlab.sweeps.tune_report import STEP_KEY
-from cemlab.tracking import schema
+from cemlab.tracking import mlflow_run as mr, schema
+from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
+from cemlab.tracking.store import ensure_experiment, get_client, run_status, search_runs
 from cemlab.train.checkpoint import checkpoint_folder, read_state
+from cemlab.train.decide import is_connection_error
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -48,8 +54,6 @@ log = logging.getLogger("cemlab.sweeps")
 def open_invocation(spec: SweepSpec, scale: str, uri: str, n_trials: int, runs_dir: Path, log_dir: Path,
                     driver_lock: DriverLock, *, retries: int, cache_dir: str | None, faults: dict) -> Invocation:
     """The invocation's experiment and parent run in the store at ``uri`` (module docstring)."""
-    from cemlab.tracking.store import ensure_experiment, get_client
-
     client = get_client(uri)
     experiment_id = ensure_experiment(f"cemlab/{spec.name}", client)
     other = None if driver_lock.held else driver_lock.other_parent()
@@ -66,9 +70,6 @@ def open_parent_run(client: "MlflowClient", experiment_id: str, spec: SweepSpec,
     finish (reopened), else a new one. Returns (run id, reopened). ``other_running``: another
     driver of this sweep and scale is running now (its parent run id, or "" when unknown): its
     parent is not reopened, this invocation gets its own, tagged ``cemlab.concurrent_with``."""
-    from cemlab.tracking import mlflow_run as mr
-    from cemlab.tracking.store import run_status
-
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{schema.ROLE}` = 'sweep' and "
                               f"tags.`{schema.SCALE}` = '{scale}'", order_by=["attributes.start_time DESC"],
                               max_results=1)
@@ -116,8 +117,6 @@ def mark_interrupted(state: Invocation) -> None:
     """After Ctrl-C/SIGTERM (trial processes already ended): the runs of the trials that were
     running say interrupted; every trial of the table gets an outcome (those that ended during
     the interrupted ``fit`` from what the table saw, the others ``queued``)."""
-    from cemlab.tracking import mlflow_run as mr
-
     for tid, row in list(state.progress.rows.items()):
         if tid in state.outcomes:
             continue
@@ -165,8 +164,6 @@ def _check_against_store(state: Invocation, trial_outcomes: list[TrialOutcome]) 
     done or recorded trial needs an active run with a result under this parent; a reused or
     waited one an active run with a result and the trial's config hash. Otherwise it is
     ``missing`` (a failure), whatever the trial said."""
-    from cemlab.tracking.store import run_status, search_runs
-
     results = SEARCH_RESULTS
     children = {r.info.run_id: r for r in search_runs(state.client, [state.experiment_id],
                                                        f"tags.`{schema.PARENT_RUN_ID}` = '{state.parent_run_id}'")}
@@ -179,8 +176,6 @@ def _check_against_store(state: Invocation, trial_outcomes: list[TrialOutcome]) 
             try:
                 run = state.client.get_run(o.run_id)
             except Exception as e:
-                from cemlab.train.decide import is_connection_error
-
                 if is_connection_error(e):
                     raise
             if run is not None and run.info.lifecycle_stage != "active":
@@ -224,9 +219,6 @@ def finish(state: Invocation, interrupted: bool, t0: float, store_error: str | N
 def _finish_parent_run(state: Invocation, result: SweepResult) -> None:
     """The invocation on its parent run: reused runs, the description, whose sweeps it waited on,
     and the parent's outcome with the trial counts."""
-    from cemlab.tracking import mlflow_run as mr
-    from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
-
     client, reused, waited_on = state.client, result.reused_run_ids, result.concurrent_with
     if reused:
         before = client.get_run(state.parent_run_id).data.tags.get(schema.REUSED_FROM, "")

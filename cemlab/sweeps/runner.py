@@ -44,6 +44,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import ray
+from rich.console import Console
+
+from cemlab.paths import runs_dir
 from cemlab.sweeps import decide, execute, preflight, record
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps.guards import DriverLock, SigtermAsInterrupt, StoreWatch
@@ -62,10 +66,6 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``."""
-    from rich.console import Console
-
-    from cemlab.paths import runs_dir
-
     t0 = time.time()
     console = console or Console(highlight=False)
     if retries < 0:
@@ -90,8 +90,6 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         interrupted, lost = _run_trials(inv, trials, console, live, interval)
         if interrupted or lost:
-            import ray
-
             ray.shutdown()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
             if lost:
@@ -103,8 +101,6 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         if driver_lock is not None:
             driver_lock.release()
         if owns_ray:
-            import ray
-
             ray.shutdown()
     pg.print_end(result, console)
     return result

@@ -1,6 +1,9 @@
 """The parts of a sweep file and of the scales file (pydantic models; every mapping forbids unknown
 keys), and the :class:`Trial` a sweep expands into. The sweep file itself is
 ``cemlab.sweeps.spec.SweepSpec``, whose docstring shows the whole schema.
+
+Optuna is imported inside :func:`make_sampler`, so ``cemlab --help`` and ``cemlab plan``, which
+import this module, do not load it.
 """
 
 from __future__ import annotations

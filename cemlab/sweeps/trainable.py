@@ -40,6 +40,9 @@ id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an a
 ``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges. The driver
 fills it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in
 files under ``<runs>/logs/<sweep>-<scale>/faults/``.
+
+The training loop (``cemlab.train.run``, with Lightning) is imported inside the trial, so the sweep
+driver, which imports this module to hand it to Tune, does not load Lightning.
 """
 
 from __future__ import annotations
@@ -51,12 +54,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from cemlab.sweeps.distributed import fit_trial
 from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.trial_job import TrialJob, prepare_config, redirect_output, set_fault
 from cemlab.sweeps.trial_lock import trial_lock
 from cemlab.sweeps.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,
                                        TrialStopped, send)
+from cemlab.tracking import schema
+from cemlab.tracking.store import get_client
 
 
 def run_trial(config: dict[str, Any], job: TrialJob) -> None:
@@ -74,8 +81,6 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
-    import ray
-
     from cemlab.train.run import train
 
     node = ray.get_runtime_context().get_node_id()
@@ -117,8 +122,6 @@ def _parent_of(uri: str, run_id: str | None) -> str:
     """The parent (sweep) run of ``run_id``, or "" when it has none or the store cannot say."""
     if not run_id:
         return ""
-    from cemlab.tracking import schema
-    from cemlab.tracking.store import get_client
 
     try:
         return get_client(uri).get_run(run_id).data.tags.get(schema.PARENT_RUN_ID, "")

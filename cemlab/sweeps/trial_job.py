@@ -6,6 +6,9 @@ The driver ships the job to every trial with ``tune.with_parameters``; the Tune 
 only names it (``{"trial_id": ...}`` for a grid, ``{"lr": ...}`` for an Optuna-searched cell).
 Ray trials start in a temporary directory, possibly on another node, so the runs folder, the
 sweeps folder and the MLflow URL travel in the job, as absolute paths.
+
+``cemlab.train.module`` (Lightning) is imported only where a fault is injected, so the sweep driver
+does not load Lightning for that one name.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.expand import trial_with_lr
 from cemlab.sweeps.schema import Trial, round_lr
+from cemlab.tracking.store import configure_http
 from cemlab.train.checkpoint import checkpoint_folder
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.
@@ -56,8 +60,6 @@ class TrialJob:
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
-        from cemlab.tracking.store import configure_http
-
         return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises

@@ -17,7 +17,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from ray import tune
+
 from cemlab.sweeps.schema import Trial
+from cemlab.train import checkpoint as ckpt
 
 #: Keys of the final report (besides the run's metrics).
 STATUS_KEY = "cemlab_status"       # finished | diverged | recorded | reused | waited
@@ -59,8 +62,6 @@ class Reporter:
 
     def _state(self) -> None:
         if self.run_id is None:
-            from cemlab.train import checkpoint as ckpt
-
             state = ckpt.read_state(self.folder) or {}
             self.run_id = state.get("run_id")
             self.total_steps = state.get("total_steps")
@@ -105,8 +106,6 @@ def deliver_to_tune(payload: dict[str, Any], trial_id: str, final: bool) -> None
     """``tune.report(payload)`` (in the Tune trial's process). A ``SystemExit`` from Tune means
     the trial is to stop: after the final report that is just the end; before it,
     :class:`TrialStopped` is raised."""
-    from ray import tune
-
     try:
         tune.report(payload)
     except SystemExit:

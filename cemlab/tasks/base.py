@@ -3,9 +3,7 @@
 A task is a kind of study cemlab trains (language modelling, GP regression). Everything that
 differs between tasks is an attribute or a method here, so that the rest of cemlab asks the task
 (``task_of(cfg).unit``) instead of comparing task names. The methods work on the config alone
-(cheap: ``cemlab plan`` and the report call them for every trial); what needs torch (the data, the
-model, the training loss) is imported inside the method that needs it, so importing a task stays
-cheap.
+(cheap: ``cemlab plan`` and the report call them for every trial).
 """
 
 from __future__ import annotations

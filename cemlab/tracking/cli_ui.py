@@ -7,6 +7,9 @@ and returns; the server keeps running in its own session until
 ``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that address.
 Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
 could not be started or does not answer.
+
+The server and the store are imported inside ``run``, so ``cemlab --help``, which imports every
+command's ``cli`` module, does not load them.
 """
 
 from __future__ import annotations

@@ -33,11 +33,16 @@ where it ran and a finished child of the new parent, tagged ``cemlab.role=link``
 
 Everything goes through an explicit ``MlflowClient`` (never MLflow's fluent global state), as in
 :mod:`cemlab.tracking.mlflow_run`.
+
+MLflow is imported inside the functions that use it, so ``cemlab sweep`` refuses a bad sweep file
+without loading it.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -47,10 +52,14 @@ import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import torch
 
 from cemlab.tracking import schema
 from cemlab.tasks import format_lr, task_of
 from cemlab.tracking.mlflow_run import git_commit, model_kind, size_label
+from cemlab.tracking.store import search_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -155,8 +164,6 @@ def corpus_name(cfg: "RunConfig") -> str:
 def dataset_inputs(cfg: "RunConfig", stats: dict[str, Any], split_sizes: dict[str, int]) -> list:
     """One ``DatasetInput`` per split: name = corpus, digest = the token cache's fingerprint (GP:
     the config hash of its data settings), profile = tokens (examples), documents, tokenizer."""
-    import hashlib
-
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -276,10 +283,7 @@ def log_final_model(client: "MlflowClient", run_id: str, model, cfg: "RunConfig"
     """Log ``model`` (a ``torch.nn.Module``, moved to the CPU) as an MLflow LoggedModel of the
     ``mlflow.pytorch`` flavour, linked as the run's output at ``step``; returns ``models:/<id>``,
     also set as the run's ``cemlab.model_uri`` tag."""
-    import importlib.metadata
-
     import mlflow.pytorch
-    import torch
     from mlflow.entities import LoggedModelOutput
 
     experiment_id = client.get_run(run_id).info.experiment_id
@@ -341,8 +345,6 @@ def link_reused_runs(client: "MlflowClient", parent_run_id: str, runs: list) -> 
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-    from cemlab.tracking.store import search_runs
-
     parent = client.get_run(parent_run_id)
     experiment_id = parent.info.experiment_id
     existing = search_runs(client, [experiment_id], f"tags.`{schema.PARENT_RUN_ID}` = '{parent_run_id}' and "
@@ -383,8 +385,6 @@ COMPARE_URL = "cemlab.compare_url"
 def compare_url(tracking_uri: str, experiment_ids: list[str], run_ids: list[str]) -> str:
     """MLflow's run-comparison page (parallel coordinates, scatter, box and contour plots of params
     against metrics, and the param and metric tables side by side) of ``run_ids``."""
-    from urllib.parse import quote
-
     query = (f"?runs={quote(json.dumps(sorted(run_ids), separators=(',', ':')), safe='[],')}"
              f"&experiments={quote(json.dumps(sorted(set(experiment_ids)), separators=(',', ':')), safe='[],')}")
     base = f"{tracking_uri.rstrip('/')}/" if tracking_uri.startswith(("http://", "https://")) else ""

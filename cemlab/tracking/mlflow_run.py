@@ -23,6 +23,9 @@ stopped       FINISHED             stopped early by a sweep's scheduler (ASHA) a
 
 A run that is reopened (:func:`reopen_run`, to resume it) loses its ``cemlab.error`` tag: the
 error belonged to the attempt that failed, and the resumed attempt sets it again if it fails too.
+
+MLflow is imported inside the functions that write to it, so ``cemlab plan``, which imports this
+module, does not load MLflow.
 """
 
 from __future__ import annotations

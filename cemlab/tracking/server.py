@@ -10,6 +10,9 @@ The server runs in its own session (process group), so it outlives the sweep dri
 it and serves ``make ui`` and the next sweep; one process (``--workers 1``) owns the sqlite file,
 which avoids the schema-migration race of several processes opening a fresh store
 (docs/tracking.md). Trials get the URL, never the sqlite path.
+
+psutil is imported only in ``_listens``, so ``cemlab ui`` loads it only when it looks at which port
+a running server listens on.
 """
 
 from __future__ import annotations

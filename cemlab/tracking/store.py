@@ -21,6 +21,9 @@ folder) within seconds; every command that needs the store calls it first.
 
 Reuse: every trial run carries the tag ``cemlab.config_hash``; :func:`find_runs_by_hash` finds
 the runs of given hashes in all experiments, :func:`finished_run_for` the one to reuse.
+
+MLflow (with filelock, for the sqlite store) is imported inside the functions that use it: importing
+MLflow takes seconds, and ``cemlab plan --no-store`` never needs it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Iterable
 from cemlab.paths import mlflow_dir
 from cemlab.tracking import outcomes, schema
 
-if TYPE_CHECKING:  # mlflow is imported lazily: importing it costs seconds
+if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 

@@ -13,8 +13,9 @@ has one. ``--restart`` trains it anew in a new MLflow run; the old ``last.ckpt``
 are moved aside into ``replaced-<time>/`` in the same folder (delete that by hand when you want).
 ``--dry-run`` prints the plan after checking that the data it names exists and can be read.
 
-(Imports are inside the functions that need them: ``cemlab --help`` starts without torch,
-``--dry-run`` without Lightning, and a dead tracking store is named before either loads.)
+(What a run needs beyond the config is imported inside the functions that need it: ``cemlab
+--help`` starts without the tracking store, the tasks or Lightning, ``--dry-run`` without
+Lightning, and a dead tracking store is named before Lightning loads.)
 
 Exit codes:
   0    the run finished (test metrics logged)
@@ -31,6 +32,9 @@ import argparse
 import json
 import logging
 import sys
+
+from cemlab.config import ConfigError, config_sections, load_run_config
+from cemlab.data import DataError, check_data
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -51,7 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved config (file + overrides + defaults) as YAML and exit")
-    from cemlab.config import config_sections
 
     parser.epilog += "\nConfig sections (KEY=VALUE overrides are SECTION.FIELD=VALUE; --print-config shows every field):\n" + \
         "".join(f"  {name:<10} {doc}\n" for name, doc in config_sections())
@@ -70,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(cfg)
 
-    from cemlab.config import ConfigError
-    from cemlab.data import DataError
     from cemlab.tracking.store import StoreError, probe_store, tracking_uri
 
     try:
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from cemlab.train.run import train  # torch and Lightning load here, once the store answered
+    from cemlab.train.run import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
@@ -96,8 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(cfg) -> int:
     """Print the plan after checking that the data it names exists and can be read."""
-    from cemlab.config import ConfigError
-    from cemlab.data import DataError, check_data
     from cemlab.tasks import task_of
     from cemlab.train.plan import describe
 
@@ -113,8 +112,6 @@ def _dry_run(cfg) -> int:
 
 def _load_config(args: argparse.Namespace):
     """The run config of the command line (file, overrides, defaults), or the exit code of bad input."""
-    from cemlab.config import ConfigError, load_run_config
-
     # The config file is the one positional that is not a key=value override, wherever it stands.
     positionals = ([args.config] if args.config is not None else []) + list(args.overrides)
     files = [p for p in positionals if "=" not in p or p.endswith((".yaml", ".yml"))]

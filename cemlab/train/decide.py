@@ -22,6 +22,9 @@ is a cache of it. :func:`decide` is the one place that turns the two into an act
 ``state.json`` names the store it was written for (``store``: tracking URI and experiment id);
 run ids are UUIDs, so a run id of one store is never found in another, and the decision asks the
 store rather than comparing URIs (a local server on the same database gets a new port each time).
+
+MLflow is imported inside the function that writes metrics with it, so ``cemlab sweep``, which
+imports this module, refuses a bad sweep file without loading MLflow.
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cemlab.tracking import outcomes, schema
+import requests
+
+from cemlab.config import flatten
+from cemlab.tracking import mlflow_run as mr, outcomes, schema, store
+from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
+from cemlab.train import checkpoint as ckpt
 from cemlab.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -122,8 +130,6 @@ def _active_run(client: "MlflowClient", run_id: str | None) -> "Run | None":
 
 
 def is_connection_error(e: BaseException) -> bool:
-    import requests
-
     text = str(e)
     return isinstance(e, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)) or \
         "Max retries exceeded" in text or "Connection refused" in text
@@ -136,9 +142,6 @@ def decide(client: "MlflowClient", config_hash: str, folder: Path, state: dict[s
     newest first, when the caller has searched already. ``own_run_first``: the run the folder
     names, when the store holds it, is reused or resumed before any other run of the hash is
     looked at (``cemlab train --resume`` continues its own checkpoint; a sweep reuses any result)."""
-    from cemlab.train import checkpoint as ckpt
-    from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
-
     if state is None and Path(folder).is_dir():
         state = ckpt.read_state(Path(folder))
     if runs is None:
@@ -177,11 +180,6 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
     id and ``outcome="recorded"``."""
     from mlflow.entities import Metric
 
-    from cemlab.config import flatten
-    from cemlab.train import checkpoint as ckpt
-    from cemlab.tracking import mlflow_run as mr
-    from cemlab.tracking import store
-
     result = RunResult.from_dict(state["result"])
     parent = parent_run_id or cfg.tracking.parent_run_id
     experiment_id = store.ensure_experiment(cfg.tracking.experiment, client)
@@ -215,8 +213,6 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
 def result_from_run(run: "Run", state: dict[str, Any] | None, uri: str) -> RunResult:
     """The result of a run the store already holds (``outcome="reused"``): the local result when
     it belongs to that run, else what the run's tags and metrics say."""
-    from cemlab.tracking.store import run_status
-
     local = (state or {}).get("result")
     if local and local.get("run_id") == run.info.run_id:
         result = RunResult.from_dict(local)

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from cemlab.config import ConfigError, RunConfig
+from cemlab.models.cem import CEMAttention
+from cemlab.models.common import Preconditioner, RMSNorm
 from cemlab.tasks import task_of
 from cemlab.tracking.mlflow_run import run_name
 
@@ -110,9 +112,6 @@ def decay_groups(model: "nn.Module") -> tuple[list[str], list[str]]:
     dplr preconditioner). No decay on RMSNorm weights, biases, preconditioner diagonals ``p``, KQ
     diagonals ``kq_diag`` and the self-token biases ``self_bias`` (the last three are 2-D
     parameters that are not matrices, so they are found by the module that owns them)."""
-    from cemlab.models.cem import CEMAttention
-    from cemlab.models.common import Preconditioner, RMSNorm
-
     exempt: set[int] = set()
     for mod in model.modules():
         if isinstance(mod, RMSNorm):

@@ -2,8 +2,9 @@
 device's peak FLOP/s (for MFU), whether to draw a progress bar, and Lightning kept quiet.
 
 Used by ``train`` (:mod:`cemlab.train.run`), the LightningModule (which compiles the model only
-on an accelerator that compiles) and the training-loop benchmark. torch, Lightning and Ray load
-inside the functions that need them, so that importing this module stays cheap.
+on an accelerator that compiles) and the training-loop benchmark. Lightning and Ray Train are
+imported inside :func:`build_trainer`, so ``cemlab bench train``, which imports this module, loads
+Lightning only for its Lightning loop.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import logging
 import sys
 import warnings
 
+import torch
+
 from cemlab.config import ConfigError, RunConfig
+from cemlab.hardware import peak_flops
 
 
 def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
-    import torch
-
     t = cfg.train
     cuda = torch.cuda.is_available()
     if t.accelerator == "gpu" and not cuda:
@@ -32,7 +34,6 @@ def device_peak_flops(accelerator: str, precision: str = "bf16-mixed") -> float 
     """The device's peak FLOP/s at ``precision`` (None on the CPU or an unknown GPU)."""
     if accelerator != "gpu":
         return None
-    from cemlab.hardware import peak_flops
 
     return peak_flops(precision=precision)
 
