@@ -1,5 +1,7 @@
 """GP regression (paper Table 3): the recursive CEM MLP regressor (``gp:`` section) on data drawn
-from a Gaussian process; the metric is RMSE, the budget counts examples, the data is generated."""
+from a Gaussian process; the metric is RMSE, the budget counts examples, the data is generated.
+
+MLflow's dataset source is imported inside ``dataset_source`` only (MLflow takes seconds to import)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Language modelling: a causal LM (``model:`` section) trained on a tokenised corpus; the metric
-is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4)."""
+is perplexity, the budget counts tokens, sweeps list model sizes (paper Figs 2-4).
+
+MLflow's dataset sources are imported inside ``dataset_source`` only: MLflow takes seconds to
+import, and ``cemlab plan`` and the report use the rest of the task without it."""
 
 from __future__ import annotations
 
