@@ -139,11 +139,13 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
 # Finding 4: two identical sweeps at once
 # ---------------------------------------------------------------------------------------------
 
+#: Trials long enough that the second sweep (a new process: imports, Ray, preflight) reaches them
+#: while they train even on a loaded machine; shorter ones may finish first, and it reuses them.
 TWICE = """\
 figure: "test: twice"
 axes: {size: [86m], lr: [1.0e-3, 2.0e-3]}
 variants:
-  - {group: llama, label: llama, set: {train.tokens: 262144}}
+  - {group: llama, label: llama, set: {train.tokens: 786432}}
 """
 
 
