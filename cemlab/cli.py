@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cemlab.train.cli", "train one model (a run config YAML plus key=value overrides)"),
     "sweep": ("cemlab.sweeps.cli_sweep", "run a sweep's grid with Ray Tune, every trial in MLflow"),
-    "data": ("cemlab.data.cli", "data prepare SWEEP: tokenise a sweep's data into the token store, once, in parallel"),
+    "data": ("cemlab.sweeps.cli_data", "data prepare SWEEP: tokenise a sweep's data into the token store, once, in parallel"),
     "slurm": ("cemlab.sweeps.cli_slurm", "write the sbatch script that runs a sweep on a SLURM allocation"),
     "plan": ("cemlab.sweeps.cli_plan", "list a sweep's trials, what is done, tokens, FLOPs, GPU-hours (no compute)"),
     "report": ("cemlab.report.cli", "make the paper's figures, Akima optima and claim verdicts from MLflow"),

@@ -168,7 +168,7 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     import ray
     from rich.console import Console
 
-    import cemlab.data.prepare as prepare_mod
+    import cemlab.sweeps.data_step as prepare_mod
     from cemlab.sweeps.execute import quiet_tune
     from cemlab.sweeps.runner import run_sweep
     from cemlab.tracking.server import stop_server

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cemlab.data.prepare import sweep_data_needs
+from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
 from cemlab.models import flops_per_token
 from cemlab.models.config import ModelConfig

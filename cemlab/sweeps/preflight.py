@@ -12,7 +12,7 @@ Once Ray is up (:func:`prepare_on_ray`): resources no trial can get are refused 
 warned about on a cluster; the data is tokenised once, before any trial (trials then only map
 the token store); a cluster without a shared tracking server is warned about.
 
-``prepare_sweep_data`` is looked up in ``cemlab.data.prepare`` when the data is prepared, so that a
+``prepare_sweep_data`` is looked up in ``cemlab.sweeps.data_step`` when the data is prepared, so that a
 test can substitute it there.
 """
 
@@ -52,7 +52,7 @@ def prepare_on_ray(trials: list[Trial], scale: str, uri: str, cache_dir: str | N
                    console: "Console") -> None:
     """Resources, the data and the cluster's tracking store (module docstring): a ``SweepError``,
     or warnings printed on ``console``."""
-    from cemlab.data.prepare import prepare_sweep_data
+    from cemlab.sweeps.data_step import prepare_sweep_data
 
     warning = check_resources(trials, scale)
     if warning:

@@ -1,6 +1,6 @@
 """``cemlab data prepare SWEEP --scale S``: tokenise a sweep's data into the token store, once.
 
-See :mod:`cemlab.data.prepare`. Exit codes: 0 the store holds every trial's data; 2 bad sweep,
+See :mod:`cemlab.sweeps.data_step`. Exit codes: 0 the store holds every trial's data; 2 bad sweep,
 scale or data settings (the message names the field).
 
 What ``run`` needs (the sweep files, the preparation, rich, Ray) is imported inside it, so ``cemlab
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.data.prepare import prepare_sweep_data
+    from cemlab.sweeps.data_step import prepare_sweep_data
     from cemlab.sweeps.spec import DEFAULT_SCALE, SweepError, load_sweep
 
     if args.workers is not None and args.workers < 1:

@@ -1,4 +1,5 @@
-"""``cemlab data prepare``: tokenise what a sweep's trials will read, once, before any trial starts.
+"""The data step of a sweep (``cemlab data prepare``): tokenise what its trials will read, once,
+before any trial starts.
 
 The trials of a sweep share a few data sets (usually one: same corpus, tokenizer and split for
 every size and variant). :func:`prepare_sweep_data` groups the trials by data set and fills the

@@ -1,0 +1,126 @@
+"""The package's shape, read from its source (docs/architecture.md): no import cycle between files,
+no import upwards between the layers, files and functions a reader can hold, and tasks that own
+their differences (no comparisons against a task name outside the config's own validation)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "cemlab"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _edges() -> dict[str, set[str]]:
+    """Every cemlab module each module imports, at any depth of the file (lazy imports too)."""
+    edges = {}
+    for mod, path in MODULES.items():
+        is_pkg = path.name == "__init__.py"
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = _resolve(name) if name.startswith("cemlab") else None
+                if target and target != mod and not (is_pkg and target.startswith(mod + ".")):
+                    deps.add(target)
+        edges[mod] = deps
+    return edges
+
+
+EDGES = _edges()
+
+
+def test_no_import_cycle_between_files():
+    """Depth-first search for a back edge; the cycle found is named."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(EDGES.get(m, ())):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state and (cycle := visit(d)):
+                return cycle
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(EDGES):
+        if m not in state:
+            cycle = visit(m)
+            assert cycle is None, " -> ".join(cycle)
+
+
+#: Package -> cemlab packages it must not import (the layers of docs/architecture.md, upwards).
+FORBIDDEN = {
+    "models": {"config", "gp", "data", "tasks", "tracking", "train", "sweeps", "report", "bench", "paper", "cli"},
+    "data": {"tasks", "tracking", "train", "sweeps", "report", "bench", "cli"},
+    "tasks": {"train", "sweeps", "report", "bench", "cli"},
+    "tracking": {"train", "sweeps", "report", "bench", "cli"},
+    "train": {"sweeps", "report", "bench", "cli"},
+    "sweeps": {"report", "bench", "cli"},
+    "report": {"train", "bench", "cli"},
+    "paper": set(MODULES),
+}
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_import_upwards(package):
+    bad = sorted(f"{m} -> {d}" for m, deps in EDGES.items() if m.split(".")[1:2] == [package]
+                 for d in deps if (d.split(".") + [""])[1] in FORBIDDEN[package] - {package})
+    assert not bad, bad
+
+
+def test_files_and_functions_stay_short():
+    long_files = [f"{p.relative_to(ROOT.parent)} {n}" for p in MODULES.values()
+                  if (n := len(p.read_text().splitlines())) > 600]
+    long_functions = [f"{p.relative_to(ROOT.parent)}:{node.name} {node.end_lineno - node.lineno + 1}"
+                      for p in MODULES.values() for node in ast.walk(ast.parse(p.read_text()))
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.end_lineno - node.lineno + 1 > 80]
+    assert not long_files and not long_functions, (long_files, long_functions)
+
+
+def test_only_the_config_compares_task_names():
+    """Code that differs per task asks ``cemlab.tasks``; the config's validation of its ``task:``
+    literal against its sections is the one place that names tasks."""
+    from cemlab.tasks import TASKS
+
+    found = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare) or ast.unparse(node.left).endswith(".sampler"):
+                continue  # Optuna's "gp" sampler is not a task
+            if any(isinstance(c, ast.Constant) and c.value in TASKS for c in [node.left, *node.comparators]):
+                found.append(f"{mod}:{node.lineno}")
+    outside = [f for f in found if not f.startswith("cemlab.config:")]
+    assert not outside, outside
