@@ -70,23 +70,6 @@ CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size"
                 "precond", "kq_diagonal", "kernel", "param_matched", "eta", "x0", "corpus"]
 
 
-def metric_for_task(task: str) -> str:
-    """The paper's main metric: test perplexity for language models, test RMSE for the GP study."""
-    return get_task(task).test_metric
-
-
-def family_of(cfg, group: str) -> str:
-    """The model family figures and claims select on, from the config (sweep files may name their
-    groups freely, e.g. ``cem-mlp-pm``): ``gp``, ``reuse-attn``/``reuse-mlp``, ``llama``,
-    ``cem-attn``, ``cem-mlp``, ``cem`` (the task's :meth:`~cemlab.tasks.Task.table_fields`)."""
-    return task_of(cfg).table_fields(cfg, group)["family"]
-
-
-def corpus_of(cfg) -> str:
-    """A short name of the corpus a run trained on (``data.source`` plus its name or path)."""
-    return task_of(cfg).corpus_label(cfg)
-
-
 def _scalar(v: Any) -> Any:
     """Axis values as plain JSON scalars (lists and objects as their JSON text)."""
     if isinstance(v, (str, int, float, bool)) or v is None:

@@ -257,7 +257,7 @@ class LanguageModelTraining:
             schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_ATTENTION: counts["attention"],
             schema.PARAMS_MLP: counts["mlp"], schema.PARAMS_EMBEDDING: counts["embedding"],
             schema.PARAMS_HEAD: counts["head"],
-            schema.FLOPS_PER_TOKEN: flops_per_token(self.cfg.model, seq_len)["train"],
+            schema.FLOPS_PER_TOKEN: self.train_flops_per_unit(seq_len),
         }
 
     def train_flops_per_unit(self, seq_len: int) -> float:
