@@ -86,12 +86,12 @@ def _kernels_table(tmp_path, monkeypatch, *extra):
 def test_kernels_bench_train_table(tmp_path, monkeypatch):
     """Rows, ratios, MFU and the attention kernel each model really gets, in bf16 autocast as on a GPU."""
     rows = _kernels_table(tmp_path, monkeypatch, "--dtype", "bf16", "--variants", "llama", "hf-llama",
-                          "cem-attn ref", "cem-attn flex", "cem T2")
+                          "cem-attn ref", "cem-attn flash", "cem-attn flex", "cem T2")
     by = {r["variant"]: r for r in rows}
-    assert list(by) == ["llama", "hf-llama", "cem-attn ref", "cem-attn flex", "cem T2"]
+    assert list(by) == ["llama", "hf-llama", "cem-attn ref", "cem-attn flash", "cem-attn flex", "cem T2"]
     ref = float(by["llama"]["tokens_per_s"])
     cfg = ModelConfig.preset("nano")
-    for name in ("llama", "hf-llama", "cem-attn ref", "cem T2"):
+    for name in ("llama", "hf-llama", "cem-attn ref", "cem-attn flash", "cem T2"):
         r = by[name]
         tps = float(r["tokens_per_s"])
         assert tps > 0 and float(r["throughput_vs_llama"]) == pytest.approx(tps / ref)
@@ -103,6 +103,9 @@ def test_kernels_bench_train_table(tmp_path, monkeypatch):
     # mask that needs a gradient, which only the math kernel takes on CPU.
     assert by["llama"]["kernel"].startswith("FLASH_ATTENTION") and by["hf-llama"]["kernel"].startswith("FLASH_ATTENTION")
     assert by["cem-attn ref"]["kernel"] == "MATH (Dh=16, float mask)"
+    # the flash path holds that mask constant and routes the bias's gradient itself; 'auto' is it on CPU
+    assert by["cem-attn flash"]["kernel"] == "FLASH_ATTENTION (Dh=16, constant mask)"
+    assert by["cem T2"]["kernel"] == "FLASH_ATTENTION (Dh=16, constant mask)"
     # FlexAttention has no CPU backward: the row says so instead of a number
     assert "no CPU backward" in by["cem-attn flex"]["kernel"] and by["cem-attn flex"]["tokens_per_s"] == "nan"
 

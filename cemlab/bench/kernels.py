@@ -1,6 +1,7 @@
 """Attention-kernel benchmark: Llama (SDPA), Hugging Face Llama, CEM attention on its reference
-path (SDPA with a materialised bias) and on its flex path (FlexAttention), full CEM at T = 1, 2
-(and T = 8 checkpointed), with and without ``torch.compile``, in one process and one run.
+path (SDPA with a materialised bias), its flash path (CPU: the same bias constant, SDPA's flash
+kernel) and its flex path (FlexAttention), full CEM at T = 1, 2 (and T = 8 checkpointed), with and
+without ``torch.compile``, in one process and one run.
 
     cemlab bench kernels                          # GPU: 86m and 162m, context 2048, bf16
     cemlab bench kernels --device cpu             # CPU: preset small, seq 256, float32
@@ -10,8 +11,9 @@ interleaved rounds (order rotated each round); the median round is reported. Col
 
 - ``kernel``: the attention kernel each configuration actually gets: for SDPA the backend PyTorch
   chooses for those inputs (``torch._fused_sdp_choice``: FLASH_ATTENTION, EFFICIENT_ATTENTION,
-  CUDNN_ATTENTION or MATH), ``flex`` for FlexAttention (``flex-dense`` where it runs eagerly, which
-  materialises the scores).
+  CUDNN_ATTENTION or MATH), ``FLASH_ATTENTION (..., constant mask)`` for the flash path's own
+  call of the CPU flash kernel, ``flex`` for FlexAttention (``flex-dense`` where it runs eagerly,
+  which materialises the scores).
 - ``tok/s``: training tokens per second of forward + backward (``--pass train``, no optimizer
   step) or of the forward alone (``--pass forward``); per second of wall time on CUDA, of the
   process's CPU time on the CPU (not inflated by other work on a shared machine; exact with
@@ -23,7 +25,7 @@ interleaved rounds (order rotated each round); the median round is reported. Col
 - ratios are to cemlab's Llama of the same preset and compile setting in the same run.
 
 FlexAttention has no CPU backward in torch 2.13: on CPU the flex rows of ``--pass train`` print
-n/a (``auto`` is the reference path there); ``--pass forward`` times them.
+n/a (``auto`` is the flash path there); ``--pass forward`` times them.
 
 ``transformers`` is imported only where the Hugging Face case is built, so the other cases run
 without loading it (about 0.6 s); ``cemlab.hardware.peak_flops`` is looked up when the table is
@@ -56,8 +58,10 @@ VARIANTS: dict[str, dict | None] = {
     "llama": {},
     "hf-llama": None,
     "cem-attn ref": dict(attention="cem", attn_kernel="reference"),
+    "cem-attn flash": dict(attention="cem", attn_kernel="flash"),
     "cem-attn flex": dict(attention="cem", attn_kernel="flex"),
     "cem-attn diag ref": dict(attention="cem", kq_diagonal="shared", attn_kernel="reference"),
+    "cem-attn diag flash": dict(attention="cem", kq_diagonal="shared", attn_kernel="flash"),
     "cem-attn diag flex": dict(attention="cem", kq_diagonal="shared", attn_kernel="flex"),
     "cem T1": dict(attention="cem", mlp="cem"),
     "cem T2": dict(attention="cem", mlp="cem", attn_steps=2, mlp_steps=2),
@@ -65,7 +69,7 @@ VARIANTS: dict[str, dict | None] = {
 }
 GPU_DEFAULT = ["llama", "hf-llama", "cem-attn ref", "cem-attn flex", "cem-attn diag ref", "cem-attn diag flex",
                "cem T1", "cem T2", "cem T8 ckpt"]
-CPU_DEFAULT = ["llama", "hf-llama", "cem-attn ref", "cem-attn flex", "cem T1", "cem T2"]
+CPU_DEFAULT = ["llama", "hf-llama", "cem-attn ref", "cem-attn flash", "cem-attn flex", "cem T1", "cem T2"]
 
 
 @dataclass
@@ -92,7 +96,7 @@ def attention_kernels(forward, tokens, autocast, train: bool, compiled: bool = F
     ``train``, which matters: a mask that needs a gradient rules out the flash kernels): SDPA's
     backend choice for each call's actual inputs, or flex (``compiled``: it will run compiled)."""
     seen: list[str] = []
-    sdpa, flex = F.scaled_dot_product_attention, cem.flex
+    sdpa, flex, flash = F.scaled_dot_product_attention, cem.flex, cem.flash_attention
 
     def spy_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
         choice = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal)
@@ -103,13 +107,18 @@ def attention_kernels(forward, tokens, autocast, train: bool, compiled: bool = F
         seen.append(f"flex (Dh={q.shape[-1]})" if q.is_cuda or compiled else f"flex-dense (Dh={q.shape[-1]})")
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
 
-    F.scaled_dot_product_attention, cem.flex = spy_sdpa, spy_flex
+    def spy_flash(q, k, v, mask, self_bias, scale):  # SDPA itself when the mask needs no gradient route
+        if mask is not None and self_bias is not None and torch.is_grad_enabled():
+            seen.append(f"FLASH_ATTENTION (Dh={q.shape[-1]}, constant mask)")
+        return flash(q, k, v, mask, self_bias, scale)
+
+    F.scaled_dot_product_attention, cem.flex, cem.flash_attention = spy_sdpa, spy_flex, spy_flash
     try:
         with torch.set_grad_enabled(train), autocast, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             forward(tokens)
     finally:
-        F.scaled_dot_product_attention, cem.flex = sdpa, flex
+        F.scaled_dot_product_attention, cem.flex, cem.flash_attention = sdpa, flex, flash
     return ", ".join(dict.fromkeys(seen)) or "none"
 
 

@@ -28,13 +28,13 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from cemlab.models.common import (
     Positions, Preconditioner, RMSNorm, alibi_slopes, causal_alibi, causal_mask, silu_integral,
 )
 from cemlab.models.config import ModelConfig
+from cemlab.models.kernels import attention_path, causal_block_mask, flash_attention, flex
 
 
 def _softplus_inverse(y: float) -> float:
@@ -169,7 +169,7 @@ class CEMAttention(CEMSublayer):
         self.steps, self.reuse = cfg.attn_steps, cfg.attn_reuse
         self._set_step_size(cfg.attn_eta, cfg.cem_x0)
         self.checkpointed = cfg.checkpoint_recursion
-        self.flex_on = {"cuda": uses_flex(cfg, "cuda"), "other": uses_flex(cfg, "cpu")}  # by device type
+        self._cfg, self._paths = cfg, {}  # attn_kernel's meaning per device type (``path``)
         self.register_buffer("alibi_slopes", alibi_slopes(K, cfg.alibi_max_bias).float(), persistent=False)
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -178,8 +178,9 @@ class CEMAttention(CEMSublayer):
         B, S, _ = x.shape
         return x.view(B, S, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def score_bias(self, pos: Positions, dtype: torch.dtype) -> torch.Tensor | None:
+    def score_bias(self, pos: Positions, dtype: torch.dtype, constant: bool = False) -> torch.Tensor | None:
         """b_ijk plus the causal mask, [1, K or 1, S, S]; None when plain causal masking is enough.
+        ``constant``: the self/other bias enters detached (the flash path routes its gradient).
 
         4-d, because SDPA on CPU considers its flash kernel only for a 4-d mask (a 3-d one always
         gets the math kernel); a mask that needs a gradient (learnable self bias) gets math anyway."""
@@ -188,11 +189,16 @@ class CEMAttention(CEMSublayer):
         bias = (pos.alibi if self.use_alibi else causal_mask(pos.seq_len, pos.device)).to(dtype)
         if self.self_bias is not None:
             eye = torch.eye(pos.seq_len, device=bias.device, dtype=dtype)
-            bias = bias + self.self_bias.to(dtype)[:, None, None] * eye
+            b = self.self_bias.detach() if constant else self.self_bias
+            bias = bias + b.to(dtype)[:, None, None] * eye
         return bias[None]
 
-    def uses_flex(self, device: torch.device) -> bool:
-        return self.flex_on["cuda" if torch.device(device).type == "cuda" else "other"]
+    def path(self, device: torch.device) -> str:
+        """'reference', 'flash' or 'flex' on this device (``kernels.attention_path``)."""
+        kind = torch.device(device).type
+        if kind not in self._paths:
+            self._paths[kind] = attention_path(self._cfg, torch.device(device))
+        return self._paths[kind]
 
     def output_weights(self) -> tuple:
         """The output projection with the preconditioners folded in, computed once per layer.
@@ -220,7 +226,8 @@ class CEMAttention(CEMSublayer):
         hn = self.norm(h)
         k = self._heads(self.Wk(hn))
         # flex: the causal block mask stands where the reference keeps its dense bias
-        bias = causal_block_mask(pos, h.device) if self.uses_flex(h.device) else self.score_bias(pos, h.dtype)
+        path = self.path(h.device)
+        bias = causal_block_mask(pos, h.device) if path == "flex" else self.score_bias(pos, h.dtype, path == "flash")
         return (hn, k, bias, *self.output_weights())
 
     def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
@@ -230,20 +237,24 @@ class CEMAttention(CEMSublayer):
         K, Dh = self.n_heads, self.head_dim
         q = self._heads(self.Wq(u))
         q_ext, k_ext, v = q, k, k  # values = keys (eq. 5)
-        if not isinstance(bias, torch.Tensor) and bias is not None:  # a block mask: the flex path
+        path = self.path(u.device)
+        if path == "flex":
             o = self.flex_scores(u, hn, q, k, bias)
-        elif self.kq_diag is not None:
-            # hn_j^T diag(d_k) u_i as D extra channels, so the fused kernel sees one dot product.
-            du = (self.kq_diag[:, None, :] * u[:, None]).expand(B, K, S, D)
-            hn_k = hn[:, None].expand(B, K, S, D)
-            q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
-            if self.exact:
-                v = torch.cat([k, hn_k], -1)  # also returns sum_j alpha_ijk hn_j
-        if isinstance(bias, torch.Tensor) or bias is None:
-            o = F.scaled_dot_product_attention(
-                q_ext, k_ext, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / self.tau
-            )
-        if self.exact and self.kq_diag is not None:
+        else:
+            if self.kq_diag is not None:
+                # hn_j^T diag(d_k) u_i as D extra channels, so the fused kernel sees one dot product.
+                du = (self.kq_diag[:, None, :] * u[:, None]).expand(B, K, S, D)
+                hn_k = hn[:, None].expand(B, K, S, D)
+                q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
+                if self.exact or path == "flash":  # flash: one head width for q, k and v
+                    v = k_ext  # [k_j, hn_j]: also returns sum_j alpha_ijk hn_j
+            if path == "flash":
+                o = flash_attention(q_ext, k_ext, v, bias, self.self_bias, 1.0 / self.tau)
+            else:
+                o = F.scaled_dot_product_attention(
+                    q_ext, k_ext, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / self.tau
+                )
+        if o.shape[-1] > Dh:
             o, o_hn = o.split([Dh, D], dim=-1)
         o = o.transpose(1, 2)  # [B, S, K, Dh]
         y = o.reshape(B, S, D) @ W_out
@@ -293,7 +304,7 @@ class CEMAttention(CEMSublayer):
         """E(u_i | h_1..i) for every position, [B, S] (or [B, K, S] per head), eq. 1 with biases."""
         hn, k = cache[0], cache[1]
         bias = cache[2]
-        if bias is not None and not isinstance(bias, torch.Tensor):  # flex cache: build the dense bias
+        if bias is not None and self.path(u.device) != "reference":  # rebuild it, self/other bias live
             S = u.shape[1]
             alibi = causal_alibi(S, self.alibi_slopes, u.device, u.dtype) if self.use_alibi else None
             bias = self.score_bias(Positions(seq_len=S, device=u.device, alibi=alibi), u.dtype)
@@ -307,49 +318,6 @@ class CEMAttention(CEMSublayer):
             bias = causal_mask(u.shape[1], device=s.device, dtype=s.dtype)
         E = -self.tau * torch.logsumexp(s + bias, dim=-1)  # [B, K, S]
         return E if per_head else E.sum(1)
-
-
-def uses_flex(cfg: ModelConfig, device: torch.device) -> bool:
-    """Whether ``cfg.attn_kernel`` means the flex path on ``device``. 'auto': flex on CUDA only
-    (FlexAttention has no CPU backward in torch 2.13 and is slower than the reference on CPU), and
-    only without a ``per_head`` diagonal or the exact gradient form: those widen the heads by D
-    channels (756 at 86m), past what flex's GPU kernel holds (head widths up to 256)."""
-    if cfg.attn_kernel != "auto":
-        return cfg.attn_kernel == "flex"
-    narrow = cfg.kq_diagonal != "per_head" and not cfg.exact_energy_gradient
-    return narrow and torch.device(device).type == "cuda"
-
-
-def _causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-
-def causal_block_mask(pos: Positions, device: torch.device):
-    """The causal block mask of this length, made once per forward and shared by every layer."""
-    if pos.block_mask is None:
-        pos.block_mask = create_block_mask(_causal, None, None, pos.seq_len, pos.seq_len, device=device)
-    return pos.block_mask
-
-
-_compiled_flex = None
-
-
-def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
-    """FlexAttention, compiled on CUDA when the caller is not already being compiled (eager flex
-    materialises the scores); a CPU backward is refused by torch with an error naming the option."""
-    global _compiled_flex
-
-    fn = flex_attention
-    if q.is_cuda and not torch.compiler.is_compiling():
-        if _compiled_flex is None:
-            _compiled_flex = torch.compile(flex_attention, dynamic=False)
-        fn = _compiled_flex
-    try:
-        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    except NotImplementedError as e:
-        raise NotImplementedError(
-            f"model.attn_kernel='flex' cannot run here ({e}); use model.attn_kernel='auto' or 'reference' "
-            f"on {q.device.type}") from e
 
 
 class CEMMLP(CEMSublayer):

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SublayerKind = Literal["llama", "cem"]
 Preconditioner = Literal["none", "diag", "dplr"]
 KQDiagonal = Literal["none", "shared", "per_head"]
-AttnKernel = Literal["auto", "reference", "flex"]
+AttnKernel = Literal["auto", "reference", "flash", "flex"]
 #: A CEM step size: a fixed eta > 0, "1/T" (1/steps) or "learned" (softplus, per layer and step, from 1/T).
 StepSize = Annotated[float, Field(gt=0)] | Literal["1/T", "learned"]
 
@@ -81,9 +81,12 @@ class ModelConfig(StrictModel):
     self_other_bias: bool = Field(default=True, description="Learnable self/other-token score biases in CEM attention.")
     attn_kernel: AttnKernel = Field(
         default="auto",
-        description="CEM attention scores: 'reference' (SDPA with a materialised [K,S,S] bias), 'flex' "
-        "(FlexAttention, biases as score_mod, causal block mask; training needs CUDA in torch 2.13) or "
-        "'auto' (flex on CUDA, reference elsewhere). Same numbers either way (docs/performance.md).",
+        description="CEM attention scores: 'reference' (SDPA with a materialised [K,S,S] bias that carries "
+        "the self/other bias's gradient), 'flash' (CPU: the same bias held constant so that SDPA's flash "
+        "kernel runs, the self/other bias's gradient from its log-sum-exp), 'flex' (FlexAttention, biases "
+        "as score_mod, causal block mask; training needs CUDA in torch 2.13) or 'auto' (flex on CUDA where "
+        "the heads stay narrow, flash on CPU without a KQ diagonal, reference elsewhere). Same numbers either way "
+        "(docs/performance.md).",
     )
     rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base for Llama attention.")
     norm_eps: float = Field(default=1e-6, gt=0, description="RMSNorm epsilon (Hugging Face Llama default 1e-6).")

@@ -7,7 +7,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from cemlab.models.cem import CEMAttention, CEMMLP, CEMSublayer, uses_flex
+from cemlab.models.cem import CEMAttention, CEMMLP, CEMSublayer
+from cemlab.models.kernels import attention_path
 from cemlab.models.common import (
     Positions, RMSNorm, alibi_slopes, causal_alibi, init_linear_and_embedding, rope_cache,
 )
@@ -56,7 +57,7 @@ class CausalLM(nn.Module):
             pos = Positions(seq_len=seq_len, device=device)
             if self.cfg.attention == "llama":
                 pos.cos, pos.sin = rope_cache(seq_len, self.cfg.head_dim, self.cfg.rope_theta, device, torch.float32)
-            elif self.cfg.alibi and not uses_flex(self.cfg, device):  # flex: inside the kernel
+            elif self.cfg.alibi and attention_path(self.cfg, device) != "flex":  # flex: inside the kernel
                 pos.alibi = causal_alibi(seq_len, self.alibi_slopes, device, dtype)
             self._pos_cache = {key: pos}  # keep only the latest length
         return self._pos_cache[key]

@@ -1,6 +1,11 @@
-"""CEM attention's flex path (FlexAttention, biases in a ``score_mod``) against the reference path
-(SDPA with a materialised bias), which stays the oracle: same forward and same gradient of every
-parameter, to 1e-5 in float32, for every combination of options.
+"""CEM attention's fused paths against the reference path (SDPA with a materialised bias whose
+self/other part carries its gradient), which stays the oracle: same forward and same gradient of
+every parameter, to 1e-5 in float32, for every combination of options. Two fused paths:
+
+- flash (CPU): SDPA's flash kernel with the bias held constant, the self/other bias's gradient
+  computed from the kernel's log-sum-exp (cemlab/models/kernels.py); also checked on its own
+  against finite differences in float64, and in bfloat16 against the float32 reference.
+- flex: FlexAttention, biases in a ``score_mod``.
 
 FlexAttention has no CPU backward in torch 2.13 (it raises before computing). Its eager
 implementation is device-independent, though: the forward evaluates the ``score_mod`` over the
@@ -20,6 +25,7 @@ import pytest
 import torch
 
 import cemlab.models.cem as cem
+import cemlab.models.kernels as kernels
 from cemlab.models import build_model
 from cemlab.models.config import ModelConfig
 
@@ -49,9 +55,9 @@ def cpu_flex_backward(monkeypatch):
         yield
 
 
-def _pair(opts: dict, seed: int = 0):
-    """(reference, flex) models with the same, non-trivial parameters (diagonals, self biases and
-    the dplr V made non-zero so that every term carries signal)."""
+def _pair(opts: dict, seed: int = 0, kernel: str = "flex"):
+    """(reference, ``kernel``) models with the same, non-trivial parameters (diagonals, self biases
+    and the dplr V made non-zero so that every term carries signal)."""
     kw = dict(**NANO, attention="cem", attn_precond_rank=2, **opts)
     torch.manual_seed(seed)
     ref = build_model(ModelConfig(**kw, attn_kernel="reference"))
@@ -60,7 +66,7 @@ def _pair(opts: dict, seed: int = 0):
         for name, p in ref.named_parameters():
             if name.endswith(("kq_diag", "self_bias", "precond.V")):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    flex = build_model(ModelConfig(**kw, attn_kernel="flex"))
+    flex = build_model(ModelConfig(**kw, attn_kernel=kernel))
     flex.load_state_dict(ref.state_dict())
     return ref, flex
 
@@ -93,8 +99,8 @@ def _compare(ref, flex, tokens, tol=1e-5):
 @pytest.mark.parametrize("opts", COMBOS, ids=[_id(c) for c in COMBOS])
 def test_flex_equals_reference_forward_and_every_gradient(opts, cpu_flex_backward):
     ref, flex = _pair(opts)
-    assert ref.blocks[0].attn.uses_flex(torch.device("cpu")) is False
-    assert flex.blocks[0].attn.uses_flex(torch.device("cpu")) is True
+    assert ref.blocks[0].attn.path(torch.device("cpu")) == "reference"
+    assert flex.blocks[0].attn.path(torch.device("cpu")) == "flex"
     tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
     grads = _compare(ref, flex, tokens)
     # the captured tensors' gradients are live (a zero gradient would pass trivially)
@@ -133,8 +139,72 @@ def test_a_wrong_captured_gradient_is_caught(opts, broken_grad, cpu_flex_backwar
         _compare(ref, flex, tokens)
 
 
-def test_energy_trace_is_the_same_on_both_paths(cpu_flex_backward):
-    ref, flex = _pair(dict(kq_diagonal="shared", attn_steps=2))
+# -- flash (CPU) ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opts", COMBOS, ids=[_id(c) for c in COMBOS])
+def test_flash_equals_reference_forward_and_every_gradient(opts):
+    ref, flash = _pair(opts, kernel="flash")
+    assert flash.blocks[0].attn.path(torch.device("cpu")) == "flash"
+    tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
+    grads = _compare(ref, flash, tokens)
+    if opts["self_other_bias"]:  # the gradient routed around the kernel is live
+        assert grads["blocks.0.attn.self_bias"].abs().min() > 1e-6
+
+
+def test_a_wrong_self_bias_gradient_on_the_flash_path_is_caught(monkeypatch):
+    """The comparison fails when the flash path's own self/other-bias gradient is off (here halved)."""
+    ref, flash = _pair(dict(kq_diagonal="none"), kernel="flash")
+    real = kernels._FlashConstantMask.backward
+
+    def halved(ctx, g):
+        dq, dk, dv, dm, db, ds = real(ctx, g)
+        return dq, dk, dv, dm, 0.5 * db, ds
+
+    monkeypatch.setattr(kernels._FlashConstantMask, "backward", staticmethod(halved))
+    tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
+    with pytest.raises(AssertionError, match="attn.self_bias: max"):
+        _compare(ref, flash, tokens)
+
+
+def test_flash_gradients_match_finite_differences_in_float64():
+    """Independent of SDPA's math kernel: torch.autograd.gradcheck perturbs q, k, v and the self bias
+    (which enters the mask by value) and compares with the flash path's analytic gradients."""
+    g = torch.Generator().manual_seed(0)
+    B, K, S, Dh = 2, 3, 7, 4
+    q, k, v = (torch.randn(B, K, S, Dh, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    self_bias = torch.randn(K, generator=g, dtype=torch.float64, requires_grad=True)
+    alibi = cem.causal_alibi(S, torch.tensor([0.5, 0.25, 0.125]), dtype=torch.float64)
+
+    def attend(q, k, v, b):
+        mask = (alibi + b.detach()[:, None, None] * torch.eye(S, dtype=torch.float64))[None]
+        return kernels.flash_attention(q, k, v, mask, b, 0.5)
+
+    assert torch.autograd.gradcheck(attend, (q, k, v, self_bias), eps=1e-6, atol=1e-8)
+
+
+def test_flash_in_bfloat16_matches_the_float32_reference():
+    """bf16 on the CPU's flash kernel; stated tolerance (as for the GPU flex check): loss within 1%
+    of the float32 reference, every parameter's gradient at cosine similarity > 0.99 with it."""
+    ref, flash = _pair(dict(kq_diagonal="none", attn_steps=2, attn_precond="diag"), kernel="flash")
+    flash = flash.to(torch.bfloat16)
+    tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
+
+    def loss_grads(model):
+        logits = model(tokens).float()
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        return loss.item(), {n: p.grad.float().flatten() for n, p in model.named_parameters()}
+
+    l_ref, g_ref = loss_grads(ref)
+    l_bf, g_bf = loss_grads(flash)
+    assert abs(l_bf - l_ref) <= 0.01 * abs(l_ref)
+    cos = {n: torch.nn.functional.cosine_similarity(g_bf[n], g_ref[n], dim=0).item() for n in g_ref}
+    assert min(cos.values()) > 0.99, cos
+
+
+@pytest.mark.parametrize("kernel", ["flex", "flash"])
+def test_energy_trace_is_the_same_on_every_path(kernel, cpu_flex_backward):
+    ref, flex = _pair(dict(kq_diagonal="shared", attn_steps=2), kernel=kernel)
     tokens = torch.randint(0, NANO["vocab_size"], (2, 24))
     tr, tf = ref.energy_trace(tokens), flex.energy_trace(tokens)
     for key in tr:
@@ -151,17 +221,23 @@ def test_flex_training_on_cpu_is_refused_naming_the_option():
         assert flex(torch.randint(0, NANO["vocab_size"], (1, 8))).shape == (1, 8, NANO["vocab_size"])
 
 
-def test_auto_is_reference_on_cpu_and_flex_on_cuda():
-    def uses(kernel, device, **kw):
-        return cem.uses_flex(ModelConfig(**NANO, attention="cem", attn_kernel=kernel, **kw), torch.device(device))
+def test_auto_is_flash_on_cpu_and_flex_on_cuda():
+    def path(kernel, device, **kw):
+        return kernels.attention_path(ModelConfig(**NANO, attention="cem", attn_kernel=kernel, **kw), torch.device(device))
 
-    assert uses("auto", "cpu") is False and uses("auto", "cuda") is True
-    assert uses("auto", "cuda", kq_diagonal="shared") is True
+    assert path("auto", "cpu") == "flash" and path("auto", "cuda") == "flex"
+    # a diagonal would widen the flash kernel's values too: the reference is faster then
+    assert path("auto", "cpu", kq_diagonal="shared") == "reference"
+    assert path("flash", "cpu", kq_diagonal="per_head", exact_energy_gradient=True) == "flash"
+    assert path("auto", "cuda", kq_diagonal="shared") == "flex"
+    assert path("auto", "mps") == "reference"
     # heads widened by D channels stay on the reference path unless flex is asked for
-    assert uses("auto", "cuda", kq_diagonal="per_head") is False
-    assert uses("auto", "cuda", kq_diagonal="shared", exact_energy_gradient=True) is False
-    assert uses("flex", "cpu", kq_diagonal="per_head") is True
-    assert uses("reference", "cuda") is False
+    assert path("auto", "cuda", kq_diagonal="per_head") == "reference"
+    assert path("auto", "cuda", kq_diagonal="shared", exact_energy_gradient=True) == "reference"
+    assert path("flex", "cpu", kq_diagonal="per_head") == "flex"
+    assert path("reference", "cuda") == "reference"
+    with pytest.raises(ValueError, match="model.attn_kernel='flash' is the CPU kernel; on cuda use model.attn_kernel='auto'"):
+        path("flash", "cuda")
     # the flex path never materialises the [K, S, S] ALiBi bias
     _, flex = _pair(dict(kq_diagonal="none"))
     assert flex.positions(16, torch.device("cpu"), torch.float32).alibi is None

@@ -1,0 +1,133 @@
+"""The attention kernels CEM attention dispatches to besides its reference path (docs/performance.md).
+
+``model.attn_kernel`` picks one path per device (``attention_path``):
+
+- ``reference``: ``scaled_dot_product_attention`` with the biases as a float mask that carries the
+  learnable self/other bias's gradient. Always exact, the oracle of the tests; a mask that needs a
+  gradient leaves SDPA only its math kernel.
+- ``flash`` (CPU): the same mask held constant, so that SDPA's CPU flash kernel runs forward and
+  backward; the self/other bias's gradient is computed from the kernel's log-sum-exp (below).
+- ``flex``: FlexAttention, the biases computed inside the kernel by a ``score_mod`` (cem.py).
+
+Gradient of a bias on the diagonal of the scores. With s_ij = q_i . k_j / tau + m_ij + b [i = j]
+and alpha_ij = exp(s_ij - lse_i), o_i = sum_j alpha_ij v_j and g_i = dL/do_i, softmax's backward is
+dL/ds_ij = alpha_ij g_i . (v_j - o_i); b enters s_ii only, so
+
+    dL/db = sum_i alpha_ii g_i . (v_i - o_i),    alpha_ii = exp(s_ii - lse_i),
+
+which needs the diagonal scores (one dot product per position) and the kernel's lse: O(S D), no
+[S, S] tensor. q, k and v get their gradients from the flash kernel's own backward, which treats
+the mask as the constant it is for them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cemlab.models.common import Positions
+from cemlab.models.config import ModelConfig
+
+Path = Literal["reference", "flash", "flex"]
+
+
+def attention_path(cfg: ModelConfig, device: torch.device) -> Path:
+    """The kernel ``cfg.attn_kernel`` means on ``device``.
+
+    'auto': on CUDA, flex without a ``per_head`` diagonal or the exact gradient form (those widen
+    the heads by D channels, 756 at 86m, past the head widths up to 256 that flex's GPU kernel
+    holds), else reference; on the CPU, flash without a KQ diagonal (FlexAttention has no CPU
+    backward in torch 2.13; with a diagonal the flash kernel needs the values widened to the
+    queries' D_h + D channels, which costs more than the math kernel it avoids: docs/performance.md),
+    else reference; reference on any other device."""
+    kind = torch.device(device).type
+    if cfg.attn_kernel == "auto":
+        if kind == "cuda":
+            narrow = cfg.kq_diagonal != "per_head" and not cfg.exact_energy_gradient
+            return "flex" if narrow else "reference"
+        return "flash" if kind == "cpu" and cfg.kq_diagonal == "none" else "reference"
+    if cfg.attn_kernel == "flash" and kind != "cpu":
+        raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {kind} use model.attn_kernel='auto' "
+                         "(flex where it fits, else reference) or 'flex' / 'reference'")
+    return cfg.attn_kernel
+
+
+class _FlashConstantMask(torch.autograd.Function):
+    """SDPA's CPU flash kernel with a constant float mask that already holds ``self_bias`` on its
+    diagonal; ``self_bias`` is an input only so that its gradient (module docstring) reaches it."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, self_bias, scale):
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        ctx.save_for_backward(q, k, v, mask, o, lse)
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        q, k, v, mask, o, lse = ctx.saved_tensors
+        g = g.contiguous()
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            g, q, k, v, o, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+        d_bias = None
+        if ctx.needs_input_grad[4]:
+            f32 = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
+            s_ii = ctx.scale * (q.to(f32) * k.to(f32)).sum(-1) + mask.diagonal(dim1=-2, dim2=-1).to(f32)
+            alpha_ii = torch.exp(s_ii - lse.to(f32))                            # [B, K, S]
+            d_bias = (alpha_ii * (g.to(f32) * (v.to(f32) - o.to(f32))).sum(-1)).sum((0, 2))
+        return dq, dk, dv, None, d_bias, None
+
+
+def flash_attention(q, k, v, mask: torch.Tensor | None, self_bias: torch.Tensor | None, scale: float):
+    """o = softmax(q k^T * scale + mask) v by SDPA's flash kernel, [B, K, S, Dv].
+
+    ``mask``: [1, K or 1, S, S] float, without a gradient (ALiBi, causal -inf, and ``self_bias`` on
+    the diagonal, detached); ``self_bias`` [K]: the same values, as the parameter that receives the
+    gradient; None when there is none (then SDPA alone is exact and picks its own kernel). q, k and
+    v must have one head width (the flash kernel's requirement: callers widen v where needed)."""
+    if mask is None or self_bias is None or not torch.is_grad_enabled():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
+    if q.device.type != "cpu":
+        raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {q.device.type} use "
+                         "model.attn_kernel='auto' or 'reference'")
+    return _FlashConstantMask.apply(q, k, v, mask.to(q.dtype), self_bias, scale)
+
+
+# -- FlexAttention --------------------------------------------------------------------------------
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def causal_block_mask(pos: Positions, device: torch.device):
+    """The causal block mask of this length, made once per forward and shared by every layer."""
+    if pos.block_mask is None:
+        pos.block_mask = create_block_mask(_causal, None, None, pos.seq_len, pos.seq_len, device=device)
+    return pos.block_mask
+
+
+_compiled_flex = None
+
+
+def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
+    """FlexAttention, compiled on CUDA when the caller is not already being compiled (eager flex
+    materialises the scores); a CPU backward is refused by torch with an error naming the option."""
+    global _compiled_flex
+
+    fn = flex_attention
+    if q.is_cuda and not torch.compiler.is_compiling():
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        fn = _compiled_flex
+    try:
+        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    except NotImplementedError as e:
+        raise NotImplementedError(
+            f"model.attn_kernel='flex' cannot run here ({e}); use model.attn_kernel='auto' or 'reference' "
+            f"on {q.device.type}") from e
