@@ -202,6 +202,20 @@ def test_flash_in_bfloat16_matches_the_float32_reference():
     assert min(cos.values()) > 0.99, cos
 
 
+@pytest.mark.slow
+def test_compiled_flash_training_step_matches_reference():
+    """``train.compile: true`` on the CPU traces the flash path (its autograd.Function around the
+    private flash ops) into one graph: loss and every gradient as the eager reference."""
+    ref, flash = _pair(dict(kq_diagonal="none", attn_steps=2), kernel="flash")
+    tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
+    _, g_ref = _forward_and_grads(ref, tokens)
+    compiled = torch.compile(flash)
+    logits = compiled(tokens)
+    (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward()
+    for name, p in flash.named_parameters():
+        torch.testing.assert_close(p.grad, g_ref[name], atol=1e-5 * g_ref[name].abs().max().item(), rtol=0)
+
+
 @pytest.mark.parametrize("kernel", ["flex", "flash"])
 def test_energy_trace_is_the_same_on_every_path(kernel, cpu_flex_backward):
     ref, flex = _pair(dict(kq_diagonal="shared", attn_steps=2), kernel=kernel)
