@@ -151,6 +151,22 @@ def test_flash_equals_reference_forward_and_every_gradient(opts):
         assert grads["blocks.0.attn.self_bias"].abs().min() > 1e-6
 
 
+def test_flash_energy_keeps_the_self_bias_gradient():
+    """The flash cache holds the bias by value; the explicit energy still differentiates to self_bias."""
+    ref, flash = _pair(dict(kq_diagonal="shared"), kernel="flash")
+    g = torch.Generator().manual_seed(3)
+    h, u = torch.randn(2, 12, NANO["d_model"], generator=g), torch.randn(2, 12, NANO["d_model"], generator=g)
+    grads = []
+    for model in (ref, flash):
+        attn = model.blocks[0].attn
+        pos = model.positions(12, h.device, h.dtype)
+        E = attn.energy(attn.norm(u), attn.prepare(h, pos)).sum()
+        grads.append((E.detach(), torch.autograd.grad(E, attn.self_bias)[0]))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    torch.testing.assert_close(grads[1][1], grads[0][1])
+    assert grads[0][1].abs().min() > 1e-6
+
+
 def test_a_wrong_self_bias_gradient_on_the_flash_path_is_caught(monkeypatch):
     """The comparison fails when the flash path's own self/other-bias gradient is off (here halved)."""
     ref, flash = _pair(dict(kq_diagonal="none"), kernel="flash")

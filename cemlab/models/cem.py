@@ -304,7 +304,11 @@ class CEMAttention(CEMSublayer):
         """E(u_i | h_1..i) for every position, [B, S] (or [B, K, S] per head), eq. 1 with biases."""
         hn, k = cache[0], cache[1]
         bias = cache[2]
-        if bias is not None and self.path(u.device) != "reference":  # rebuild it, self/other bias live
+        if isinstance(bias, torch.Tensor) and self.path(u.device) == "flash" and self.self_bias is not None:
+            # the flash cache holds the self/other bias by value: add zero that carries its gradient
+            live = (self.self_bias - self.self_bias.detach()).to(bias.dtype)[:, None, None]
+            bias = bias + live * torch.eye(u.shape[1], device=bias.device, dtype=bias.dtype)
+        elif bias is not None and not isinstance(bias, torch.Tensor):  # flex cache: build the dense bias
             S = u.shape[1]
             alibi = causal_alibi(S, self.alibi_slopes, u.device, u.dtype) if self.use_alibi else None
             bias = self.score_bias(Positions(seq_len=S, device=u.device, alibi=alibi), u.dtype)
