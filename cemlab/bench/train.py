@@ -13,13 +13,14 @@ losses at the same step differ (zero on the CPU in float32: the same work, step 
 
 The two loops are interleaved step by step in one process: at the end of each Lightning optimizer
 step, a callback runs one step of the bare loop (its own model), so that both see the same load
-on a shared machine (run one after the other, rounds on a loaded 2-core machine scattered by
--8% .. +12%; interleaved, by about +-2%). Rounds repeat that with fresh models. The overhead is
-the median over rounds of the ratio of the two loops' time per step, in wall time on a GPU and
+on a shared machine (run one after the other, rounds on a loaded 2-core machine scattered from
+-8% to +12%; interleaved, within about +-4%). Rounds repeat that with fresh models. The overhead
+is the median over rounds of the ratio of the two loops' time per step, in wall time on a GPU and
 in the process's CPU time on the CPU (exact with ``train.num_threads=1``). Timing covers
-optimizer steps ``warmup+1 .. warmup+steps`` of both. Lightning's cost is a fixed amount per micro-batch (its loop, hooks and closure run once per
-micro-batch), so the bench also prints it per micro-batch: the overhead at another model size is
-about that times the accumulation over the step time.
+optimizer steps ``warmup+1 .. warmup+steps`` of both. Lightning's cost is a fixed amount per
+micro-batch (its loop, hooks and closure run once per micro-batch), so the bench also prints it
+per micro-batch: the overhead at another model size is about that times the accumulation over
+the step time.
 
 Data start-up: two fresh processes prepare the run's data (``cemlab.bench.data``); the first may
 build the cache, the second is a hit; both are printed (seconds inside ``prepare_data``).
