@@ -121,10 +121,13 @@ class RunCallback(L.Callback):
 
 
 class ProgressBar(TQDMProgressBar):
-    """Lightning's bar over micro-batches, showing the training loss and tokens/s only."""
+    """Lightning's bar over micro-batches, showing the training loss and tokens/s only. Redrawn
+    once per optimizer step by default (``refresh_rate``: the plan's accumulation), when what it
+    shows changes: a redraw after every micro-batch cost about 0.2 ms of CPU each (2-core CPU),
+    close to Lightning's own loop per micro-batch (see docs/performance.md)."""
 
-    def __init__(self, run_callback: RunCallback, refresh_rate: int = 1):
-        super().__init__(refresh_rate=refresh_rate)
+    def __init__(self, run_callback: RunCallback, refresh_rate: int | None = None):
+        super().__init__(refresh_rate=refresh_rate or run_callback.plan.accumulation)
         self.run_callback = run_callback
 
     def get_metrics(self, trainer, pl_module) -> dict[str, Any]:

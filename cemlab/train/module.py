@@ -6,8 +6,11 @@ cosine decay stepped per optimizer step. Lightning does the gradient accumulatio
 (``accumulate_grad_batches``), the precision (bf16-mixed autocast on GPU) and the devices.
 
 Per optimizer step the module keeps the mean training loss over its micro-batches (averaged over
-ranks), the learning rate and the gradient norm before clipping, for the run callback to log. A
-non-finite loss raises :class:`Diverged` before the optimizer step, on every rank at once.
+ranks), the learning rate and the gradient norm before clipping, for the run callback to log. The
+loss and the norm are read back from the device together, after clipping: one host sync per
+optimizer step, as a bare loop that checks its loss has (not one per micro-batch, nor a second
+one after the optimizer step). A non-finite loss raises :class:`Diverged` before the optimizer
+step, on every rank at once.
 
 Evaluation (validation, test, test-time recursion) is :meth:`evaluate`: exact sums of the loss
 over the chosen examples, reduced over ranks, turned into perplexity (or RMSE) at the end.
@@ -56,9 +59,10 @@ class CEMLabModule(L.LightningModule):
         self._inject_nan_step = int(inject) if inject else None
         self._loss_sum: torch.Tensor | None = None
         self._micro = 0
+        self._step_mean: torch.Tensor | None = None  # this step's mean loss over ranks, on the device
         self.step_loss: float | None = None      # mean training loss of the last optimizer step
         self.step_lr: float | None = None        # learning rate used by it
-        self.grad_norm: torch.Tensor | None = None
+        self.grad_norm: float | None = None      # its gradient norm before clipping
 
     # -- training -----------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
@@ -72,20 +76,22 @@ class CEMLabModule(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        # Once per optimizer step: the mean loss of its micro-batches, over all ranks. A NaN on any
-        # rank makes the mean NaN, so every rank stops at the same step.
-        mean = self.trainer.strategy.reduce(self._loss_sum / self._micro, reduce_op="mean")
+        # Once per optimizer step: the mean loss of its micro-batches, over all ranks (still on the
+        # device; read in configure_gradient_clipping, which Lightning calls next).
+        self._step_mean = self.trainer.strategy.reduce(self._loss_sum / self._micro, reduce_op="mean")
         self._loss_sum, self._micro = None, 0
-        value = float(mean)
-        step = self.global_step + 1
-        if not np.isfinite(value):
-            raise Diverged(step, value)
-        self.step_loss = value
         self.step_lr = float(optimizer.param_groups[0]["lr"])
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
-        # Lightning's own clipping, but keeping the norm before clipping for the logs.
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        # Lightning's own clipping, keeping the norm before clipping for the logs; then the step's
+        # loss and that norm in one read-back. A NaN on any rank makes the mean NaN, so every rank
+        # stops at the same step, before the optimizer changes the weights.
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        loss, self.grad_norm = torch.stack([self._step_mean.float(), norm.float()]).tolist()
+        self._step_mean = None
+        if not np.isfinite(loss):
+            raise Diverged(self.global_step + 1, loss)
+        self.step_loss = loss
 
     def configure_optimizers(self):
         t = self.cfg.train
