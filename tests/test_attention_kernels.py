@@ -142,7 +142,10 @@ def test_a_wrong_captured_gradient_is_caught(opts, broken_grad, cpu_flex_backwar
 # -- flash (CPU) ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("opts", COMBOS, ids=[_id(c) for c in COMBOS])
-def test_flash_equals_reference_forward_and_every_gradient(opts):
+def test_flash_equals_reference_forward_and_every_gradient(opts, monkeypatch):
+    # query blocks of 16 rows (16, 16, 8 of the 40 positions), so that the blocks' key prefixes and
+    # diagonal offsets are exercised (the default, 64 rows or more, would be one block here)
+    monkeypatch.setattr(kernels, "query_block_rows", lambda seq_len: 16)
     ref, flash = _pair(opts, kernel="flash")
     assert flash.blocks[0].attn.path(torch.device("cpu")) == "flash"
     tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
@@ -173,8 +176,8 @@ def test_a_wrong_self_bias_gradient_on_the_flash_path_is_caught(monkeypatch):
     real = kernels._FlashConstantMask.backward
 
     def halved(ctx, g):
-        dq, dk, dv, dm, db, ds = real(ctx, g)
-        return dq, dk, dv, dm, 0.5 * db, ds
+        dq, dk, dv, dm, db, ds, df = real(ctx, g)
+        return dq, dk, dv, dm, 0.5 * db, ds, df
 
     monkeypatch.setattr(kernels._FlashConstantMask, "backward", staticmethod(halved))
     tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
@@ -191,11 +194,13 @@ def test_flash_gradients_match_finite_differences_in_float64():
     self_bias = torch.randn(K, generator=g, dtype=torch.float64, requires_grad=True)
     alibi = cem.causal_alibi(S, torch.tensor([0.5, 0.25, 0.125]), dtype=torch.float64)
 
-    def attend(q, k, v, b):
+    def attend(q, k, v, b, rows=None):
         mask = (alibi + b.detach()[:, None, None] * torch.eye(S, dtype=torch.float64))[None]
-        return kernels.flash_attention(q, k, v, mask, b, 0.5)
+        return kernels.flash_attention(q, k, v, mask, b, 0.5, rows=rows)
 
-    assert torch.autograd.gradcheck(attend, (q, k, v, self_bias), eps=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(attend, (q, k, v, self_bias), eps=1e-6, atol=1e-8)  # one block
+    # query blocks of 3 rows (3, 3, 1), each against its key prefix
+    assert torch.autograd.gradcheck(lambda *t: attend(*t, rows=3), (q, k, v, self_bias), eps=1e-6, atol=1e-8)
 
 
 def test_flash_in_bfloat16_matches_the_float32_reference():

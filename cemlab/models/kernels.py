@@ -61,11 +61,11 @@ class _FlashConstantMask(torch.autograd.Function):
     diagonal; ``self_bias`` is an input only so that its gradient (module docstring) reaches it."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, self_bias, scale):
+    def forward(ctx, q, k, v, mask, self_bias, scale, first):
         o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         ctx.save_for_backward(q, k, v, mask, o, lse)
-        ctx.scale = scale
+        ctx.scale, ctx.first = scale, first  # first: the position of q's first row among the keys
         return o
 
     @staticmethod
@@ -78,25 +78,45 @@ class _FlashConstantMask(torch.autograd.Function):
         d_bias = None
         if ctx.needs_input_grad[4]:
             f32 = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
-            s_ii = ctx.scale * (q.to(f32) * k.to(f32)).sum(-1) + mask.diagonal(dim1=-2, dim2=-1).to(f32)
-            alpha_ii = torch.exp(s_ii - lse.to(f32))                            # [B, K, S]
-            d_bias = (alpha_ii * (g.to(f32) * (v.to(f32) - o.to(f32))).sum(-1)).sum((0, 2))
-        return dq, dk, dv, None, d_bias, None
+            rows = slice(ctx.first, ctx.first + q.shape[-2])  # the keys on these queries' diagonal
+            k_ii, v_ii = k[..., rows, :].to(f32), v[..., rows, :].to(f32)
+            m_ii = mask.diagonal(offset=ctx.first, dim1=-2, dim2=-1).to(f32)
+            alpha_ii = torch.exp(ctx.scale * (q.to(f32) * k_ii).sum(-1) + m_ii - lse.to(f32))  # [B, K, rows]
+            d_bias = (alpha_ii * (g.to(f32) * (v_ii - o.to(f32))).sum(-1)).sum((0, 2))
+        return dq, dk, dv, None, d_bias, None, None
 
 
-def flash_attention(q, k, v, mask: torch.Tensor | None, self_bias: torch.Tensor | None, scale: float):
+def query_block_rows(seq_len: int) -> int:
+    """Rows per query block of the flash path: at least 64 (fewer calls), at most 8 blocks."""
+    return max(64, -(-seq_len // 8))
+
+
+def flash_attention(q, k, v, mask: torch.Tensor | None, self_bias: torch.Tensor | None, scale: float,
+                    rows: int | None = None):
     """o = softmax(q k^T * scale + mask) v by SDPA's flash kernel, [B, K, S, Dv].
 
     ``mask``: [1, K or 1, S, S] float, without a gradient (ALiBi, causal -inf, and ``self_bias`` on
     the diagonal, detached); ``self_bias`` [K]: the same values, as the parameter that receives the
     gradient; None when there is none (then SDPA alone is exact and picks its own kernel). q, k and
-    v must have one head width (the flash kernel's requirement: callers widen v where needed)."""
+    v must have one head width (the flash kernel's requirement: callers widen v where needed).
+
+    The CPU kernel does not skip blocks that a float mask fills with -inf, so the queries go in
+    blocks of ``rows`` (``query_block_rows``), each against the keys up to its last row only: with
+    n blocks the kernel computes (n + 1) / 2n of the [S, S] scores (measured: a quarter less time
+    per call at S = 256, n = 4). Each block is an exact attention over its key prefix."""
     if mask is None or self_bias is None or not torch.is_grad_enabled():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
     if q.device.type != "cpu":
         raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {q.device.type} use "
                          "model.attn_kernel='auto' or 'reference'")
-    return _FlashConstantMask.apply(q, k, v, mask.to(q.dtype), self_bias, scale)
+    S = q.shape[-2]
+    rows = rows or query_block_rows(S)
+    mask = mask.to(q.dtype)
+    blocks = [
+        _FlashConstantMask.apply(q[..., a:b, :], k[..., :b, :], v[..., :b, :], mask[..., a:b, :b], self_bias, scale, a)
+        for a, b in ((a, min(a + rows, S)) for a in range(0, S, rows))
+    ]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-2)
 
 
 # -- FlexAttention --------------------------------------------------------------------------------
