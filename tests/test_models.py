@@ -223,8 +223,10 @@ def test_flops_per_token_match_flop_counter(variant, monkeypatch):
     """Analytic FLOPs (tied weights counted per use, recursion counted T times) against PyTorch's
     FlopCounterMode on a real forward pass. Per-batch terms (folding the preconditioners into the
     output weights) are the only difference, hence the 1% tolerance."""
+    # the reference attention path: its scores go through the (patched, countable) SDPA call
     cfg = ModelConfig(**{**NANO, "vocab_size": 101, "context_length": 64}, **VARIANTS[variant])
-    counted = _counted_forward_flops(cfg, B=4, S=64, monkeypatch=monkeypatch)
+    counted = _counted_forward_flops(cfg.model_copy(update={"attn_kernel": "reference"}), B=4, S=64,
+                                     monkeypatch=monkeypatch)
     analytic = flops_per_token(cfg, seq_len=64)["forward"]
     assert abs(counted - analytic) / analytic < 0.01, (counted, analytic)
 

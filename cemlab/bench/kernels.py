@@ -107,8 +107,8 @@ def attention_kernels(forward, tokens, autocast, train: bool, compiled: bool = F
         seen.append(f"flex (Dh={q.shape[-1]})" if q.is_cuda or compiled else f"flex-dense (Dh={q.shape[-1]})")
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
 
-    def spy_flash(q, k, v, mask, self_bias, scale):  # SDPA itself when the mask needs no gradient route
-        if mask is not None and self_bias is not None and torch.is_grad_enabled():
+    def spy_flash(q, k, v, mask, self_bias, scale):  # SDPA itself (causal, no mask) when mask is None
+        if mask is not None:
             seen.append(f"FLASH_ATTENTION (Dh={q.shape[-1]}, constant mask)")
         return flash(q, k, v, mask, self_bias, scale)
 

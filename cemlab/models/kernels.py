@@ -93,22 +93,20 @@ def query_block_rows(seq_len: int) -> int:
 
 def flash_attention(q, k, v, mask: torch.Tensor | None, self_bias: torch.Tensor | None, scale: float,
                     rows: int | None = None):
-    """o = softmax(q k^T * scale + mask) v by SDPA's flash kernel, [B, K, S, Dv].
+    """o = softmax(q k^T * scale + mask) v by SDPA's CPU flash kernel, [B, K, S, Dv].
 
     ``mask``: [1, K or 1, S, S] float, without a gradient (ALiBi, causal -inf, and ``self_bias`` on
-    the diagonal, detached); ``self_bias`` [K]: the same values, as the parameter that receives the
-    gradient; None when there is none (then SDPA alone is exact and picks its own kernel). q, k and
-    v must have one head width (the flash kernel's requirement: callers widen v where needed).
+    the diagonal, detached), or None for plain causal attention; ``self_bias`` [K]: the same values,
+    as the parameter that receives the gradient, or None. q, k and v must have one head width (the
+    flash kernel's requirement: callers widen v where needed). ``attention_path`` admits this path
+    on the CPU only.
 
     The CPU kernel does not skip blocks that a float mask fills with -inf, so the queries go in
     blocks of ``rows`` (``query_block_rows``), each against the keys up to its last row only: with
     n blocks the kernel computes (n + 1) / 2n of the [S, S] scores (measured: a quarter less time
     per call at S = 256, n = 4). Each block is an exact attention over its key prefix."""
-    if mask is None or self_bias is None or not torch.is_grad_enabled():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
-    if q.device.type != "cpu":
-        raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {q.device.type} use "
-                         "model.attn_kernel='auto' or 'reference'")
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     S = q.shape[-2]
     rows = rows or query_block_rows(S)
     mask = mask.to(q.dtype)
