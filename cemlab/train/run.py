@@ -240,9 +240,7 @@ def decide_start(run: Run, resume: bool) -> Start | RunResult:
         if run.zero and decision.action == dc.RUN and state:
             log.info("%s: %s", run.name, decision.reason)
         state = decision.state  # None: the local result is not used (trained again from scratch)
-    ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
-    if ckpt_path is not None and not ckpt_path.is_file():
-        ckpt_path = None
+    ckpt_path = ckpt.resumable_checkpoint(folder) if state is not None else None  # an unreadable one: named
     if run.zero and (not resume or state is None):  # starting afresh: keep what the folder held
         aside = ckpt.set_aside(folder)
         if aside is not None:
