@@ -84,8 +84,10 @@ def test_rerun_resumes_or_reports_finished_and_restart_keeps_the_old_files(env, 
     assert "--restart" in capsys.readouterr().err
 
 
-def _args(env, ck, *extra: str) -> list[str]:
-    return ["train", str(DEFAULT_YAML), f"data.cache_dir={env['cache']}", "train.num_threads=1",
+def _args(env, ck, seed: int, *extra: str) -> list[str]:
+    """The command of a nano run (8 steps, a checkpoint every 4); each test its own seed, so its own
+    config hash in the module's shared store."""
+    return ["train", str(DEFAULT_YAML), f"data.cache_dir={env['cache']}", "train.num_threads=1", f"train.seed={seed}",
             "train.tokens=32768", "train.val_interval=4", "train.checkpoint_every=4", "train.val_batches=2",
             "train.test_batches=2", f"train.checkpoint_dir={ck}", "--tracking-uri", env["uri"], "--json", *extra]
 
@@ -110,7 +112,7 @@ def test_a_truncated_checkpoint_is_named_with_the_ways_on_and_nothing_is_deleted
 
     ck = tmp_path / "ck"
     undo = _interrupt_after_first_checkpoint(monkeypatch)
-    assert main(_args(env, ck)) == 130
+    assert main(_args(env, ck, 11)) == 130
     undo()
     whole = (ck / "last.ckpt").read_bytes()
     # an earlier checkpoint of the config, kept aside by a --restart, is offered as the second way on
@@ -120,7 +122,7 @@ def test_a_truncated_checkpoint_is_named_with_the_ways_on_and_nothing_is_deleted
     state = (ck / "state.json").read_text()
     capsys.readouterr()
 
-    assert main(_args(env, ck)) == 2
+    assert main(_args(env, ck, 11)) == 2
     err = capsys.readouterr().err
     assert f"{ck / 'last.ckpt'} ({len(whole) // 2:,} bytes) cannot be read" in err, err
     assert "--restart" in err and str(ck / "replaced-20260101T000000Z" / "last.ckpt") in err, err
@@ -129,11 +131,17 @@ def test_a_truncated_checkpoint_is_named_with_the_ways_on_and_nothing_is_deleted
     assert (ck / "last.ckpt").read_bytes() == whole[: len(whole) // 2] and (ck / "state.json").read_text() == state
     assert sorted(p.name for p in ck.iterdir()) == ["last.ckpt", "metrics.jsonl", "replaced-20260101T000000Z",
                                                     "state.json"]
+    # one line: a sweep trial's outcome (the last line of its error) says all of it
+    from cemlab.train.checkpoint import CheckpointError, resumable_checkpoint
+
+    with pytest.raises(CheckpointError) as info:
+        resumable_checkpoint(ck)
+    assert "\n" not in str(info.value) and "--restart" in str(info.value)
     # a flipped byte inside the archive is caught too (the CRC of its member)
     corrupt = bytearray(whole)
     corrupt[len(whole) // 3] ^= 0xFF
     (ck / "last.ckpt").write_bytes(bytes(corrupt))
-    assert main(_args(env, ck)) == 2
+    assert main(_args(env, ck, 11)) == 2
     assert "cannot be read" in capsys.readouterr().err
 
 
@@ -166,14 +174,14 @@ def test_a_full_disk_removes_the_partial_checkpoint_exits_5_and_the_rerun_resume
     mnt, mount = small_tmpfs
     probe = tmp_path / "probe"  # the size of this config's checkpoint, measured on a normal disk
     undo = _interrupt_after_first_checkpoint(monkeypatch)
-    assert main(_args(env, probe, "--restart")) == 130
+    assert main(_args(env, probe, 12, "--restart")) == 130
     undo()
     size = (probe / "last.ckpt").stat().st_size
     mount(int(size * 1.5))
     ck = mnt / "ck"
     capsys.readouterr()
 
-    assert main(_args(env, ck)) == 5
+    assert main(_args(env, ck, 12)) == 5
     err = capsys.readouterr().err
     assert f"no space left in {ck} to write last.ckpt: it needs about {size / 2**20:.1f} MiB" in err, err
     assert "Traceback" not in err and "resumes from the last checkpoint" in err, err
@@ -182,6 +190,6 @@ def test_a_full_disk_removes_the_partial_checkpoint_exits_5_and_the_rerun_resume
     assert resumable_checkpoint(ck) == ck / "last.ckpt"  # the previous checkpoint is whole
 
     mount(size * 4, remount=True)  # space freed: the same command resumes from step 4
-    assert main(_args(env, ck)) == 0
+    assert main(_args(env, ck, 12)) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["resumed"] is True and result["steps"] == 8 and result["status"] == "finished"
