@@ -66,8 +66,8 @@ class ModelConfig(StrictModel):
         "'rmsnorm' (x0 = RMSNorm(h), the residual absorbed into the recursion: Algorithm 1 read literally).")
     attn_precond: Preconditioner = Field(default="none", description="Per-head preconditioner P_k for CEM attention.")
     mlp_precond: Preconditioner = Field(default="none", description="Preconditioner P_mlp for the CEM MLP.")
-    attn_precond_rank: int = Field(default=4, ge=1, description="Low rank R of the dplr attention preconditioner (paper C.4: 4).")
-    mlp_precond_rank: int = Field(default=16, ge=1, description="Low rank R of the dplr MLP preconditioner (paper C.4: 16).")
+    attn_precond_rank: int = Field(default=4, ge=1, le=MAX_WIDTH, description="Low rank R of the dplr attention preconditioner (paper C.4: 4).")
+    mlp_precond_rank: int = Field(default=16, ge=1, le=MAX_WIDTH, description="Low rank R of the dplr MLP preconditioner (paper C.4: 16).")
     kq_diagonal: KQDiagonal = Field(default="none", description="Diagonal term of A_k = diag(d_k) + Wq_k^T Wk_k (sec. 2.3).")
     exact_energy_gradient: bool = Field(
         default=False,

@@ -40,9 +40,9 @@ class Resources(_Strict):
     """What one trial asks the scheduler for: ``workers`` processes (DDP ranks), each with
     ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
 
-    workers: int = Field(default=1, ge=1, description="Training processes per trial (DDP ranks).")
-    cpus_per_worker: float = Field(default=1, gt=0, description="CPUs per worker (also its torch threads).")
-    gpus_per_worker: float = Field(default=0, ge=0, description="GPUs per worker.")
+    workers: int = Field(default=1, ge=1, le=4096, description="Training processes per trial (DDP ranks).")
+    cpus_per_worker: float = Field(default=1, gt=0, le=1024, description="CPUs per worker (also its torch threads).")
+    gpus_per_worker: float = Field(default=0, ge=0, le=64, description="GPUs per worker.")
 
     @property
     def cpus(self) -> float:
