@@ -633,4 +633,3 @@ def test_a_sweep_name_never_reaches_outside_the_sweeps_folder(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "'../../x' is not a sweep name" in err and "Traceback" not in err
     assert load_sweep(str(outside)).name == "x"   # an explicit path to a .yaml file
-    assert main(["plan", str(outside), "--scale", "smoke", "--no-store"]) == 0
