@@ -267,10 +267,10 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> RunLogg
         run_id, experiment_id = _create_mlflow_run(run, client, start)
         metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
         system = _log_start(run, model, data, start, client, run_id, metrics)
-    state = {"system_tags": system, "config_hash": run.config_hash, "run_id": run_id, "run_name": run.name, "tracking_uri": uri,
+    state = {"config_hash": run.config_hash, "run_id": run_id, "run_name": run.name, "tracking_uri": uri,
              "store": dc.store_identity(uri, experiment_id), "status": schema.STATUS_RUNNING,
              "step": (start.state or {}).get("step", 0),
-             "total_steps": run.plan.total_steps, "plan": run.plan.to_dict()}
+             "total_steps": run.plan.total_steps, "plan": run.plan.to_dict(), "system_tags": system}
     ckpt.write_state(start.folder, state)
     monitor = conventions.start_system_metrics(run.cfg, uri, run_id, resume=start.resumed)
     plan = run.plan
