@@ -141,12 +141,12 @@ def resumable_checkpoint(folder: Path) -> Path | None:
     if failed is None:
         return path
     kept = sorted(folder.glob(f"replaced-*/{CHECKPOINT_NAME}"))
-    earlier = (f"; or continue from the earlier checkpoint {kept[-1]}: move it (with the state.json beside it) "
-               f"into {folder}" if kept else "; no earlier checkpoint of this config is kept")
-    raise CheckpointError(
-        f"{path} ({path.stat().st_size:,} bytes) cannot be read ({failed}): truncated or corrupt. Nothing was "
-        f"deleted. Either train anew with --restart (this file and its state are moved aside into "
-        f"{folder}/replaced-<time>/){earlier}")
+    earlier = (f", or go on from the earlier checkpoint {kept[-1]}: move it and its state.json back into {folder}"
+               if kept else "; no earlier checkpoint of this config is kept")
+    raise CheckpointError(  # one line: a sweep trial's outcome shows the last line of its error
+        f"{path} ({path.stat().st_size:,} bytes) cannot be read ({failed}); nothing was deleted. Train anew: "
+        f"`cemlab train --restart` (a sweep trial: move last.ckpt and state.json into a new subfolder of the "
+        f"folder, then rerun the sweep){earlier}")
 
 
 def read_state(folder: Path) -> dict[str, Any] | None:
