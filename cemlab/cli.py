@@ -86,12 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def report_after_sweep(result, console, overrides: list[str] | None = None) -> None:
+def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
     ``result.report_error`` (exit code 3) when it fails: the runs are safe in MLflow and
     ``cemlab report`` can retry. Not built after an interrupted sweep or a lost store, nor for
-    overridden trials (the report reads the sweep file's own grid)."""
+    overridden trials (the report reads the sweep file's own grid). ``source``: the sweep as the
+    command named it (a name, or the path of a ``.yaml`` file, which the report reads too)."""
     if result.interrupted or result.store_error:
         return
     if overrides:
@@ -102,10 +103,11 @@ def report_after_sweep(result, console, overrides: list[str] | None = None) -> N
     try:
         from cemlab.report import build_report
 
-        result.report = build_report(result.sweep, scale=result.scale, tracking_uri=result.tracking_uri)
+        result.report = build_report(source or result.sweep, scale=result.scale, tracking_uri=result.tracking_uri)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
-        console.print(f"Report: not built ({result.report_error}); run `cemlab report {result.sweep}` to retry",
+        console.print(f"Report: not built ({result.report_error}); run `cemlab report {source or result.sweep}` "
+                      f"to retry",
                       highlight=False)
         return
     console.print(f"Report: {result.report}", highlight=False)
@@ -128,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(args._module)
     if args.command == "sweep":  # the sweep, then its report
-        return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides)))
+        return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
+                                                                                 args.sweep)))
     return int(module.run(args) or 0)
 
 

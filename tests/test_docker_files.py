@@ -210,7 +210,8 @@ def test_compose_ray_and_mlflow_wiring(compose_config):
         assert ("volume", "cemlab-data", "/data") in _mounts(node)
         assert node["init"] is True and node["shm_size"]
     args = dict(a.split("=", 1) for a in mlflow["command"] if a.startswith("--") and "=" in a)
-    assert re.fullmatch(r"postgresql\+psycopg2://mlflow:[^@]+@postgres:5432/mlflow", args["--backend-store-uri"])
+    assert re.fullmatch(r"postgresql\+psycopg2://mlflow:[^@]+@postgres:5432/mlflow",
+                        mlflow["environment"]["MLFLOW_BACKEND_STORE_URI"])
     assert "--serve-artifacts" in mlflow["command"]
     assert ("volume", "mlflow-artifacts", args["--artifacts-destination"]) in _mounts(mlflow)
     assert "mlflow:5000" in args["--allowed-hosts"].split(",")
@@ -240,7 +241,11 @@ def test_compose_password_reaches_postgres_and_mlflow():
     assert proc.returncode == 0, proc.stderr
     services = json.loads(proc.stdout)["services"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "s3cret-pw"
-    assert any("mlflow:s3cret-pw@postgres:5432" in a for a in services["mlflow"]["command"])
+    assert "mlflow:s3cret-pw@postgres:5432" in services["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"]
+    # ... through the environment only: no service's command line (a process listing) holds it
+    for name, svc in services.items():
+        assert not any("s3cret-pw" in a for a in svc.get("command") or []), name
+        assert not any(a.startswith("--backend-store-uri") for a in svc.get("command") or []), name
 
 
 def test_compose_config_rejects_a_broken_file(tmp_path):

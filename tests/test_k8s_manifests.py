@@ -201,7 +201,15 @@ def test_no_secret_in_the_manifests_and_the_wiring(rayjob, tracking):
         assert env["MLFLOW_TRACKING_USERNAME"].valueFrom.secretKeyRef.name == "cemlab-mlflow-user"
     mlflow = tracking[("Deployment", "cemlab-mlflow")]["spec"]["template"]["spec"]["containers"][0]
     assert "--app-name basic-auth" in " ".join(mlflow["args"])
-    assert "cemlab-postgres:5432" in " ".join(mlflow["args"])
+    # The backend-store URI (with the password) comes through the environment, never argv: MLflow
+    # reads MLFLOW_BACKEND_STORE_URI, and Kubernetes expands $(POSTGRES_PASSWORD) only from a
+    # variable defined earlier in the same list.
+    assert "--backend-store-uri" not in " ".join(mlflow["command"] + mlflow["args"])
+    assert "PASSWORD" not in " ".join(mlflow["command"] + mlflow["args"])
+    names = [e["name"] for e in mlflow["env"]]
+    uri = next(e["value"] for e in mlflow["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
+    assert uri == "postgresql+psycopg2://mlflow:$(POSTGRES_PASSWORD)@cemlab-postgres:5432/mlflow"
+    assert names.index("POSTGRES_PASSWORD") < names.index("MLFLOW_BACKEND_STORE_URI")
     assert all(d["spec"]["type"] == "ClusterIP" for (kind, _), d in tracking.items() if kind == "Service")
     # every Deployment / StatefulSet selects its own pods
     for (kind, name), d in tracking.items():

@@ -33,15 +33,22 @@ def auth_ini(tmp_path) -> str:
     return str(path)
 
 
-def test_runs_without_credentials_are_refused_and_with_them_land(tmp_path, monkeypatch):
+def test_runs_without_credentials_are_refused_and_with_them_land(tmp_path, monkeypatch, capsys):
+    """Also cemlab's pre-flight (``probe_store``, which every command calls before it starts
+    anything): it names missing or wrong credentials and a host name the server refuses
+    (``--allowed-hosts``), which ``/health`` alone lets through."""
     from mlflow.exceptions import MlflowException
     from mlflow.server.auth.client import AuthServiceClient
     from mlflow.tracking import MlflowClient
 
+    from cemlab.cli import main
+    from cemlab.tracking.store import StoreError, probe_store
+
     admin_pw = secrets.token_hex(12)
     (tmp_path / "artifacts").mkdir()
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
     with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "server.log",
-                       extra_args=("--app-name", "basic-auth"),
+                       extra_args=("--app-name", "basic-auth", "--allowed-hosts", "127.0.0.1:*"),
                        extra_env={"MLFLOW_AUTH_CONFIG_PATH": auth_ini(tmp_path),
                                   "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
                                   "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}) as url:
@@ -55,6 +62,20 @@ def test_runs_without_credentials_are_refused_and_with_them_land(tmp_path, monke
         assert e.value.code == 401
         with pytest.raises(MlflowException, match=r"401|[Uu]nauthori[sz]ed|credentials"):
             MlflowClient(url).create_experiment("no-credentials")
+        with pytest.raises(StoreError, match=r"wants credentials \(HTTP 401\): set MLFLOW_TRACKING_USERNAME and "
+                                             r"MLFLOW_TRACKING_PASSWORD"):
+            probe_store(url)
+        assert main(["train", "--tracking-uri", url]) == 2   # named before anything starts
+        err = capsys.readouterr().err
+        assert "wants credentials" in err and "Traceback" not in err
+        assert not (tmp_path / "runs").exists()
+        # a host name the server does not allow: /health answers, the API does not
+        other = url.replace("127.0.0.1", "localhost")
+        with urllib.request.urlopen(f"{other}/health", timeout=10) as r:
+            assert r.status == 200
+        with pytest.raises(StoreError, match=r"refuses its API for the host name 'localhost:\d+' \(HTTP 403: "
+                                             r".*Invalid Host header.*--allowed-hosts listing localhost:\d+"):
+            probe_store(other)
 
         # the admin makes a researcher's account; the researcher logs a run with it
         monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
@@ -65,7 +86,10 @@ def test_runs_without_credentials_are_refused_and_with_them_land(tmp_path, monke
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "wrong-" + user_pw)
         with pytest.raises(MlflowException):
             MlflowClient(url).create_experiment("wrong-password")
+        with pytest.raises(StoreError, match="refuses the credentials of MLFLOW_TRACKING_USERNAME=researcher"):
+            probe_store(url)
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", user_pw)
+        probe_store(url)  # the right account passes
         client = MlflowClient(url)
         exp = client.create_experiment("cemlab/auth-test")
         run = client.create_run(exp)

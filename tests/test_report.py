@@ -457,3 +457,24 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     # (and test-time recursion: these runs carry no test/ppl_at_steps curve)
     assert undecided == ({"gp-not-monotonic"} if len(gp_T) < 3 else set()) | {"test-time-recursion"}
     assert set(verdicts) == {c.id for c in CLAIMS}
+
+
+def test_a_sweep_run_from_a_path_gets_its_report(tmp_path, monkeypatch, capsys):
+    """``cemlab sweep ./elsewhere/x.yaml`` names its runs ``x``; its report reads the same file
+    (the report used to look for ``x`` in the sweeps folder and fail)."""
+    import shutil
+
+    from cemlab.report import build_report, cli
+
+    sweeps = rs.write_sweeps(tmp_path / "sweeps", ["lr_sweep"])
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(sweeps))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(sweeps / "lr_sweep.yaml", elsewhere / "mine.yaml")
+    uri = rs.sqlite_uri(tmp_path / "none.db")
+    index = build_report(str(elsewhere / "mine.yaml"), "smoke", tmp_path / "out", uri)
+    assert index == tmp_path / "out" / "mine" / "index.html"
+    assert "No runs of sweep &#x27;mine&#x27; at scale &#x27;smoke&#x27;" in index.read_text()
+    assert cli.run(_parse([str(elsewhere / "mine.yaml"), "--scale", "smoke", "--out", str(tmp_path / "cli"),
+                           "--tracking-uri", uri])) == 3   # found, built, no runs yet
+    assert "mine [smoke]: NO RUNS" in capsys.readouterr().out

@@ -613,3 +613,23 @@ def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
     assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False).grid()
     assert smoke["seeds_per_cell"] == [2, 2]
+
+
+def test_a_sweep_name_never_reaches_outside_the_sweeps_folder(tmp_path, monkeypatch, capsys):
+    """A bare name is a file of the sweeps folder: ``../../x`` is refused (it used to load the
+    ``x.yaml`` two folders up); an explicit path to a ``.yaml`` file is still taken."""
+    from cemlab.cli import main
+
+    sweeps = tmp_path / "a" / "sweeps"
+    sweeps.mkdir(parents=True)
+    shutil.copy(REPO_SWEEPS / "scales.yaml", sweeps / "scales.yaml")
+    outside = tmp_path / "x.yaml"
+    shutil.copy(REPO_SWEEPS / "lr_sweep.yaml", outside)
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(sweeps))
+    for name in ("../../x", "..", "sub/x", "/abs/x"):
+        with pytest.raises(SweepError, match=r"is not a sweep name: .*a \.yaml file"):
+            load_sweep(name)
+    assert main(["plan", "../../x", "--scale", "smoke", "--no-store"]) == 2
+    err = capsys.readouterr().err
+    assert "'../../x' is not a sweep name" in err and "Traceback" not in err
+    assert load_sweep(str(outside)).name == "x"   # an explicit path to a .yaml file

@@ -283,6 +283,7 @@ def test_deleted_run_and_new_server_get_the_local_results_recorded_not_retrained
         assert again.data.tags[schema.PARENT_RUN_ID] == second.parent_run_id
         assert again.data.tags[schema.RECORDED_FROM_RUN] == gone.info.run_id
         assert again.data.tags[schema.RECORDED_FROM_URI] == a.url
+        assert _system_tags(again) == _system_tags(gone)   # user, source, git, description as the original
         summary = json.loads((runs / "logs" / "attention_replacement-smoke" / "summary.json").read_text())
         assert summary["parent_run_id"] == second.parent_run_id
         assert gone.info.run_id not in json.dumps(summary["trials"])
@@ -308,6 +309,7 @@ def test_deleted_run_and_new_server_get_the_local_results_recorded_not_retrained
             assert _history(cb, r.info.run_id, schema.TRAIN_LOSS) == losses[h]
             assert r.data.params["model.d_model"] == original.data.params["model.d_model"]
             assert r.data.tags[schema.TRIAL_ID] == original.data.tags[schema.TRIAL_ID]
+            assert _system_tags(r) == _system_tags(original)
             assert schema.CONFIG_ARTIFACT in [f.path for f in cb.list_artifacts(r.info.run_id)]
             # no training step ran: the checkpoints are the ones the first sweep wrote
             assert (runs / "checkpoints" / h / "last.ckpt").stat().st_mtime_ns == ckpts[h]
@@ -322,6 +324,15 @@ def test_deleted_run_and_new_server_get_the_local_results_recorded_not_retrained
                      "--out", str(tmp_path / "reports-b")])
         out = capsys.readouterr().out
         assert code != 0 and "add --scale smoke" in out, out
+
+
+def _system_tags(run) -> dict[str, str]:
+    """A run's MLflow system tags and description (``mlflow.source.*``, ``mlflow.user``,
+    ``mlflow.note.content``); the original runs carry all of them."""
+    tags = {k: v for k, v in run.data.tags.items()
+            if k.startswith("mlflow.source.") or k in ("mlflow.user", "mlflow.note.content")}
+    assert {"mlflow.user", "mlflow.source.name", "mlflow.source.type", "mlflow.note.content"} <= set(tags), tags
+    return tags
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ class DataConfig(BaseModel):
     or a record's text) and ``split_seed``, so adding documents never moves the others.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     source: Literal["stdlib", "text", "hf"] = Field(default="stdlib", description="Corpus kind.")
     path: str | None = Field(default=None, description="File or folder for source='text'.")

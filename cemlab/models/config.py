@@ -23,13 +23,16 @@ Preconditioner = Literal["none", "diag", "dplr"]
 KQDiagonal = Literal["none", "shared", "per_head"]
 AttnKernel = Literal["auto", "reference", "flash", "flex"]
 #: A CEM step size: a fixed eta > 0, "1/T" (1/steps) or "learned" (softplus, per layer and step, from 1/T).
-StepSize = Annotated[float, Field(gt=0)] | Literal["1/T", "learned"]
+#: Upper bounds on what a user may set: far above any experiment of the paper, below what would
+#: exhaust memory or make a run meaningless (a typo like attn_steps=1000000 is refused, not run).
+MAX_STEPS, MAX_ETA, MAX_WIDTH, MAX_LAYERS = 64, 10.0, 1 << 18, 1024
+StepSize = Annotated[float, Field(gt=0, le=MAX_ETA)] | Literal["1/T", "learned"]
 
 
 class StrictModel(BaseModel):
     """Base for every cemlab config: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
 class ModelConfig(StrictModel):
@@ -42,18 +45,18 @@ class ModelConfig(StrictModel):
     """
 
     name: str | None = Field(default=None, description="Preset this config came from, if any (e.g. '86m').")
-    d_model: int = Field(default=64, ge=8, description="Residual stream width D.")
-    n_layers: int = Field(default=2, ge=1, description="Number of Transformer blocks.")
-    n_heads: int = Field(default=4, ge=1, description="Attention heads K; head width D/K.")
-    d_mlp: int = Field(default=172, ge=1, description="MLP hidden width (Llama SwiGLU / CEM projection width D_v).")
-    vocab_size: int = Field(default=512, ge=2, description="Vocabulary size.")
-    context_length: int = Field(default=128, ge=2, description="Maximum sequence length.")
+    d_model: int = Field(default=64, ge=8, le=MAX_WIDTH, description="Residual stream width D.")
+    n_layers: int = Field(default=2, ge=1, le=MAX_LAYERS, description="Number of Transformer blocks.")
+    n_heads: int = Field(default=4, ge=1, le=MAX_LAYERS, description="Attention heads K; head width D/K.")
+    d_mlp: int = Field(default=172, ge=1, le=MAX_WIDTH, description="MLP hidden width (Llama SwiGLU / CEM projection width D_v).")
+    vocab_size: int = Field(default=512, ge=2, le=1 << 21, description="Vocabulary size.")
+    context_length: int = Field(default=128, ge=2, le=1 << 20, description="Maximum sequence length.")
 
     attention: SublayerKind = Field(default="llama", description="Attention sublayer: 'llama' (RoPE MHA) or 'cem'.")
     mlp: SublayerKind = Field(default="llama", description="MLP sublayer: 'llama' (SwiGLU) or 'cem'.")
 
-    attn_steps: int = Field(default=1, ge=1, description="CEM attention recursion steps T_eps (paper sec. 2.3).")
-    mlp_steps: int = Field(default=1, ge=1, description="CEM MLP recursion steps T_xi.")
+    attn_steps: int = Field(default=1, ge=1, le=MAX_STEPS, description="CEM attention recursion steps T_eps (paper sec. 2.3).")
+    mlp_steps: int = Field(default=1, ge=1, le=MAX_STEPS, description="CEM MLP recursion steps T_xi.")
     attn_eta: StepSize = Field(
         default=1.0, description="CEM attention step size eta_eps: a number > 0 (every step), '1/T' (total step "
         "T*eta = 1 whatever T) or 'learned' (one positive scalar per layer and step, initialised to 1/T).")
@@ -63,16 +66,16 @@ class ModelConfig(StrictModel):
         "'rmsnorm' (x0 = RMSNorm(h), the residual absorbed into the recursion: Algorithm 1 read literally).")
     attn_precond: Preconditioner = Field(default="none", description="Per-head preconditioner P_k for CEM attention.")
     mlp_precond: Preconditioner = Field(default="none", description="Preconditioner P_mlp for the CEM MLP.")
-    attn_precond_rank: int = Field(default=4, ge=1, description="Low rank R of the dplr attention preconditioner (paper C.4: 4).")
-    mlp_precond_rank: int = Field(default=16, ge=1, description="Low rank R of the dplr MLP preconditioner (paper C.4: 16).")
+    attn_precond_rank: int = Field(default=4, ge=1, le=MAX_WIDTH, description="Low rank R of the dplr attention preconditioner (paper C.4: 4).")
+    mlp_precond_rank: int = Field(default=16, ge=1, le=MAX_WIDTH, description="Low rank R of the dplr MLP preconditioner (paper C.4: 16).")
     kq_diagonal: KQDiagonal = Field(default="none", description="Diagonal term of A_k = diag(d_k) + Wq_k^T Wk_k (sec. 2.3).")
     exact_energy_gradient: bool = Field(
         default=False,
         description="Add the diagonal's own gradient term sum_j alpha_ij d_k*h_j to the attention step. "
         "False is the paper's Algorithm 1 (diagonal in the scores only).",
     )
-    attn_reuse: int = Field(default=1, ge=1, description="Plain reuse: apply the whole attention sub-block this many times.")
-    mlp_reuse: int = Field(default=1, ge=1, description="Plain reuse: apply the whole MLP sub-block this many times.")
+    attn_reuse: int = Field(default=1, ge=1, le=MAX_STEPS, description="Plain reuse: apply the whole attention sub-block this many times.")
+    mlp_reuse: int = Field(default=1, ge=1, le=MAX_STEPS, description="Plain reuse: apply the whole MLP sub-block this many times.")
     mlp_param_matched: bool = Field(
         default=False, description="CEM MLP hidden width x1.5 so that it has as many parameters as the Llama MLP (Fig. 2b)."
     )
@@ -196,13 +199,13 @@ class GPRegressorConfig(StrictModel):
     """
 
     n_inputs: int = Field(default=10, ge=1, description="Input dimension (paper: 10).")
-    latent_dim: int = Field(default=64, ge=1, description="Width of the latent state the CEM layers act on.")
+    latent_dim: int = Field(default=64, ge=1, le=MAX_WIDTH, description="Width of the latent state the CEM layers act on.")
     hidden_dim: int | None = Field(
-        default=None, ge=1, description="Hidden width D_v of each CEM MLP (None: 4 * latent_dim)."
+        default=None, ge=1, le=MAX_WIDTH, description="Hidden width D_v of each CEM MLP (None: 4 * latent_dim)."
     )
-    n_layers: int = Field(default=1, ge=1, description="Recursive CEM MLP layers stacked in the latent space.")
-    steps: int = Field(default=1, ge=1, description="Recursion steps T of each CEM MLP (Table 3: 1, 2, 4, 8).")
-    eta: float = Field(default=1.0, gt=0, description="Step size eta of each recursion step.")
+    n_layers: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Recursive CEM MLP layers stacked in the latent space.")
+    steps: int = Field(default=1, ge=1, le=MAX_STEPS, description="Recursion steps T of each CEM MLP (Table 3: 1, 2, 4, 8).")
+    eta: float = Field(default=1.0, gt=0, le=MAX_ETA, description="Step size eta of each recursion step.")
     precond: Preconditioner = Field(default="none", description="Preconditioner P of the CEM MLP: none, diag or dplr.")
     precond_rank: int = Field(
         default=16, ge=1, description="Rank R of the dplr preconditioner (paper C.4: 16 for MLPs)."

@@ -66,6 +66,19 @@ class SweepGrids:
     def names(self) -> list[str]:
         return self._spec.list_sweeps()
 
+    def add_file(self, sweep: str | Path) -> str:
+        """``sweep`` as a name: a path to a ``.yaml`` sweep file is loaded and known by its file
+        name from then on (a sweep run from a path gets its report like one in the sweeps folder)."""
+        if Path(sweep).suffix not in (".yaml", ".yml"):
+            return str(sweep)
+        spec = self._spec.load_sweep(sweep)
+        self._specs[spec.name] = spec
+        return spec.name
+
+    def loaded(self) -> set[str]:
+        """The names of the sweep files loaded so far (those given by path among them)."""
+        return set(self._specs)
+
     def scales(self) -> list[str]:
         return list(self._spec.load_scales())
 
@@ -404,6 +417,7 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
     """``build_report`` returning the full ``ReportResult``."""
     store = store or RunStore(tracking_uri or store_tracking_uri())
     grids = grids or SweepGrids()
+    sweep = grids.add_file(sweep)
     if scale:  # an unknown sweep or scale fails here, before anything is written
         grids.trials(sweep, scale)
     else:
@@ -418,7 +432,8 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
 def build_report(sweep: str, scale: str | None = None, out: str | Path | None = None,
                  tracking_uri: str | None = None) -> Path:
     """Make ``<out>/<sweep>/`` (default ``./reports/<sweep>/``) from the runs in MLflow and log it
-    to the sweep's latest parent run; returns the path of its ``index.html``.
+    to the sweep's latest parent run; returns the path of its ``index.html``. ``sweep``: a name in
+    the sweeps folder or the path of a ``.yaml`` sweep file (the report is then ``<out>/<file name>/``).
 
     ``scale`` defaults to the scale with the most runs of this sweep; ``tracking_uri`` to
     ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.SweepError`` for

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         available = grids.names()
         if args.scale is not None and args.scale not in grids.scales():
             raise SweepError(f"unknown scale {args.scale!r}; choose one of {grids.scales()}")
-        unknown = [s for s in args.sweeps if s not in available]
+        args.sweeps = [grids.add_file(s) for s in args.sweeps]  # a path to a .yaml file: its name
+        unknown = [s for s in args.sweeps if s not in available and s not in grids.loaded()]
         if unknown:
             raise SweepError(f"unknown sweep(s) {unknown}; available: {available}")
         if args.sweeps:

@@ -27,10 +27,18 @@ def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
     return list(node.model_fields) if node is not None and hasattr(node, "model_fields") else []
 
 
+#: The fix of a value out of a field's bounds, from pydantic's error type and its context.
+_BOUND_FIX = {"less_than_equal": "at most {le}", "less_than": "below {lt}", "greater_than": "above {gt}",
+              "greater_than_equal": "at least {ge}"}
+
+
 def _key_path(loc: tuple) -> str:
-    """``("variants", 0, "axes")`` -> ``variants[0].axes``."""
+    """``("variants", 0, "axes")`` -> ``variants[0].axes`` (a union's member names, such as
+    ``constrained-float``, are left out: they are no key of the file)."""
     out = ""
     for part in loc:
+        if isinstance(part, str) and (part.startswith(("constrained-", "literal[")) or part in ("int", "float", "bool", "str")):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
 
@@ -52,18 +60,39 @@ def _error_line(err: dict, model: type[BaseModel] | None, prefix: tuple = ()) ->
         msg = "empty list; list at least one value or remove the key"
     elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
         msg = f"{msg} (got {err['input']!r})"
+    if err["type"] in _BOUND_FIX:
+        msg += f"; set it {_BOUND_FIX[err['type']].format(**err.get('ctx', {}))}"
+    elif err["type"] == "finite_number":
+        msg += "; NaN and infinity are no values here: give a finite number"
     return f"  - {path}: {msg}"
 
 
+def _relevant(errors: list[dict]) -> list[dict]:
+    """Pydantic's errors without the noise of unions: where a value breaks a bound or is not
+    finite, the other members' type errors at that key (``Input should be '1/T' or 'learned'``)
+    are left out, and a line said twice is said once."""
+    bounded = {_key_path(tuple(err["loc"])) for err in errors
+               if err["type"] in _BOUND_FIX or err["type"] == "finite_number"}
+    out, seen = [], set()
+    for err in errors:
+        key = _key_path(tuple(err["loc"]))
+        if key in bounded and err["type"] not in _BOUND_FIX and err["type"] != "finite_number":
+            continue
+        if (key, err["type"]) not in seen:
+            seen.add((key, err["type"]))
+            out.append(err)
+    return out
+
+
 def format_validation_error(e: ValidationError, source: str, prefix: tuple = (), model: type[BaseModel] | None = None) -> str:
-    return "\n".join([f"{source}: invalid"] + [_error_line(err, model, prefix) for err in e.errors()])
+    return "\n".join([f"{source}: invalid"] + [_error_line(err, model, prefix) for err in _relevant(e.errors())])
 
 
 def explain_config_error(e: ValidationError, context: str, provenance: dict[tuple, str],
                           prefix: tuple = ()) -> str:
     """A RunConfig/GPConfig error, with the file and key that set each offending field."""
     lines = [f"{context}: invalid run config"]
-    for err in e.errors():
+    for err in _relevant(e.errors()):
         loc = prefix + tuple(err["loc"])
         lines.append(_error_line({**err, "loc": loc}, RunConfig))
         key = tuple(str(x) for x in loc)

@@ -53,9 +53,47 @@ def scale_names() -> list[str]:
         return []
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key, line: int, first: int):
+        super().__init__(key, line, first)
+        self.key, self.line, self.first = key, line, first
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``, except that a key given twice in one mapping is an error (YAML keeps
+    the last one silently, so a second ``task:`` would quietly replace the first)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _DuplicateKey(key, line, seen[key])
+            seen[key] = line
+        except TypeError:  # an unhashable key: YAML's own error follows
+            continue
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping; :class:`SweepError` naming the file for a file that is not
+    UTF-8 text, not YAML, or gives a key twice in one mapping (with both lines)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not a UTF-8 text file (byte {e.start}: {e.reason}); a sweep or scales "
+                         f"file is YAML text saved as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as e:
+        raise SweepError(f"{path}: line {e.line}: key {e.key!r} is given twice in the same mapping (first at line "
+                         f"{e.first}); keep one of them") from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -112,3 +150,17 @@ def check_scale_overrides(spec, scales: dict[str, ScaleSpec]) -> None:
                     Axes.model_validate({axis: values})
                 except ValidationError as e:
                     raise SweepError(format_validation_error(e, src, prefix=("scales", scale), model=Axes)) from None
+    _check_sizes(spec, scales)
+
+
+def _check_sizes(spec, scales: dict[str, ScaleSpec]) -> None:
+    """Every size the sweep plans at a scale (its own list for that scale, else the one of the
+    scale it is ``like``, else ``axes.size``) is defined at that scale, at every scale of the
+    scales file: a typo in a size is named when the file is read, not at the scale that meets it."""
+    for name, scale in scales.items():
+        own = spec.scales.get(name, spec.scales.get(scale.like, {}) if scale.like else {})
+        key = f"scales.{name}.size" if "size" in own else "axes.size"
+        for size in own.get("size", spec.axes.size or []):
+            if size not in scale.sizes:
+                raise SweepError(f"{spec.source}: {key}: size {size!r} is not defined at scale {name!r}; choose "
+                                 f"among {sorted(scale.sizes)} or define it under {name}.sizes in {_scales_path_for(spec.path)}")

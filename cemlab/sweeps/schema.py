@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cemlab.config import RunConfig
+from cemlab.train.config import MAX_LR
 
 #: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
 DEFAULT_SCALE = "tiny"
@@ -32,16 +33,16 @@ class SweepError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 
 class Resources(_Strict):
     """What one trial asks the scheduler for: ``workers`` processes (DDP ranks), each with
     ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
 
-    workers: int = Field(default=1, ge=1, description="Training processes per trial (DDP ranks).")
-    cpus_per_worker: float = Field(default=1, gt=0, description="CPUs per worker (also its torch threads).")
-    gpus_per_worker: float = Field(default=0, ge=0, description="GPUs per worker.")
+    workers: int = Field(default=1, ge=1, le=4096, description="Training processes per trial (DDP ranks).")
+    cpus_per_worker: float = Field(default=1, gt=0, le=1024, description="CPUs per worker (also its torch threads).")
+    gpus_per_worker: float = Field(default=0, ge=0, le=64, description="GPUs per worker.")
 
     @property
     def cpus(self) -> float:
@@ -98,8 +99,9 @@ class Axes(_Strict):
     @field_validator("lr")
     @classmethod
     def _positive(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None and any(x <= 0 for x in v):
-            raise ValueError(f"learning rates must be > 0, got {v}")
+        if v is not None and any(not 0 < x <= MAX_LR for x in v):
+            raise ValueError(f"learning rates must be > 0 and at most {MAX_LR:g} (train.lr's limit), got {v}; "
+                             f"give peak AdamW rates such as 2.0e-3")
         return v
 
 
@@ -148,8 +150,9 @@ class LrSearch(_Strict):
     @field_validator("lr")
     @classmethod
     def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0 < v[0] < v[1]:
-            raise ValueError(f"lr must be [low, high] with 0 < low < high, got {list(v)}")
+        if not 0 < v[0] < v[1] <= MAX_LR:
+            raise ValueError(f"lr must be [low, high] with 0 < low < high <= {MAX_LR:g} (train.lr's limit), "
+                             f"got {list(v)}; e.g. [5.0e-4, 8.0e-3]")
         return v
 
     @field_validator("samples")

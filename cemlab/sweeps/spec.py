@@ -62,6 +62,7 @@ messages ``cemlab.sweeps.errors``.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,11 +162,21 @@ class SweepSpec(_Strict):
         return _expand(spec, scale, scales[scale], layers)
 
 
+#: A sweep name: a file name in the sweeps folder, without its ``.yaml`` (no folder, no ``..``).
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def load_sweep(name_or_path: str | Path) -> SweepSpec:
-    """A sweep by name (a file in :func:`sweeps_dir`) or by path, validated statically: schema,
-    axis names used by templates, scale names. Config-level checks happen in ``expand``."""
+    """A sweep by name (a file in :func:`sweeps_dir`) or by an explicit path to a ``.yaml`` file,
+    validated statically: schema, axis names used by templates, scale names. A name is never a
+    path: ``../x`` is refused, not looked up outside the sweeps folder. Config-level checks
+    happen in ``expand``."""
     p = Path(name_or_path)
-    if p.suffix not in (".yaml", ".yml") and not p.is_file():
+    if p.suffix not in (".yaml", ".yml"):
+        if not SWEEP_NAME.fullmatch(str(name_or_path)):
+            raise SweepError(f"{str(name_or_path)!r} is not a sweep name: give the name of a sweep file in "
+                             f"{sweeps_dir()} (letters, digits, '.', '_', '-'; no folder) or the path of a .yaml "
+                             f"file, e.g. {str(name_or_path).rstrip('/')}.yaml")
         p = sweeps_dir() / f"{name_or_path}.yaml"
         if not p.is_file():
             avail = list_sweeps()

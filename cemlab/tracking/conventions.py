@@ -221,9 +221,10 @@ def _ProfiledDataset(**kwargs):  # noqa: N802 (built lazily: mlflow.data imports
 
 def log_run_conventions(client: "MlflowClient", run_id: str, cfg: "RunConfig", run_name: str, *,
                         data_stats: dict[str, Any], split_sizes: dict[str, int], params: int | None = None,
-                        budget: int | None = None, step_notes: str = "") -> None:
+                        budget: int | None = None, step_notes: str = "") -> dict[str, str]:
     """Set the system tags and the description (``step_notes``, what each CEM step is, appended)
-    and log the dataset inputs of a new run."""
+    and log the dataset inputs of a new run; return the tags set (a copy of the run recorded into
+    another store carries them: ``cemlab.train.decide.record_from_local``)."""
     from mlflow.entities import RunTag
 
     text = description(cfg, params=params, budget=budget)
@@ -233,6 +234,7 @@ def log_run_conventions(client: "MlflowClient", run_id: str, cfg: "RunConfig", r
         client.log_inputs(run_id, datasets=dataset_inputs(cfg, data_stats, split_sizes))
     except Exception as e:  # a store without dataset support must not stop training
         log.warning("could not log the dataset inputs of run %s: %s", run_id, e)
+    return tags
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ MLflow takes seconds, and ``cemlab plan --no-store`` never needs it.
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import urllib.error
@@ -131,13 +132,19 @@ def probe_store(uri: str, timeout_s: float = 10.0) -> None:
     be reached; the message names the URI and how to get a store.
 
     MLflow's own client retries an unreachable server for minutes, so every command that needs
-    the store calls this first. A server (``http(s)://``) must answer ``GET /health``; a database
+    the store calls this first. A server (``http(s)://``) must answer ``GET /health`` and then one
+    real API call, as cemlab's client makes it (its host name, its credentials): a server that
+    refuses the host header (MLflow's ``--allowed-hosts``) or wants credentials is named here, not
+    by a trial's traceback after Ray started. A database
     URI must accept a TCP connection on its host and port; a sqlite file needs an existing folder
     (the file itself is created on first use)."""
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     reason = None
     if scheme in ("http", "https"):
         reason = _http_problem(uri, timeout_s)
+        refused = _api_refusal(uri, timeout_s) if reason is None else None
+        if refused:
+            raise StoreError(refused)
         what = "the MLflow server at"
     elif scheme in _DB_PORTS:
         reason = _tcp_problem(uri, _DB_PORTS[scheme], timeout_s)
@@ -164,6 +171,47 @@ def _http_problem(url: str, timeout_s: float) -> str | None:
         return f"GET /health answered {e.code}"
     except (urllib.error.URLError, OSError, ValueError) as e:
         return f"GET /health: {getattr(e, 'reason', None) or e}"
+
+
+#: The API call of the pre-flight: cheap, read-only, allowed to every user that may read.
+_API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
+_CREDENTIALS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def _api_refusal(url: str, timeout_s: float) -> str | None:
+    """Why the server at ``url`` refuses an API call made with the environment's credentials (the
+    message and its fix), or None when it answers it."""
+    request = urllib.request.Request(f"{url.rstrip('/')}{_API_PROBE}")
+    user, password = (os.environ.get(k) for k in _CREDENTIALS)
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    elif token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError as e:
+        code, body = e.code, e.read(2000).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None  # answered /health a moment ago: a transient failure is the client's to retry
+    host = urllib.parse.urlsplit(url).netloc
+    if code == 403 and "host" in body.lower():
+        return (f"the MLflow server at {url} answers /health but refuses its API for the host name {host!r} "
+                f"(HTTP 403: {body.strip()[:160]}). Start the server with --allowed-hosts listing {host} (and "
+                f"the names other nodes use), or set MLFLOW_TRACKING_URI to a host name the server allows")
+    if code == 401:
+        given = f"the credentials of {_CREDENTIALS[0]}={user}" if user and password else \
+            "MLFLOW_TRACKING_TOKEN" if token else None
+        if given:
+            return (f"the MLflow server at {url} refuses {given} (HTTP 401): check the user name and password "
+                    f"(or token) of your account on that server")
+        return (f"the MLflow server at {url} wants credentials (HTTP 401): set {_CREDENTIALS[0]} and "
+                f"{_CREDENTIALS[1]} to your account on that server (or MLFLOW_TRACKING_TOKEN)")
+    if code == 403:
+        return (f"the MLflow server at {url} refuses to let {user or 'this client'} read its experiments "
+                f"(HTTP 403: {body.strip()[:160]}); ask its administrator for READ permission")
+    return None  # another answer (a server without this endpoint, a 5xx): the API is there
 
 
 def _tcp_problem(uri: str, default_port: int, timeout_s: float) -> str | None:

@@ -20,9 +20,11 @@ Lightning, and a dead tracking store is named before Lightning loads.)
 Exit codes:
   0    the run finished (test metrics logged)
   1    an unexpected error (traceback printed; the MLflow run is marked failed)
-  2    bad input: config, data, checkpoint folder or an unreachable tracking store (message names
-       the key or URI and the fix; nothing ran)
+  2    bad input: config, data, checkpoint folder, a checkpoint that cannot be read, or an
+       unreachable tracking store (message names the key, file or URI and the fix; nothing ran)
   3    the run diverged (NaN/inf loss); the MLflow run is tagged diverged with the step
+  5    no space left to write a checkpoint (message names the folder and the space needed; the
+       partial file is removed); once there is room the same command resumes from the last checkpoint
   130  interrupted (Ctrl-C or SIGTERM); the same command continues from the last checkpoint
 """
 
@@ -37,6 +39,7 @@ from cemlab.config import ConfigError, config_sections, load_run_config
 from cemlab.data import DataError, check_data
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_NO_SPACE = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
+    from cemlab.train.checkpoint import NoSpaceError
     from cemlab.train.run import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -92,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         print(f"cemlab train: {e or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except NoSpaceError as e:
+        print(f"cemlab train: {e}", file=sys.stderr)
+        return EXIT_NO_SPACE
     return _report(result, args.json)
 
 

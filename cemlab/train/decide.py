@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from cemlab.config import flatten
-from cemlab.tracking import mlflow_run as mr, outcomes, schema, store
+from cemlab.tracking import conventions, mlflow_run as mr, outcomes, schema, store
 from cemlab.tracking.store import best_run, find_runs_by_hash, run_status
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.result import RunResult
@@ -188,7 +188,10 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
     tags[schema.RECORDED_FROM_URI] = origin_uri
     tags[schema.RECORDED_FROM_RUN] = str(state.get("run_id") or "")
     name = cfg.tracking.run_name or result.run_name or mr.run_name(cfg)
-    run_id = mr.create_run(client, experiment_id, name, tags)
+    # the original's system tags and description, kept in state.json (made afresh for older folders)
+    system = state.get("system_tags") or conventions.system_tags(
+        cfg, name, conventions.description(cfg, params=result.params, budget=(state.get("plan") or {}).get("budget")))
+    run_id = mr.create_run(client, experiment_id, name, {**system, **tags})
     mr.log_params(client, run_id, flatten(cfg))
     mr.log_config(client, run_id, cfg)
     history = [Metric(m["key"], float(m["value"]), int(m.get("timestamp") or time.time() * 1000), int(m["step"]))

@@ -240,9 +240,7 @@ def decide_start(run: Run, resume: bool) -> Start | RunResult:
         if run.zero and decision.action == dc.RUN and state:
             log.info("%s: %s", run.name, decision.reason)
         state = decision.state  # None: the local result is not used (trained again from scratch)
-    ckpt_path = folder / ckpt.CHECKPOINT_NAME if state is not None else None
-    if ckpt_path is not None and not ckpt_path.is_file():
-        ckpt_path = None
+    ckpt_path = ckpt.resumable_checkpoint(folder) if state is not None else None  # an unreadable one: named
     if run.zero and (not resume or state is None):  # starting afresh: keep what the folder held
         aside = ckpt.set_aside(folder)
         if aside is not None:
@@ -259,6 +257,7 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> RunLogg
     client = store.get_client(uri)
     keep_local = functools.partial(dc.append_metrics, start.folder)  # the history, kept beside the checkpoint
     decision = start.decision
+    system = (start.state or {}).get("system_tags")  # the run's mlflow.* tags, for a copy recorded elsewhere
     if decision is not None and decision.action == dc.RESUME:
         run_id, experiment_id = decision.run.info.run_id, decision.run.info.experiment_id
         mr.reopen_run(client, run_id)
@@ -267,11 +266,11 @@ def open_logger(run: Run, model: Model, data: TaskData, start: Start) -> RunLogg
     else:
         run_id, experiment_id = _create_mlflow_run(run, client, start)
         metrics = mr.MetricBuffer(client, run_id, on_flush=keep_local)
-        _log_start(run, model, data, start, client, run_id, metrics)
+        system = _log_start(run, model, data, start, client, run_id, metrics)
     state = {"config_hash": run.config_hash, "run_id": run_id, "run_name": run.name, "tracking_uri": uri,
              "store": dc.store_identity(uri, experiment_id), "status": schema.STATUS_RUNNING,
              "step": (start.state or {}).get("step", 0),
-             "total_steps": run.plan.total_steps, "plan": run.plan.to_dict()}
+             "total_steps": run.plan.total_steps, "plan": run.plan.to_dict(), "system_tags": system}
     ckpt.write_state(start.folder, state)
     monitor = conventions.start_system_metrics(run.cfg, uri, run_id, resume=start.resumed)
     plan = run.plan
@@ -404,16 +403,17 @@ def _create_mlflow_run(run: Run, client, start: Start) -> tuple[str, str]:
 
 
 def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run_id: str,
-               metrics: mr.MetricBuffer) -> None:
+               metrics: mr.MetricBuffer) -> dict[str, str]:
     """What a new MLflow run logs first: the metric history of the checkpoint it continues (if any),
-    MLflow's conventions (description, dataset inputs) and the step-0 facts (parameters, budget)."""
+    MLflow's conventions (description, dataset inputs) and the step-0 facts (parameters, budget).
+    Returns the system tags and description it set."""
     upto = int((start.state or {}).get("step", 0)) if start.resumed else -1
     kept = [m for m in dc.read_metrics(start.folder) if int(m["step"]) <= upto and m["key"].startswith("train/")]
     dc.clear_metrics(start.folder)
     for m in kept:  # continuing a checkpoint in a new run: the history so far comes along
         metrics.add(m["key"], m["value"], int(m["step"]))
     plan = run.plan
-    conventions.log_run_conventions(
+    system = conventions.log_run_conventions(
         client, run_id, run.cfg, run.name, data_stats=data.stats, params=model.params,
         budget=plan.budget, split_sizes=_split_units(data, plan), step_notes=model.runtime.description())
     static = dict(model.static_metrics)
@@ -421,6 +421,7 @@ def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run
                    schema.DATA_TRAIN_TOKENS: _train_units(data, plan)})
     metrics.add_many(static, 0)
     metrics.flush()
+    return system
 
 
 def _result(run: Run, model: Model, start: Start, logger: RunLogger, callback: RunCallback, status: str, steps: int,
