@@ -10,6 +10,7 @@ Lightning only for its Lightning loop.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 
@@ -59,7 +60,7 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
     Lightning."""
     import lightning as L
 
-    placement: dict = {"devices": cfg.train.devices}
+    placement: dict = {"devices": cfg.train.devices, "plugins": cluster_environment()}
     if ray_train:
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
 
@@ -77,6 +78,24 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
 
         trainer = prepare_trainer(trainer)
     return trainer
+
+
+def cluster_environment() -> list:
+    """Lightning's cluster environment when the process is not a SLURM job step: Lightning's own
+    choice with SLURM left out. Lightning otherwise probes SLURM in every run, and wherever ``srun``
+    is installed warns that it "is available on your system but is not used" into every trial log.
+    In a SLURM job step (``SLURM_NTASKS`` set, as ``srun`` sets it) nothing is chosen here: Lightning
+    detects SLURM as before. Returns the ``plugins`` list for the ``Trainer``."""
+    from lightning.fabric.plugins.environments import (
+        LightningEnvironment, LSFEnvironment, MPIEnvironment, TorchElasticEnvironment,
+    )
+
+    if "SLURM_NTASKS" in os.environ:
+        return []
+    for env_type in (TorchElasticEnvironment, LSFEnvironment, MPIEnvironment):  # Lightning's order
+        if env_type.detect():
+            return [env_type()]
+    return [LightningEnvironment()]
 
 
 class quiet_lightning:
