@@ -32,6 +32,7 @@ from cemlab.sweeps.progress_view import Column, choose_rows, fit_columns, fit_he
 from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
+from cemlab.train.callbacks import duration as _duration
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -94,15 +95,6 @@ class Row:
 
 def _num(x: float, fmt: str = "{:.3f}") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-
-def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 class SweepProgress:
