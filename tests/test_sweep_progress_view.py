@@ -147,3 +147,25 @@ def test_without_a_terminal_one_line_per_validation_report(trials):
     assert len(lines) == 2 and "\x1b[" not in out.getvalue()
     assert "llama s0  step 40/160  loss 5.500  val ppl 400.50  [0/3 done" in lines[0]
     assert "step 80/160" in lines[1] and "val ppl 250.25" in lines[1]
+
+
+def test_labels_add_the_axes_that_vary_and_the_name_does_not_say():
+    """A learning-rate axis per cell and an eta axis the variant name leaves out join the label;
+    what the name already says (dplr, eta=1/T) does not repeat; sizes show when they vary."""
+    from types import SimpleNamespace
+
+    from cemlab.sweeps.progress_view import trial_labels
+
+    def trial(size, variant, seed, lr, **axes):
+        return SimpleNamespace(trial_id=f"{size}-{variant}-{seed}-{lr}-{axes}", size=size, variant=variant,
+                               group=variant.split()[0],
+                               axes={"size": size, "group": "g", "variant": variant, "lr": lr, "seed": seed, **axes})
+
+    trials = [trial(size, v, seed, lr, precond="dplr", eta=eta)
+              for size in ("86m", "108m") for v, eta in (("cem-attn T1 dplr", 0.5), ("cem-attn T1 dplr", 1.0),
+                                                          ("cem-attn T2 dplr eta=1/T", "1/T"))
+              for lr in (2e-3, 4e-3, 1.5e-3) for seed in (0, 1)]
+    labels = trial_labels(trials)
+    assert len(set(labels.values())) == len(trials)
+    assert labels[trials[0].trial_id] == "86m cem-attn T1 dplr lr=2e-3 s0 eta=0.5"
+    assert labels[trials[-1].trial_id] == "108m cem-attn T2 dplr eta=1/T lr=1.5e-3 s1"

@@ -29,9 +29,11 @@ _NOT_IN_LABEL = ("size", "group", "variant")
 
 
 def _value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e") if v < 1e-2 else f"{v:.3g}"
-    return str(v)
+    """An axis value, short: ``2e-3``, ``1.53e-3``, ``0.5``, ``dplr``."""
+    if isinstance(v, float) and v != 0 and not 1e-2 <= abs(v) < 1e4:
+        mantissa, exponent = f"{v:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def trial_labels(trials: Sequence[Any]) -> dict[str, str]:
