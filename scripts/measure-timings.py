@@ -16,8 +16,9 @@ user types:
 
 A measured row replaces that row in ``docs/timings.json`` (``--no-write``: only print); the
 table is rendered from that file, and the README quotes it verbatim (``tests/test_docs.py``
-checks both). The machine line says the CPU, its cores, the GPU if any, and the load average when
-the measurement started: on a shared machine a loaded run is slower, and the table says so.
+checks both). The machine line says the CPU, its cores, the GPU if any, and the 1-minute load
+average when the measurement started and ended: on a shared machine a loaded run is slower, and
+the table says so.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ ROWS = {
 
 
 def machine() -> str:
-    """``<CPU model>, <n> cores[, <GPU>], load <1-min load average>`` of this machine, now."""
+    """``<CPU model>, <n> cores[, <GPU>]`` of this machine."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -58,7 +59,6 @@ def machine() -> str:
     if shutil.which("nvidia-smi"):
         gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()
         parts += [g.split(" (UUID")[0] for g in gpus]
-    parts.append(f"load {os.getloadavg()[0]:.1f}")
     return ", ".join(parts)
 
 
@@ -90,7 +90,7 @@ def measure(row: str) -> dict:
         setup, timed = _commands(row, tmp)
         for cmd in setup:
             subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-        where, start = machine(), time.perf_counter()
+        load, start = os.getloadavg()[0], time.perf_counter()
         try:
             for cmd in timed:
                 print(f"measure-timings: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -100,6 +100,7 @@ def measure(row: str) -> dict:
                 subprocess.run([str(ROOT / ".venv" / "bin" / "cemlab"), "ui", "--stop"], env=env, check=False,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - start
+    where = f"{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     return {"seconds": round(seconds, 1), "machine": where,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
@@ -111,7 +112,7 @@ def _duration(s: float) -> str:
 
 def table(timings: dict) -> str:
     """The Markdown table the README quotes: every row, measured or not yet."""
-    lines = ["| what | command | wall time | machine (load when it started) | measured |",
+    lines = ["| what | command | wall time | machine (1-minute load average) | measured |",
              "|---|---|---:|---|---|"]
     for row, (what, command) in ROWS.items():
         t = timings.get(row)
