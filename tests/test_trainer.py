@@ -5,18 +5,40 @@ from __future__ import annotations
 import warnings
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
+import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+from torch.utils.data import DataLoader, TensorDataset
 
-from cemlab.train.trainer import build_trainer
+from cemlab.train.trainer import build_trainer, quiet_lightning
 
 
-def _trainer(tmp_path):
+class Linear(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(tmp_path, fit: bool = False):
+    """cemlab's Trainer, built and (``fit``) trained for 2 steps as ``cemlab.train.run.fit`` does;
+    the warnings on the way."""
     cfg = SimpleNamespace(train=SimpleNamespace(devices=1, grad_clip=1.0))
     plan = SimpleNamespace(total_steps=2, accumulation=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = build_trainer(cfg, plan, "cpu", "32-true", [], tmp_path, progress_bar=False)
+        if fit:
+            data = TensorDataset(torch.randn(4, 3), torch.randn(4, 1))
+            with quiet_lightning():
+                trainer.fit(Linear(), train_dataloaders=DataLoader(data, batch_size=2))
     return trainer, [str(w.message) for w in caught]
 
 
@@ -34,7 +56,9 @@ def srun_on_path(tmp_path, monkeypatch):
 
 
 def test_outside_slurm_lightning_neither_detects_slurm_nor_warns_about_srun(srun_on_path, tmp_path):
-    trainer, messages = _trainer(tmp_path)
+    """Neither when the Trainer is built nor in ``fit`` (which probes for SLURM's requeue checkpoint)."""
+    trainer, messages = _trainer(tmp_path, fit=True)
+    assert trainer.global_step == 2
     assert not [m for m in messages if "srun" in m], messages
     assert isinstance(trainer._accelerator_connector.cluster_environment, LightningEnvironment)
 

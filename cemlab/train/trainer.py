@@ -99,9 +99,11 @@ def cluster_environment() -> list:
 
 
 class quiet_lightning:
-    """Silence Lightning's start-up chatter and the two warnings that do not apply here: the
-    training loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a
-    memory map in the main process on purpose."""
+    """Silence Lightning's start-up chatter and the warnings that do not apply here: the training
+    loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a memory map in
+    the main process on purpose; and outside a SLURM job step, the "``srun`` is available but not
+    used" warning of the probe for SLURM's requeue checkpoint that ``fit`` makes whatever the
+    cluster environment (:func:`cluster_environment` keeps SLURM out of the environment itself)."""
 
     def __enter__(self):
         self._levels = {}
@@ -114,6 +116,8 @@ class quiet_lightning:
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+        if "SLURM_NTASKS" not in os.environ:
+            warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
         return self
 
     def __exit__(self, *exc):
