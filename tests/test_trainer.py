@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from types import SimpleNamespace
 
-import lightning as L
 import pytest
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 from torch.utils.data import DataLoader, TensorDataset
 
 from cemlab.train.trainer import build_trainer, quiet_lightning
-
-
-class Linear(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(3, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+from test_progress_bar import Linear
 
 
 def _trainer(tmp_path, fit: bool = False):
@@ -49,7 +37,7 @@ def srun_on_path(tmp_path, monkeypatch):
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ["PATH"]}")
     for name in ("SLURM_NTASKS", "SLURM_JOB_NAME", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
     return bin_dir
