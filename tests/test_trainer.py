@@ -37,7 +37,7 @@ def srun_on_path(tmp_path, monkeypatch):
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ["PATH"]}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     for name in ("SLURM_NTASKS", "SLURM_JOB_NAME", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
     return bin_dir
