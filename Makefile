@@ -6,6 +6,8 @@ CEMLAB := $(VENV)/bin/cemlab
 SWEEP ?= recursion_ablation
 SCALE ?= tiny
 CONFIG ?= configs/default.yaml
+# The scales, as sweeps/scales.yaml names them (its top-level keys).
+SCALES := $(shell sed -nE 's/^([a-z][a-z0-9_-]*):.*/\1/p' sweeps/scales.yaml | paste -sd'|')
 PYTEST_ARGS ?=
 # torch: see scripts/install-torch.sh (empty TORCH_INDEX_URL: the PyTorch CPU wheel index)
 TORCH_VERSION ?= 2.13.0
@@ -19,7 +21,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 	@echo ""
-	@echo "  Variables: SWEEP=$(SWEEP) SCALE=$(SCALE) (smoke|tiny|paper), MLFLOW_TRACKING_URI, RAY_ADDRESS"
+	@echo "  Variables: SWEEP=$(SWEEP) SCALE=$(SCALE) ($(SCALES)), MLFLOW_TRACKING_URI, RAY_ADDRESS"
 
 $(STAMP):
 	@test -x $(PY) || python3 -m venv $(VENV)

@@ -442,3 +442,19 @@ def test_bench_data_reports_a_miss_then_a_hit(tmp_path, texts, capsys):
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+[12]\s+(miss|hit)", line)]
     assert [r[:3] for r in rows] == [["1", "miss", "miss"], ["2", "hit", "hit"]]
     assert re.search(r"tokens train/val/test: [\d,]+/[\d,]+/[\d,]+ \(uint16", out)
+
+
+def test_a_missing_prose_corpus_names_the_package_that_installs_it(tmp_path):
+    """Every ``-prose`` scale reads a corpus a Debian package installs; when it is missing, the
+    error names the package and the command (here with a path under that root that never exists)."""
+    import yaml
+
+    scales = yaml.safe_load((Path(__file__).resolve().parents[1] / "sweeps" / "scales.yaml").read_text())
+    prose = {name: s["lm"]["base"]["data"]["path"] for name, s in scales.items() if name.endswith("-prose")}
+    assert prose and all(p == "/usr/share/doc/python3.11/html/_sources" for p in prose.values())
+    missing = next(iter(prose.values())) + "/not-installed-here"
+    with pytest.raises(DataError, match=r"does not exist .*Debian package python3\.11-doc: run "
+                                        r"`sudo apt-get install python3\.11-doc`"):
+        prepare_data(text_cfg(missing, tmp_path / "cache"), 300, 16)
+    with pytest.raises(DataError, match=r"nope' does not exist \(.*\); give an existing file or folder$"):
+        prepare_data(text_cfg(tmp_path / "nope", tmp_path / "cache"), 300, 16)

@@ -299,3 +299,25 @@ def test_model_library_imports_nothing_from_other_cemlab_packages_or_the_stack()
                     continue
                 found.setdefault(path.name, []).append(name)
     assert not found, f"cemlab/models imports outside the model library: {found}"
+
+
+def test_alibi_bias_exact_in_float64_after_double():
+    """A model built in float32 and converted with ``.double()`` biases its float64 scores by
+    ALiBi slopes exact to float64 (~1e-16 relative), also for a head count that is not a power of
+    two; the reference is -m_k (i - j) with m_k = 2^(-8k/3) from Python's floats."""
+    import math
+
+    K, S = 3, 7
+    cfg = ModelConfig(**{**NANO, "d_model": 24, "n_heads": K}, attention="cem")
+    model = build_model(cfg).double()
+    expected = torch.tensor([[[-math.pow(2.0, -cfg.alibi_max_bias * k / K) * (i - j) if j <= i else -math.inf
+                               for j in range(S)] for i in range(S)] for k in range(1, K + 1)], dtype=torch.float64)
+    bias = model.positions(S, torch.device("cpu"), torch.float64).alibi
+    assert bias.dtype == torch.float64
+    finite = torch.isfinite(expected)
+    assert torch.equal(torch.isfinite(bias), finite)
+    assert (bias[finite] - expected[finite]).abs().max().item() <= 1e-14 * expected[finite].abs().max().item()
+    slopes = model.blocks[0].attn.alibi_slopes(torch.device("cpu"), torch.float64)  # the flex path's and energy's
+    assert (slopes + expected[:, 1, 0]).abs().max().item() <= 1e-16
+    # In float32 the same slopes are rounded once, to float32.
+    assert torch.equal(build_model(cfg).positions(S, torch.device("cpu"), torch.float32).alibi, expected.float())

@@ -69,13 +69,13 @@ def test_tune_events_become_rows(trials):
 
 def test_table_shows_every_trial_or_the_active_ones(trials):
     progress, _ = _fed(trials)
-    text = _render(progress.table())
+    text = _render(progress.view(250))
     for t in trials:
         assert t.trial_id in text
     assert "8/16" in text and "5.250" in text and "190.50" in text and "150.25" in text
-    assert "failed (1 retries)" in text
+    assert "failed +1" in text                                            # one retry
     assert f"{len(trials) - 5} queued" in text and f"4/{len(trials)} trials done" in text  # reused, finished, stopped, failed
-    short = _render(progress.table(max_rows=3))
+    short = _render(progress.view(250, height=10))
     assert trials[1].trial_id in short and trials[2].trial_id in short   # running and failed first
     assert trials[8].trial_id not in short                               # queued ones are summarised
 
@@ -132,7 +132,7 @@ def test_gp_sweeps_show_rmse(monkeypatch):
     assert progress.rows[first].val_ppl == pytest.approx(0.4321)
     assert "val rmse 0.4321" in progress.running_lines()[0]
     out = io.StringIO()
-    Console(file=out, width=200).print(progress.table())
+    Console(file=out, width=200).print(progress.view(200))
     assert "val rmse" in out.getvalue() and "val ppl" not in out.getvalue()
 
 

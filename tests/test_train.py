@@ -300,9 +300,10 @@ def test_compiled_model_trains_like_eager(env, runs_dir):
     assert compiled.metrics["val/loss"] == pytest.approx(eager.metrics["val/loss"], rel=1e-4)
 
 
-def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
+def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir, capsys):
     """task: gp trains the recursive CEM MLP regressor; val/test RMSE are logged, far below the
-    RMSE of predicting the training mean, and equal to a recomputation from the checkpoint."""
+    RMSE of predicting the training mean, and equal to a recomputation from the checkpoint. Its
+    stderr is not a terminal: one progress line per validation, with the RMSE that was logged."""
     from cemlab.gp import make_gp_data
     from cemlab.models.gp import build_gp_model
     from cemlab.train import train
@@ -324,6 +325,11 @@ def test_gp_task_trains_through_the_same_path_and_logs_rmse(env, runs_dir):
     assert run.data.tags[schema.PARENT_RUN_ID] == parent and run.data.tags[schema.ROLE] == "trial"
     assert run.info.experiment_id == client.get_run(parent).info.experiment_id
     assert [s for s, _ in history(client, result.run_id, schema.VAL_RMSE)] == [100, 200, 300]
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("step ")]
+    assert [ln.split()[1] for ln in lines] == ["100/300", "200/300", "300/300"]
+    for ln, (_, value) in zip(lines, history(client, result.run_id, schema.VAL_RMSE)):
+        assert f"val rmse {value:.4f}" in ln and "examples/s" in ln and "elapsed" in ln
+    assert "left" in lines[0] and "left" not in lines[-1]
     assert [s for s, _ in history(client, result.run_id, schema.TEST_RMSE_AT_STEPS)] == [1, 2, 3, 4]
     assert [s for s, _ in history(client, result.run_id, schema.energy_metric("mlp", 0))] == [0, 1, 2]
     assert run.data.metrics[schema.FLOPS_PER_EXAMPLE] > 0 and schema.EXAMPLES_PER_S in run.data.metrics

@@ -34,6 +34,8 @@ SPLITS = ("train", "val", "test")
 
 #: Suffixes of the files a ``text`` folder contributes (one document each).
 TEXT_SUFFIXES = (".txt", ".md", ".py")
+#: Corpora a system package installs (the ``-prose`` scales of ``sweeps/scales.yaml``): path -> Debian package.
+SYSTEM_CORPORA = {"/usr/share/doc/python3.11/html": "python3.11-doc"}
 
 #: Folders never read from the standard library. Test folders are left out because several
 #: Linux distributions ship them as a separate package (the corpus would differ between two
@@ -283,13 +285,22 @@ def stdlib_corpus() -> FileCorpus:
     return FileCorpus("stdlib", root, files, {"python": sys.version.split()[0]})
 
 
+def _install_hint(path: str) -> str:
+    """How to get a missing ``data.path``: the package that installs it, if a known one does."""
+    for root, package in SYSTEM_CORPORA.items():
+        if path == root or path.startswith(root + "/"):
+            return (f"it is installed by the Debian package {package}: run `sudo apt-get install {package}` "
+                    f"(or give another file or folder)")
+    return "give an existing file or folder"
+
+
 def text_corpus(path: str | None, text_field: str) -> Corpus:
     if not path:
         raise DataError("data.path is not set but data.source='text' needs it: give a file, a folder of "
                         ".txt/.md/.py files or a .jsonl file")
     p = Path(path).expanduser().resolve()
     if not p.exists():
-        raise DataError(f"data.path={path!r} does not exist ({p}); give an existing file or folder")
+        raise DataError(f"data.path={path!r} does not exist ({p}); {_install_hint(path)}")
     if p.is_dir():
         files = [f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
                  and not any(part.startswith(".") for part in f.relative_to(p).parts)]

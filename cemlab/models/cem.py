@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from cemlab.models.common import (
-    Positions, Preconditioner, RMSNorm, alibi_slopes, causal_alibi, causal_mask, silu_integral,
+    AlibiSlopes, Positions, Preconditioner, RMSNorm, causal_alibi, causal_mask, silu_integral,
 )
 from cemlab.models.config import ModelConfig
 from cemlab.models.kernels import attention_path, causal_block_mask, flash_attention, flex
@@ -170,7 +170,7 @@ class CEMAttention(CEMSublayer):
         self._set_step_size(cfg.attn_eta, cfg.cem_x0)
         self.checkpointed = cfg.checkpoint_recursion
         self._cfg, self._paths = cfg, {}  # attn_kernel's meaning per device type (``path``)
-        self.register_buffer("alibi_slopes", alibi_slopes(K, cfg.alibi_max_bias).float(), persistent=False)
+        self.alibi_slopes = AlibiSlopes(K, cfg.alibi_max_bias)
 
     # -- pieces ---------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -286,7 +286,7 @@ class CEMAttention(CEMSublayer):
                 q_ext, k_ext = torch.cat([q, du], -1), torch.cat([k, hn_k], -1)
             if self.exact:
                 v = torch.cat([k, hn_k], -1)
-        slopes = self.alibi_slopes.to(q.dtype) if self.use_alibi else None
+        slopes = self.alibi_slopes(q.device, q.dtype) if self.use_alibi else None
         self_bias = self.self_bias.to(q.dtype) if self.self_bias is not None else None
 
         def score_mod(score, b, h, q_idx, kv_idx):
@@ -310,7 +310,7 @@ class CEMAttention(CEMSublayer):
             bias = bias + live * torch.eye(u.shape[1], device=bias.device, dtype=bias.dtype)
         elif bias is not None and not isinstance(bias, torch.Tensor):  # flex cache: build the dense bias
             S = u.shape[1]
-            alibi = causal_alibi(S, self.alibi_slopes, u.device, u.dtype) if self.use_alibi else None
+            alibi = causal_alibi(S, self.alibi_slopes(u.device, u.dtype), u.device, u.dtype) if self.use_alibi else None
             bias = self.score_bias(Positions(seq_len=S, device=u.device, alibi=alibi), u.dtype)
         q = self._heads(self.Wq(u))
         s = q @ k.transpose(-1, -2)  # beta_kj . u_i restricted to the low-rank part: k_j . q_i

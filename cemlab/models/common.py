@@ -58,10 +58,27 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
-def alibi_slopes(n_heads: int, max_bias: float = 8.0) -> torch.Tensor:
-    """Geometric ALiBi slopes m_k = 2^(-max_bias * k / K), k = 1..K (Press et al.; appendix A)."""
+def alibi_slopes(n_heads: int, max_bias: float = 8.0, device=None, dtype=torch.float64) -> torch.Tensor:
+    """Geometric ALiBi slopes m_k = 2^(-max_bias * k / K), k = 1..K (Press et al.; appendix A),
+    computed in float64 and rounded once to ``dtype``."""
     k = torch.arange(1, n_heads + 1, dtype=torch.float64)
-    return torch.pow(2.0, -max_bias * k / n_heads)
+    return torch.pow(2.0, -max_bias * k / n_heads).to(device=device, dtype=dtype)
+
+
+class AlibiSlopes:
+    """The slopes of one module in each (device, dtype) asked for, made on first use. Not a
+    buffer: a float32 buffer converted by ``.double()`` would keep its float32 rounding (exact only
+    to ~1e-8), while these are rounded once from float64 into the dtype the layer computes in."""
+
+    def __init__(self, n_heads: int, max_bias: float):
+        self.n_heads, self.max_bias = n_heads, max_bias
+        self._cache: dict = {}
+
+    def __call__(self, device, dtype: torch.dtype) -> torch.Tensor:
+        key = (torch.device(device) if device is not None else None, dtype)
+        if key not in self._cache:
+            self._cache[key] = alibi_slopes(self.n_heads, self.max_bias, device, dtype)
+        return self._cache[key]
 
 
 @dataclass

@@ -10,7 +10,7 @@ from torch import nn
 from cemlab.models.cem import CEMAttention, CEMMLP, CEMSublayer
 from cemlab.models.kernels import attention_path
 from cemlab.models.common import (
-    Positions, RMSNorm, alibi_slopes, causal_alibi, init_linear_and_embedding, rope_cache,
+    AlibiSlopes, Positions, RMSNorm, causal_alibi, init_linear_and_embedding, rope_cache,
 )
 from cemlab.models.config import ModelConfig
 from cemlab.models.llama import LlamaAttention, LlamaMLP
@@ -46,7 +46,7 @@ class CausalLM(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.register_buffer("alibi_slopes", alibi_slopes(cfg.n_heads, cfg.alibi_max_bias).float(), persistent=False)
+        self.alibi_slopes = AlibiSlopes(cfg.n_heads, cfg.alibi_max_bias)
         self._pos_cache: dict = {}
         init_linear_and_embedding(self, cfg.init_std)
 
@@ -58,7 +58,7 @@ class CausalLM(nn.Module):
             if self.cfg.attention == "llama":
                 pos.cos, pos.sin = rope_cache(seq_len, self.cfg.head_dim, self.cfg.rope_theta, device, torch.float32)
             elif self.cfg.alibi and attention_path(self.cfg, device) != "flex":  # flex: inside the kernel
-                pos.alibi = causal_alibi(seq_len, self.alibi_slopes, device, dtype)
+                pos.alibi = causal_alibi(seq_len, self.alibi_slopes(device, dtype), device, dtype)
             self._pos_cache = {key: pos}  # keep only the latest length
         return self._pos_cache[key]
 

@@ -58,8 +58,7 @@ class CellSearch:
 def decide_grid(state: Invocation, trials: list[Trial]) -> dict[str, Trial]:
     """Decide every trial of a grid (module docstring); returns the trials to run, by id. The
     others get their outcome (done, reused, recorded) now."""
-    for t in trials:
-        state.progress.add(t)
+    state.progress.add_many(trials)
     by_hash = find_runs_by_hash([t.config_hash for t in trials], state.client)
     todo: dict[str, Trial] = {}
     for t in trials:

@@ -7,9 +7,10 @@ running in the driver), Tune's events: start, each validation report (step, loss
 perplexity), retries, completion, errors.
 
 :class:`ProgressDisplay` shows it: in a terminal a ``rich.live.Live`` table redrawn in place
-(twice a second; long sweeps show running and failed trials and summarise the rest); otherwise
-(CI, a log file) one line per change of a trial's status and a summary line every
-``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints,
+(twice a second), fitted to the terminal's width and height by ``cemlab.sweeps.progress_view``,
+with the progress line (count, elapsed, smoothed time left) always last; otherwise (CI, a log
+file) one line per change of a trial's status, one per validation report of a trial (with the
+count and the time left) and a summary line every ``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints,
 with a line when it starts (:func:`print_start`) and its outcome at the end (:func:`print_end`).
 """
 
@@ -22,15 +23,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ray.tune import Callback
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from cemlab.sweeps import tune_report as tr
+from cemlab.sweeps.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
+from cemlab.train.callbacks import duration as _duration
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -49,8 +51,8 @@ STYLE = {schema.STATUS_FINISHED: "green", DONE: "green", REUSED: "cyan", RECORDE
          MISSING: "bold red", schema.STATUS_DIVERGED: "yellow",
          schema.STATUS_STOPPED: "magenta", schema.STATUS_FAILED: "bold red", schema.STATUS_INTERRUPTED: "red",
          RUNNING: "bold blue", RETRYING: "bold yellow", QUEUED: "dim"}
-#: Axes shown in the table's "axes" column (size and variant have their own columns).
-_HIDDEN_AXES = ("size", "group", "variant")
+#: Seconds over which the shown time left follows a new estimate (see SweepProgress.eta).
+ETA_SMOOTHING = 30.0
 
 
 @dataclass
@@ -60,7 +62,7 @@ class Row:
     trial_id: str
     variant: str
     size: str
-    axes: str
+    label: str = ""                   # what tells it apart from the other trials (progress_view)
     status: str = QUEUED
     step: int = 0
     total: int = 0
@@ -73,6 +75,7 @@ class Row:
     ended: float | None = None
     seconds: float | None = None      # training time the trial itself measured
     note: str = ""                    # error message, log path, what was reused
+    reported_step: int = -1           # the step of its last validation line (plain output)
 
     flops: float | None = None        # training FLOPs of the whole trial (cemlab plan's count)
 
@@ -90,23 +93,8 @@ class Row:
         return min(1.0, self.step / self.total) if self.total else 0.0
 
 
-def key_axes(axes: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_short(v)}" for k, v in axes.items() if k not in _HIDDEN_AXES)
-
-
-def _short(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
 def _num(x: float, fmt: str = "{:.3f}") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-
-def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 class SweepProgress:
@@ -125,6 +113,7 @@ class SweepProgress:
         self.metric_keys = (schema.VAL_PPL, schema.TEST_PPL)
         #: search: optuna cells -> [samples still to be drawn, FLOPs of one] (rows appear as they start)
         self.expected: dict[str, list] = {}
+        self._eta: tuple[float, float, float] | None = None  # (first estimate, last, time left shown): eta()
 
     def _use_task(self, name: str) -> None:
         task = get_task(name)
@@ -134,19 +123,30 @@ class SweepProgress:
     def add(self, trial, flops: float | None = None) -> Row:
         """A trial's row (made once); ``flops``: its training FLOPs (default: counted as ``cemlab
         plan`` counts them), for the estimate of the time left."""
+        return self.add_many([trial], None if flops is None else [flops])[0]
+
+    def add_many(self, trials: list, flops: list[float | None] | None = None) -> list[Row]:
+        """Rows for ``trials``, added at once, so that the table never counts a part of them."""
+        new = [t for t in trials if t.trial_id not in self.rows]
+        counted = {t.trial_id: f for t, f in zip(trials, flops)} if flops is not None else {}
+        counted.update({t.trial_id: self._flops(t) for t in new if t.trial_id not in counted})
         with self.lock:
-            row = self.rows.get(trial.trial_id)
-            if row is None:
+            for trial in new:
+                if trial.trial_id in self.rows:
+                    continue
                 self._use_task(getattr(trial, "task", "lm"))
-                row = Row(trial.trial_id, trial.variant, trial.size or "-", key_axes(trial.axes))
-                row.flops = flops if flops is not None else self._flops(trial)
+                row = Row(trial.trial_id, trial.variant, trial.size or "-")
+                row.flops = counted[trial.trial_id]
                 self.rows[trial.trial_id] = row
                 self.trials[trial.trial_id] = trial
                 cell = getattr(getattr(trial, "config", None), "tracking", None)
                 cell = cell.tags.get(schema.SEARCH_CELL) if cell is not None else None
                 if cell in self.expected and self.expected[cell][0] > 0:
                     self.expected[cell][0] -= 1
-            return row
+            if new:
+                for tid, label in trial_labels(list(self.trials.values())).items():
+                    self.rows[tid].label = label
+            return [self.rows[t.trial_id] for t in trials]
 
     def expect(self, cell, samples: int, flops: float | None = None) -> None:
         """``samples`` more trials of a ``search: optuna`` cell will run (their rows appear as they start)."""
@@ -177,7 +177,8 @@ class SweepProgress:
                 self.events.append(self._event_line(row))
 
     def update(self, trial_id: str, result: dict[str, Any]) -> None:
-        """A result reported by the trial (see ``cemlab.sweeps.tune_report``)."""
+        """A result reported by the trial (see ``cemlab.sweeps.tune_report``). A validation result at
+        a new step becomes one line of the plain output."""
         with self.lock:
             row = self.rows[trial_id]
             row.step = int(result.get(tr.STEP_KEY, row.step) or row.step)
@@ -189,6 +190,15 @@ class SweepProgress:
                     setattr(row, attr, float(result[key]))
             if isinstance(result.get(tr.SECONDS_KEY), (int, float)):
                 row.seconds = float(result[tr.SECONDS_KEY])
+            validated = isinstance(result.get(val_key), (int, float)) and row.step != row.reported_step
+            if validated:
+                row.reported_step = row.step
+        if validated:
+            line = (f"{time.strftime('%H:%M:%S')}  {'validated':<11}  {row.label or row.trial_id}  step "
+                    f"{row.step}/{row.total or '?'}  loss {_num(row.loss)}  val {self.metric} "
+                    f"{_num(row.val_ppl, self._fmt)}  [{self.summary(short=True)}]")
+            with self.lock:
+                self.events.append(line)
 
     def counts(self) -> dict[str, int]:
         with self.lock:
@@ -231,51 +241,95 @@ class SweepProgress:
             return 0.0
         return left / (done / wall) if done > 0 and wall > 0 else None
 
-    def summary(self) -> str:
+    def eta(self, now: float | None = None) -> float | None:
+        """The time left as shown: :meth:`time_left` smoothed. Between two estimates the shown
+        value counts down with the clock and moves towards the new estimate by the share
+        ``1 - exp(-dt / tau)``, ``tau`` = ``ETA_SMOOTHING`` seconds (less while the estimate is
+        younger than twice that, when the first estimates are still rough), so a finished trial or
+        a validation report moves it by seconds, not minutes, while a lasting change still shows."""
+        now = now or time.time()
+        raw = self.time_left(now)
+        if raw is None or raw == 0 or self._eta is None:
+            self._eta = None if raw is None else (now, now, raw)
+            return raw
+        first, then, shown = self._eta
+        tau = max(1e-3, min(ETA_SMOOTHING, (now - first) / 2))
+        carried = max(0.0, shown - (now - then))
+        shown = carried + (1 - math.exp(-max(0.0, now - then) / tau)) * (raw - carried)
+        self._eta = (first, now, shown)
+        return shown
+
+    @property
+    def _fmt(self) -> str:
+        return "{:.2f}" if self.metric == "ppl" else "{:.4f}"
+
+    def summary(self, short: bool = False) -> str:
+        """The progress line: trials ended of all (queued, and samples still to be drawn, included),
+        the count by status, elapsed time and the time left (``short``: without title and counts)."""
         counts = self.counts()
         total = sum(counts.values()) + sum(n for n, _ in self.expected.values())
+        if not total:
+            return f"{self.title}: deciding which trials to run"
         ended = sum(n for s, n in counts.items() if s in FINAL)
         order = [RUNNING, RETRYING, QUEUED, schema.STATUS_FINISHED, DONE, REUSED, RECORDED, WAITED,
                  schema.STATUS_DIVERGED, schema.STATUS_STOPPED, schema.STATUS_FAILED, schema.STATUS_INTERRUPTED,
                  MISSING]
         parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
-        left = self.time_left()
+        left = self.eta()
         eta = "" if ended == total else f", about {_duration(left)} left" if left is not None else ", time left: estimating"
+        if short:
+            return f"{ended}/{total} done, elapsed {_duration(time.time() - self.started)}{eta}"
         return (f"{self.title}: {ended}/{total} trials done ({', '.join(parts)}), elapsed "
                 f"{_duration(time.time() - self.started)}{eta}")
 
     def running_lines(self) -> list[str]:
         with self.lock:
-            fmt = "{:.2f}" if self.metric == "ppl" else "{:.4f}"
-            return [f"  {r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val {self.metric} {_num(r.val_ppl, fmt)}"
-                    for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
+            return [f"  {r.label or r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val {self.metric} "
+                    f"{_num(r.val_ppl, self._fmt)}" for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
 
-    def table(self, max_rows: int | None = None) -> Table:
-        """The table (all rows; with ``max_rows``, running/failed/retrying first and the rest
-        summarised in the caption)."""
+    def _columns(self) -> list[Column]:
+        """The table's columns in display order, each with its priority (see ``progress_view``)."""
+        fmt, m = self._fmt, self.metric
+
+        def status(r: Row) -> Text:
+            return Text(r.status + (f" +{r.attempts - 1}" if r.attempts > 1 else ""), style=STYLE.get(r.status, ""))
+
+        def step(r: Row) -> str:
+            return f"{r.step}/{r.total}" if r.total else (str(r.step) if r.step else "-")
+
+        return [Column("trial", "left", lambda r: r.label or r.trial_id, 0),
+                Column("status", "left", status, 1), Column("step", "right", step, 2),
+                Column("loss", "right", lambda r: _num(r.loss), 6),
+                Column(f"val {m}", "right", lambda r: _num(r.val_ppl, fmt), 4),
+                Column(f"test {m}", "right", lambda r: _num(r.test_ppl, fmt), 3),
+                Column("time", "right", lambda r: _duration(r.elapsed), 5),
+                Column("trial id (log name)", "left", lambda r: r.trial_id, 7)]
+
+    def view(self, width: int, height: int | None = None, console: Console | None = None) -> Group:
+        """The title, the table fitted to ``width`` (and ``height`` lines: the rows that do not fit
+        counted on one line), and the progress line last (see ``cemlab.sweeps.progress_view``)."""
         with self.lock:
             rows = list(self.rows.values())
-        shown = rows
-        if max_rows is not None and len(rows) > max_rows:
-            active = [r for r in rows if r.status in (RUNNING, RETRYING, schema.STATUS_FAILED)]
-            recent = sorted((r for r in rows if r.status in FINAL and r not in active and r.ended),
-                            key=lambda r: r.ended, reverse=True)
-            keep = {id(r) for r in (active + recent)[:max_rows]}
-            shown = [r for r in rows if id(r) in keep]
-        table = Table(title=self.title, caption=self.summary(), expand=False, title_justify="left",
-                      caption_justify="left")
-        for col, justify in (("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"),
-                             ("status", "left"), ("step", "right"), ("loss", "right"), (f"val {self.metric}", "right"),
-                             (f"test {self.metric}", "right"), ("time", "right")):
-            table.add_column(col, justify=justify, no_wrap=col != "trial", overflow="fold")
-        fmt = "{:.2f}" if self.metric == "ppl" else "{:.4f}"
-        for r in shown:
-            step = f"{r.step}/{r.total}" if r.total else (str(r.step) if r.step else "-")
-            status = r.status + (f" ({r.attempts - 1} retries)" if r.attempts > 1 else "")
-            table.add_row(r.trial_id, r.variant, r.size, r.axes, Text(status, style=STYLE.get(r.status, "")),
-                          step, _num(r.loss), _num(r.val_ppl, fmt), _num(r.test_ppl, fmt),
-                          _duration(r.elapsed))
-        return table
+        summary = Text(self.summary())
+        title = Text(self.title, style="bold")
+
+        def build(limit: int) -> Group:
+            shown = choose_rows(rows, limit, lambda r: r.status in (RUNNING, RETRYING, schema.STATUS_FAILED),
+                                lambda r: r.ended if r.status in FINAL else None, lambda r: r.status == QUEUED)
+            parts: list[Any] = [title, fit_columns(self._columns(), shown, width)]
+            if len(shown) < len(rows):
+                rest: dict[str, int] = {}
+                for r in rows:
+                    if r not in shown:
+                        rest[r.status] = rest.get(r.status, 0) + 1
+                parts.append(Text(f"... {len(rows) - len(shown)} more: "
+                                  + ", ".join(f"{n} {s}" for s, n in rest.items()), style="dim"))
+            return Group(*parts, summary)
+
+        if height is None:
+            return build(len(rows))
+        console = console or Console(width=width, height=height)
+        return fit_height(console, build, len(rows), height)
 
     def failures(self) -> list[Row]:
         with self.lock:
@@ -294,8 +348,10 @@ class ProgressDisplay:
         self._thread: threading.Thread | None = None
 
     def _renderable(self):
-        height = self.console.size.height
-        return self.progress.table(max_rows=max(5, height - 8))
+        """The view fitted to the terminal (one line spare for the cursor); plain-mode lines dropped."""
+        self.progress.take_events()
+        width, height = self.console.size
+        return self.progress.view(width, max(8, height - 1), self.console)
 
     def __enter__(self) -> "ProgressDisplay":
         if self.live:
@@ -323,7 +379,7 @@ class ProgressDisplay:
 
     def __exit__(self, *exc) -> bool:
         if self._live is not None:
-            self._live.update(self.progress.table())
+            self._live.update(self.progress.view(self.console.size.width))  # every row: the final table
             self._live.stop()
         else:
             self._stop.set()

@@ -1,5 +1,5 @@
 """Lightning callbacks of a cemlab run: the run callback (metrics, validation, checkpoints,
-progress reports) and the progress bar.
+progress reports), the progress bar (in a terminal) and the progress lines (otherwise).
 
 :class:`RunCallback`, at the end of every optimizer step ``s`` (1-based), in this order:
 
@@ -18,6 +18,7 @@ neither repeats nor skips anything. MLflow is touched on global rank zero only.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -141,3 +142,54 @@ class ProgressBar(TQDMProgressBar):
             if key in latest:
                 out[label] = f"{latest[key]:,.0f}"
         return out
+
+
+class ProgressLines(L.Callback):
+    """Without a terminal (a log file, a batch job), one line per validation: step, training loss,
+    the validation metric, units per second, elapsed time and the time left at this run's pace (the
+    steps since it started or resumed), flushed at once. The run callback validates first (it comes
+    before this one in the trainer's callbacks), so ``latest`` holds that validation."""
+
+    def __init__(self, run_callback: RunCallback, val_interval: int, stream=None):
+        self.run_callback, self.val_interval = run_callback, val_interval
+        self.stream = stream
+        self._start: tuple[float, int] | None = None
+        self._seen_step = -1
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start, self._seen_step = (time.monotonic(), trainer.global_step), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step, total = trainer.global_step, self.run_callback.plan.total_steps
+        if step == self._seen_step or not (step % self.val_interval == 0 or step == total):
+            return
+        self._seen_step = step
+        latest, task = self.run_callback.latest, self.run_callback.task
+        t0, step0 = self._start or (time.monotonic(), 0)
+        elapsed = time.monotonic() - t0
+        parts = [f"step {step}/{total}"]
+        if latest.get(schema.TRAIN_LOSS) is not None:
+            parts.append(f"loss {latest[schema.TRAIN_LOSS]:.3f}")
+        if task.val_metric in latest:
+            name = task.val_metric.split("/", 1)[-1]
+            parts.append(f"val {name} {latest[task.val_metric]:{'.2f' if name == 'ppl' else '.4f'}}")
+        if task.rate_metric in latest:
+            parts.append(f"{latest[task.rate_metric]:,.0f} {task.rate_metric.split('/')[-1].replace('_per_', '/')}")
+        left = elapsed / (step - step0) * (total - step) if step > step0 else None
+        parts.append(f"elapsed {duration(elapsed)}" + (f", about {duration(left)} left" if left and step < total else ""))
+        print("  ".join(parts), file=self.stream or sys.stderr, flush=True)
+
+
+def duration(s: float | None) -> str:
+    """``42s``, ``3m05s``, ``1h07m``; ``-`` for None."""
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def progress_callbacks(run_callback: RunCallback, bar: bool, val_interval: int, zero: bool = True) -> list:
+    """The bar in a terminal, else one line per validation; nothing on ranks other than zero."""
+    if not zero:
+        return []
+    return [ProgressBar(run_callback)] if bar else [ProgressLines(run_callback, val_interval)]

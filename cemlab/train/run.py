@@ -64,7 +64,7 @@ from cemlab.tracking import conventions, schema, store
 from cemlab.tracking import mlflow_run as mr
 from cemlab.train import checkpoint as ckpt
 from cemlab.train import decide as dc
-from cemlab.train.callbacks import ProgressBar, RunCallback
+from cemlab.train.callbacks import RunCallback, progress_callbacks
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.module import CEMLabModule, Diverged
 from cemlab.train.plan import TrainPlan, make_plan
@@ -302,9 +302,9 @@ def set_up_trainer(run: Run, model: Model, data: TaskData, start: Start, callbac
     sampler = StepBatchSampler(len(data.train), run.plan, run.cfg.train.seed, run.rank, position)
     loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=run.accelerator == "gpu")
     show_bar = show_progress_bar(run.cfg, progress_bar) and run.zero
-    trainer = build_trainer(run.cfg, run.plan, run.accelerator, run.precision,
-                            [callback] + ([ProgressBar(callback)] if show_bar else []), start.folder, show_bar,
-                            ray_train=ray_train)
+    progress = progress_callbacks(callback, show_bar, run.cfg.train.val_interval, run.zero)
+    trainer = build_trainer(run.cfg, run.plan, run.accelerator, run.precision, [callback] + progress, start.folder,
+                            show_bar, ray_train=ray_train)
     return trainer, module, loader
 
 

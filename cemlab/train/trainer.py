@@ -10,6 +10,7 @@ Lightning only for its Lightning loop.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 
@@ -59,7 +60,7 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
     Lightning."""
     import lightning as L
 
-    placement: dict = {"devices": cfg.train.devices}
+    placement: dict = {"devices": cfg.train.devices, "plugins": cluster_environment()}
     if ray_train:
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
 
@@ -79,10 +80,30 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
     return trainer
 
 
+def cluster_environment() -> list:
+    """Lightning's cluster environment when the process is not a SLURM job step: Lightning's own
+    choice with SLURM left out. Lightning otherwise probes SLURM in every run, and wherever ``srun``
+    is installed warns that it "is available on your system but is not used" into every trial log.
+    In a SLURM job step (``SLURM_NTASKS`` set, as ``srun`` sets it) nothing is chosen here: Lightning
+    detects SLURM as before. Returns the ``plugins`` list for the ``Trainer``."""
+    from lightning.fabric.plugins.environments import (
+        LightningEnvironment, LSFEnvironment, MPIEnvironment, TorchElasticEnvironment,
+    )
+
+    if "SLURM_NTASKS" in os.environ:
+        return []
+    for env_type in (TorchElasticEnvironment, LSFEnvironment, MPIEnvironment):  # Lightning's order
+        if env_type.detect():
+            return [env_type()]
+    return [LightningEnvironment()]
+
+
 class quiet_lightning:
-    """Silence Lightning's start-up chatter and the two warnings that do not apply here: the
-    training loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a
-    memory map in the main process on purpose."""
+    """Silence Lightning's start-up chatter and the warnings that do not apply here: the training
+    loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a memory map in
+    the main process on purpose; and outside a SLURM job step, the "``srun`` is available but not
+    used" warning of the probe for SLURM's requeue checkpoint that ``fit`` makes whatever the
+    cluster environment (:func:`cluster_environment` keeps SLURM out of the environment itself)."""
 
     def __enter__(self):
         self._levels = {}
@@ -95,6 +116,8 @@ class quiet_lightning:
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+        if "SLURM_NTASKS" not in os.environ:
+            warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
         return self
 
     def __exit__(self, *exc):

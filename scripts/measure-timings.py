@@ -1,0 +1,147 @@
+"""Measure the wall times the README quotes and print its table, with the machine and the date.
+
+    python3 scripts/measure-timings.py install train   # measure these rows now (any of: sweep install train)
+    python3 scripts/measure-timings.py sweep           # the main job alone
+    python3 scripts/measure-timings.py                 # print the table of what docs/timings.json holds
+
+Each row is measured on its own, from a clean state in a temporary folder, with the command a new
+user types:
+
+* ``sweep``: ``make sweep SWEEP=recursion_ablation`` (the main job, default scale) with a fresh
+  runs folder, token cache and reports folder, on the repository's ``.venv`` (installed first);
+* ``install``: ``make install VENV=<tmp>/.venv``, a fresh virtual environment (pip's download
+  cache as the machine has it);
+* ``train``: ``cemlab train configs/default.yaml`` with a fresh runs folder, so the corpus is
+  tokenised as on a first run.
+
+A measured row replaces that row in ``docs/timings.json`` (``--no-write``: only print); the
+table is rendered from that file, and the README quotes it verbatim (``tests/test_docs.py``
+checks both). The machine line says the CPU, its cores, the GPU if any, and the 1-minute load
+average when the measurement started and ended: on a shared machine a loaded run is slower, and
+the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMINGS = ROOT / "docs" / "timings.json"
+#: Row id -> (what, the command as the README shows it), in the table's order.
+ROWS = {
+    "sweep": ("the main job", "make sweep SWEEP=recursion_ablation"),
+    "install": ("install (fresh `.venv`)", "make install"),
+    "train": ("one training run", "cemlab train configs/default.yaml"),
+}
+
+
+def machine() -> str:
+    """``<CPU model>, <n> cores[, <GPU>]`` of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    parts = [cpu, f"{os.cpu_count()} cores"]
+    if shutil.which("nvidia-smi"):
+        gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()
+        parts += [g.split(" (UUID")[0] for g in gpus]
+    return ", ".join(parts)
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    """A clean environment: this folder's runs, cache and reports; no remote store or cluster."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    env.update(CEMLAB_RUNS_DIR=str(tmp / "runs"), CEMLAB_REPORTS_DIR=str(tmp / "reports"),
+               RAY_TMPDIR=str(tmp / "ray"))
+    (tmp / "ray").mkdir(exist_ok=True)
+    return env
+
+
+def _commands(row: str, tmp: Path) -> tuple[list[list[str]], list[list[str]]]:
+    """(setup commands, not timed; the timed commands) of a row."""
+    make = ["make", "-C", str(ROOT)]
+    if row == "install":
+        return [], [make + ["install", f"VENV={tmp / '.venv'}"]]
+    cemlab = str(ROOT / ".venv" / "bin" / "cemlab")
+    if row == "train":
+        return [make + ["install"]], [[cemlab, "train", str(ROOT / "configs" / "default.yaml")]]
+    return [make + ["install"]], [make + ["sweep", "SWEEP=recursion_ablation"]]
+
+
+def measure(row: str) -> dict:
+    """Run a row's commands in a fresh folder; its wall time, the machine and the date."""
+    with tempfile.TemporaryDirectory(prefix=f"cemlab-timing-{row}-") as d:
+        tmp = Path(d)
+        env = _env(tmp)
+        setup, timed = _commands(row, tmp)
+        for cmd in setup:
+            subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        load, start = os.getloadavg()[0], time.perf_counter()
+        try:
+            for cmd in timed:
+                print(f"measure-timings: {' '.join(cmd)}", file=sys.stderr, flush=True)
+                subprocess.run(cmd, env=env, check=True, cwd=ROOT)
+        finally:
+            if row == "sweep":  # the sweep's local MLflow server serves this folder's store: stop it
+                subprocess.run([str(ROOT / ".venv" / "bin" / "cemlab"), "ui", "--stop"], env=env, check=False,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+    where = f"{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    return {"seconds": round(seconds, 1), "machine": where,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def _duration(s: float) -> str:
+    s = round(s)
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+def table(timings: dict) -> str:
+    """The Markdown table the README quotes: every row, measured or not yet."""
+    lines = ["| what | command | wall time | machine (1-minute load average) | measured |",
+             "|---|---|---:|---|---|"]
+    for row, (what, command) in ROWS.items():
+        t = timings.get(row)
+        if t is None:
+            lines.append(f"| {what} | `{command}` | not measured yet: "
+                         f"`python3 scripts/measure-timings.py {row}` | | |")
+        else:
+            lines.append(f"| {what} | `{command}` | {_duration(t['seconds'])} | {t['machine']} | {t['date']} |")
+    return "\n".join(lines)
+
+
+def read_timings(path: Path = TIMINGS) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", nargs="*", choices=list(ROWS), help="rows to measure now (none: print the table)")
+    parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+    timings = read_timings()
+    for row in args.rows:
+        timings[row] = measure(row)
+        print(f"measure-timings: {row}: {_duration(timings[row]['seconds'])}", file=sys.stderr, flush=True)
+        if not args.no_write:
+            TIMINGS.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+    print(table(timings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
