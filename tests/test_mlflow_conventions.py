@@ -215,10 +215,18 @@ def test_sweep_parent_describes_the_sweep_and_links_mlflows_comparison_of_all_it
     here, elsewhere = ensure_experiment("cemlab/mlp_replacement", client), ensure_experiment("cemlab/other", client)
     parent = client.create_run(here).info.run_id
     runs = [client.create_run(here).info.run_id for _ in range(2)] + [client.create_run(elsewhere).info.run_id]
+    # what varies at this scale: the MLP and the seed; the learning rate is fixed
+    for rid, mlp, seed in zip(runs, ["llama", "cem", "cem"], [0, 0, 1]):
+        for k, v in {"model.mlp": mlp, "train.lr": "0.002", "train.seed": seed}.items():
+            client.log_param(rid, k, v)
+        client.log_metric(rid, "test/ppl", 30.0)
     url = describe_sweep_run(client, parent, sweep="mlp_replacement", figure="Fig 2b", scale="smoke",
                              description="CEM MLP against the Llama MLP.", run_ids=runs)
     tags = client.get_run(parent).data.tags
     assert tags[COMPARE_URL] == url and f"[Compare its 3 trials]({url})" in tags[MLFLOW_RUN_NOTE]
+    note = tags[MLFLOW_RUN_NOTE]
+    assert "varies at scale smoke, `model.mlp`;" in note and "`train.lr`" not in note and "`test/ppl`" in note
+    assert url.endswith("&workflowType=machine_learning")  # MLflow 3's runs view, not its GenAI overview
     assert "mlp_replacement" in tags[MLFLOW_RUN_NOTE] and "Fig 2b" in tags[MLFLOW_RUN_NOTE]
     assert tags["mlflow.source.name"] == "cemlab sweep mlp_replacement --scale smoke"
     assert tags["mlflow.user"] == _login() and len(tags["mlflow.source.git.commit"]) == 40

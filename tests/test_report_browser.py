@@ -4,8 +4,10 @@ chromedriver, driven by selenium).
 1. ``index.html`` of a report: every figure image loads (``naturalWidth > 0``) and the verdict
    table is there with its verdicts.
 2. The MLflow dashboard of a real ``mlflow server`` (cemlab's local server on the project store,
-   127.0.0.1, a free port, stopped after): the sweep's parent run and, once expanded, every trial
-   run are listed by name; the parent run's artifacts hold the report.
+   127.0.0.1, a free port, stopped after): the experiment link cemlab writes opens the runs table
+   (model-training view, no GenAI overview), the sweep's parent run and, once expanded, every trial
+   run are listed by name; the parent's comparison link shows MLflow's plots; the parent run's
+   artifacts hold the report.
 
 Screenshots are saved under tmp_path. Install the browser with ``bash scripts/test-prereqs.sh``
 (``apt-get install -y chromium chromium-driver``).
@@ -104,6 +106,7 @@ def test_mlflow_dashboard_lists_the_sweeps_runs(browser, tmp_path, monkeypatch):
     from cemlab.report.build import build
     from cemlab.sweeps.spec import load_sweep
     from cemlab.tracking import server
+    from cemlab.tracking.conventions import describe_sweep_run, experiment_url, run_url
 
     monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps")))
@@ -118,14 +121,30 @@ def test_mlflow_dashboard_lists_the_sweeps_runs(browser, tmp_path, monkeypatch):
         parent_name = client.get_run(result.parent_run_id).info.run_name
         trial_names = [t.trial_id for t in load_sweep("recursion_ablation").expand("smoke")]
 
-        browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs")
+        # the link cemlab prints and writes opens the runs table (model-training view), not the GenAI
+        # overview of traces that MLflow 3 shows an experiment on by default
+        assert run_url(url, exp.experiment_id, result.parent_run_id) in result.index_html.read_text()
+        browser.get(experiment_url(url, exp.experiment_id))
         wait_for(lambda: parent_name in body_text(browser), what=f"parent run {parent_name} in the runs table")
+        text = body_text(browser)
+        assert browser.save_screenshot(str(tmp_path / "experiment.png"))
+        assert "Detect Issues" not in text and "No data available" not in text
+        assert browser.find_elements(By.CSS_SELECTOR, "[role='grid'], table"), "no runs table"
         # trial runs are nested under the parent: expand it, as a user would
         for button in browser.find_elements(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']"):
             button.click()
         wait_for(lambda: all(n in body_text(browser) for n in trial_names), what="every trial run name")
         shot = tmp_path / "dashboard.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+        # the comparison link of the parent's description
+        trial_ids = [r.info.run_id for r in client.search_runs([exp.experiment_id])
+                     if r.info.run_id != result.parent_run_id]
+        compare = describe_sweep_run(client, result.parent_run_id, sweep="recursion_ablation", figure="Fig 2c",
+                                     scale="smoke", description="", run_ids=trial_ids)
+        browser.get(compare)
+        wait_for(lambda: "Parallel Coordinates" in body_text(browser), what="the comparison page's plots")
+        assert browser.save_screenshot(str(tmp_path / "compare.png"))
 
         browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{result.parent_run_id}/artifacts")
         wait_for(lambda: "report" in body_text(browser).split(), what="the report folder among the artifacts")

@@ -32,9 +32,14 @@ def test_ui_starts_reuses_and_stops_the_local_server(runs_dir, capsys, monkeypat
             assert r.status == 200
         assert json.loads((runs_dir / "mlflow" / "server.json").read_text())["url"] == url
 
+        from mlflow.tracking import MlflowClient
+
+        exp = MlflowClient(url).create_experiment("cemlab/recursion_ablation")
         assert main(["ui"]) == 0
         second = capsys.readouterr().out
         assert _url(second) == url and "(running;" in second   # reused, not a second server
+        # each experiment's runs table, in MLflow 3's model-training view (not its GenAI overview)
+        assert f"cemlab/recursion_ablation: {url}/#/experiments/{exp}?workflowType=machine_learning" in second
 
         assert main(["ui", "--stop"]) == 0
         assert "stopped" in capsys.readouterr().out

@@ -37,6 +37,7 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import CLAIMS, claims_for
 from cemlab.report.render import Page, Section, render_html, render_md
+from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
@@ -46,7 +47,9 @@ from cemlab.tracking import schema
 #: ``cemlab report`` exit codes.
 EXIT_OK = 0            # every report made has at least one run
 EXIT_USAGE = 2         # unknown sweep or scale, bad arguments
-EXIT_NO_RUNS = 3       # a report (or the whole store) has no runs: its page says so
+EXIT_NO_RUNS = 3       # a named report (or every report) has no runs: its page says so
+EXIT_STORE_LOST = 4    # the store stopped answering while the reports were built
+EXIT_NOT_LOGGED = 5    # the reports were written but not logged to MLflow
 
 _PNG_META = {"Software": None}
 _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -197,8 +200,9 @@ class ReportResult:
     verdicts: list = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
     parent_run_id: str | None = None
-    publish_error: str | None = None
+    publish_error: str | None = None       # one line: why the report is not in MLflow
     tracking_uri: str = ""
+    published: bool = False
 
     @property
     def empty(self) -> bool:
@@ -289,7 +293,7 @@ def search_summary(trials: pd.DataFrame, cells: list) -> str:
 
 def _run_link(uri: str, run) -> str:
     if uri.startswith(("http://", "https://")):
-        return f"{uri.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}"
+        return run_url(uri, run.experiment_id, run.run_id)
     return run.run_id
 
 
@@ -397,9 +401,23 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     if publish and parent is not None:
         try:
             ctx.store.client.log_artifacts(parent.run_id, str(out_dir), schema.REPORT_ARTIFACT_DIR)
+            result.published = True
         except Exception as e:  # the report on disk is complete; say why MLflow does not have it
-            result.publish_error = f"{type(e).__name__}: {e}"
+            result.publish_error = publish_problem(e, ctx.store.uri)
     return result
+
+
+def publish_problem(error: Exception, uri: str) -> str:
+    """One line on why a report could not be logged: MLflow's own message for a run whose
+    artifacts a server holds advises a server address that need not be this store's, so that case
+    gets cemlab's words."""
+    text = str(error)
+    if "mlflow-artifacts" in text and not uri.startswith(("http://", "https://")):
+        return (f"the parent run's artifacts are kept by the MLflow server that recorded it (mlflow-artifacts:), "
+                f"and {uri} is not a server: give that server's address with --tracking-uri (or leave it out on "
+                f"the project's own store, whose local server is then started), or add --no-log")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}"
 
 
 def reports_root(out: str | Path | None) -> Path:

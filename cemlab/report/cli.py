@@ -1,7 +1,12 @@
 """``cemlab report``: regenerate sweep reports from the runs in MLflow.
 
-Exit codes: 0 every report has runs; 2 unknown sweep or scale, or the store does not answer; 3 a report (or the whole store) has
-no runs, in which case its page is still written and says so.
+Exit codes (``EPILOG``): 0 reports built (without sweep names: at least one with runs); 2 unknown
+sweep or scale, or the store does not answer; 3 no runs (a named sweep, or every sweep); 4 the
+store stopped answering during the report; 5 the reports were written but not logged to MLflow.
+
+The reports are logged to each sweep's parent run through the store's server: a sweep's runs keep
+their artifacts on the server that recorded them (``mlflow-artifacts:``), which the sqlite file
+alone cannot write to, so on the project's own store the local server is started (or reused).
 
 What ``run`` needs (the report builder with pandas, the runs and the store) is imported inside it,
 so ``cemlab --help``, which imports every command's ``cli`` module, does not load it.
@@ -15,13 +20,17 @@ import sys
 EPILOG = """\
 Reports go to DIR/<sweep>/ (index.html, index.md, figures as PNG and PDF, a CSV per figure,
 claims.csv, trials.csv, cells.csv, missing.csv) and are logged as artifacts (report/) of the
-sweep's latest parent run in MLflow. With several sweeps, DIR/index.html lists them all with
-every claim's verdict.
+sweep's latest parent run in MLflow, through the store's server (on the project's own store the
+local server is started, as `cemlab ui` does). With several sweeps, DIR/index.html lists them all
+with every claim's verdict.
 
 exit codes:
-  0  every report made has at least one run
+  0  the reports were built and logged; without SWEEP names, at least one sweep has runs (the
+     sweeps without runs are listed)
   2  unknown sweep or scale, or the tracking store does not answer
-  3  a report, or the whole store, has no runs (its page is written and says so)
+  3  no runs: a named sweep has none, or no sweep has any (each page is written and says so)
+  4  the tracking store stopped answering while the reports were built (one line names it)
+  5  the reports were written but could not be logged to MLflow (one line says why)
 """
 
 
@@ -41,20 +50,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.report.build import (EXIT_NO_RUNS, EXIT_OK, EXIT_USAGE, SweepGrids, build, build_overview,
-                                     count_runs)
-    from cemlab.tracking.runs import RunStore
-    from cemlab.tracking.store import tracking_uri
-    from cemlab.sweeps.spec import SweepError
-
+    from cemlab.report.build import EXIT_STORE_LOST, EXIT_USAGE, reports_root
     from cemlab.tracking.store import probe_store
 
     try:
-        uri = args.tracking_uri or tracking_uri()
+        uri, not_logged = _store_uri(args)
         probe_store(uri)  # MLflow would retry a dead server for minutes
     except RuntimeError as e:  # StoreError among them
         print(f"cemlab report: {e}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        return _report(args, uri, not_logged)
+    except Exception as e:
+        lost = _store_problem(uri)
+        if lost is None:
+            raise
+        print(f"cemlab report: the MLflow store {uri} stopped answering during the report ({lost}; "
+              f"{type(e).__name__}); the pages written before are in {reports_root(args.out)}; run the same "
+              f"command again once the store answers", file=sys.stderr)
+        return EXIT_STORE_LOST
+
+
+def _store_uri(args) -> tuple[str, str | None]:
+    """The store to read and log through, and why the reports will not be logged (or None). On the
+    project's own store (no ``--tracking-uri``, no ``$MLFLOW_TRACKING_URI``) that is the local
+    server (started if needed): the parent runs' artifacts are the server's (``mlflow-artifacts:``)."""
+    from cemlab.tracking.server import ServerError, start_server
+    from cemlab.tracking.store import configured_tracking_uri, store_exists, tracking_uri
+
+    uri = args.tracking_uri or tracking_uri()
+    if args.no_log or args.tracking_uri or configured_tracking_uri() or not store_exists(uri):
+        return uri, None
+    try:
+        return start_server(), None
+    except ServerError as e:  # read the sqlite file; the reports are written, not logged
+        args.no_log = True
+        return uri, f"the local MLflow server of {uri} could not be started ({str(e).splitlines()[0]})"
+
+
+def _store_problem(uri: str) -> str | None:
+    """Why the store ``uri`` does not answer now (a few seconds), or None when it does."""
+    from cemlab.tracking.store import StoreError, probe_store
+
+    try:
+        probe_store(uri, timeout_s=5.0)
+    except StoreError as e:
+        return str(e).split(" does not answer (", 1)[-1].split(")", 1)[0]
+    return None
+
+
+def _report(args, uri: str, not_logged: str | None) -> int:
+    from cemlab.report.build import (EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE, SweepGrids, build,
+                                     build_overview, count_runs)
+    from cemlab.sweeps.spec import SweepError
+    from cemlab.tracking.runs import RunStore
+
     store = RunStore(uri)
     grids = SweepGrids()
     try:
@@ -84,11 +134,22 @@ def run(args: argparse.Namespace) -> int:
     if len(results) != 1:
         overview = build_overview(results, args.out, store, grids, args.scale)
         print(f"overview: {overview}")
-    if not results:
+    with_runs = [r for r in results if not r.empty]
+    if not with_runs:
         print(f"cemlab report: the MLflow store {uri} holds no runs of any sweep; run `cemlab sweep NAME` first",
               file=sys.stderr)
-    if not results or any(r.empty for r in results):
         return EXIT_NO_RUNS
+    if not args.sweeps:  # every sweep asked for: those without runs are listed, not an error
+        built = {r.sweep for r in with_runs}
+        without = [n for n in available if n not in built]
+        if without:
+            print(f"sweeps without runs{' at scale ' + args.scale if args.scale else ''}: {', '.join(without)}")
+    elif len(with_runs) < len(results):
+        return EXIT_NO_RUNS
+    if not_logged:
+        print(f"cemlab report: reports written, not logged to MLflow: {not_logged}", file=sys.stderr)
+    if not_logged or any(r.publish_error for r in with_runs):
+        return EXIT_NOT_LOGGED
     return EXIT_OK
 
 
@@ -118,6 +179,8 @@ def _print_result(r) -> None:
           f"{' (' + others + ')' if others else ''}; figures: {', '.join(r.figures) or 'none'}")
     print(f"  claims: {verdicts}")
     print(f"  report: {r.index_html}")
-    if r.parent_run_id:
-        print(f"  logged to MLflow run {r.parent_run_id} (artifacts report/) at {r.tracking_uri}"
-              + (f" -- FAILED: {r.publish_error}" if r.publish_error else ""))
+    if r.publish_error:
+        print(f"cemlab report: the report of {r.sweep} was written, not logged to MLflow run {r.parent_run_id}: "
+              f"{r.publish_error}", file=sys.stderr)
+    elif r.parent_run_id and r.published:
+        print(f"  logged to MLflow run {r.parent_run_id} (artifacts report/) at {r.tracking_uri}")

@@ -30,9 +30,10 @@ import pandas as pd
 
 from cemlab.report.akima import akima_curve
 from cemlab.report.lr_optima import lr_optima, search_vs_grid
-from cemlab.report.plotting import (CEM_COLOR, CYCLE, LLAMA_COLOR, LR_LLAMA_COLOR, MATCHED_COLOR, MAX_LR_TICKS,
+from cemlab.report.plotting import (CEM_COLOR, LINESTYLES, LLAMA_COLOR, LR_LLAMA_COLOR, MATCHED_COLOR, MAX_LR_TICKS,
                                     PRECOND_COLORS, SETTING_FILL, SIZE_MARKERS, T1_COLOR, T2_COLOR, Figure,
-                                    cell_columns, cell_sizes, errorbar, finite, fmt_tokens, lr_reduced, pyplot)
+                                    LineStyle, baseline_band, cell_columns, cell_sizes, color_name, errorbar, finite,
+                                    fmt_tokens, legend_outside, line_styles, lr_reduced, size_title, subplots)
 
 
 def _annotate(ax, xlabel: str, ylabel: str, heading: str, **legend) -> None:
@@ -41,7 +42,7 @@ def _annotate(ax, xlabel: str, ylabel: str, heading: str, **legend) -> None:
     ax.set_ylabel(ylabel)
     ax.set_title(heading)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, **legend)
+    legend_outside(ax, **legend)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -64,8 +65,7 @@ def _replacement(ctx, fid: str, families: tuple[str, ...], title: str, caption: 
     csv = cell_columns(data, ["param_matched", "params_attention", "params_mlp"])
     csv[["baseline_mean", "delta", "rel_delta"]] = data[["baseline_mean", "delta", "rel_delta"]].to_numpy()
 
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = subplots(figsize=(7.6, 4.4))
     llama = data[data["family"] == "llama"]
     # baselines borrowed from another sweep also appear
     for size, b in base.items():
@@ -88,32 +88,38 @@ def _replacement(ctx, fid: str, families: tuple[str, ...], title: str, caption: 
         errorbar(ax, df["params_total"] / 1e6, df["mean"], df["std"].to_numpy(dtype=float), fmt=marker,
                  color=color, label=label, ms=7, zorder=3)
         for _, r in df.iterrows():
-            ax.annotate(fmt_tokens(r["token_budget"]), (r["params_total"] / 1e6, r["mean"]),
+            ax.annotate(f"{r['size']}, {fmt_tokens(r['token_budget'])}", (r["params_total"] / 1e6, r["mean"]),
                         textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
-    _annotate(ax, "parameters (M)", "test perplexity", title)
-    fig.tight_layout()
+    _annotate(ax, "parameters of the model (M)", "test perplexity", title)
     return Figure(fid, title, caption, {fid: csv}, fig)
+
+
+_MARKER_WORDS = {"D": "diamonds", "o": "circles", "^": "triangles"}
 
 
 def fig2a(ctx) -> Figure | None:
     return _replacement(
         ctx, "fig2a", ("cem-attn",), "Fig. 2a: attention replaced by CEM attention (T=1)",
-        "Test perplexity against total parameters. Each CEM point (blue) is linked to its Llama baseline "
-        "(pink) of the same dimensions; the token budget is written above each marker.")
+        f"Test perplexity (seed mean, bars = seed std) against the model's own total parameters. Each CEM point "
+        f"({color_name(CEM_COLOR)} {_MARKER_WORDS['o']}) is linked to its Llama baseline ({color_name(LLAMA_COLOR)} "
+        f"{_MARKER_WORDS['D']}) of the same dimensions; the paper's size name and the token budget are written "
+        "above each marker.")
 
 
 def fig2b(ctx) -> Figure | None:
     return _replacement(
         ctx, "fig2b", ("cem-mlp",), "Fig. 2b: gated MLP replaced by CEM MLP (T=1)",
-        "Test perplexity against total parameters: Llama (pink), dimension-matched CEM MLP (blue) and "
-        "parameter-matched CEM MLP with hidden width x1.5 (orange triangles), linked to their baseline.")
+        f"Test perplexity (seed mean, bars = seed std) against the model's own total parameters: Llama "
+        f"({color_name(LLAMA_COLOR)} {_MARKER_WORDS['D']}), dimension-matched CEM MLP ({color_name(CEM_COLOR)} "
+        f"{_MARKER_WORDS['o']}) and parameter-matched CEM MLP with hidden width x1.5 ({color_name(MATCHED_COLOR)} "
+        f"{_MARKER_WORDS['^']}), linked to their baseline; the paper's size name and the token budget above each marker.")
 
 
 # ----------------------------------------------------------------------------------------------
 # Fig. 2c / 2d: recursion x preconditioner
 # ----------------------------------------------------------------------------------------------
 
-def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure | None:
+def _recursion(ctx, fid: str, family: str, title: str) -> Figure | None:
     cells = ctx.cells()
     cem = cells[cells["family"] == family]
     if cem.empty:
@@ -126,26 +132,32 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
     csv["baseline_mean"] = data["baseline_mean"].to_numpy()
 
     sizes = cell_sizes(data)
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(sizes), figsize=(max(5.5, 3.2 * len(sizes) + 0.8), 3.8), squeeze=False)
+    # one colour per preconditioner, one line style per step size of the T>1 cells
+    preconds = list(dict.fromkeys(data["precond"]))
+    spare = iter(line_styles(len(preconds), avoid=(LLAMA_COLOR, *PRECOND_COLORS.values())))
+    colors = {p: PRECOND_COLORS.get(p) or next(spare).color for p in preconds}
+    etas = list(dict.fromkeys(data.loc[data["T"] > 1, "eta"])) or list(dict.fromkeys(data["eta"]))
+    dashes = dict(zip(etas, LINESTYLES.values()))
+    fig, axes = subplots(1, len(sizes), figsize=(max(7.5, 3.4 * len(sizes) + 2.6), 3.9), squeeze=False)
+    drawn_baseline = False
     for ax, size in zip(axes[0], sizes):
         d = data[data["size"] == size]
         for precond, g in d.groupby("precond", sort=False):
             # one line per step size of the T>1 cells; T=1 is the same model under every eta
-            etas = list(dict.fromkeys(g.loc[g["T"] > 1, "eta"])) or list(dict.fromkeys(g["eta"]))
-            for k, eta in enumerate(etas):
+            for eta in [e for e in etas if e in set(g["eta"])] or etas[:1]:
                 line = g[(g["T"] == 1) | (g["eta"] == eta)].sort_values("T")
                 ok = np.isfinite(line["mean"].to_numpy(dtype=float))
                 if ok.any():
                     label = f"precond {precond}" + (f", eta={eta}" if len(etas) > 1 or eta not in ("", "1") else "")
-                    errorbar(ax, line["T"][ok], line["mean"][ok], line["std"].to_numpy(dtype=float)[ok],
-                             fmt="-o" if k == 0 else "--s", color=PRECOND_COLORS.get(precond), label=label)
-        b = base.get(size, {}).get("mean", math.nan)
-        if finite(b):
-            ax.axhline(b, ls="--", color=LLAMA_COLOR, label="Llama")
+                    errorbar(ax, line["T"][ok], line["mean"][ok], line["std"].to_numpy(dtype=float)[ok], fmt="o",
+                             ls=dashes.get(eta, "-"), color=colors[precond], label=label)
+        b = base.get(size, {})
+        if finite(b.get("mean")):
+            baseline_band(ax, b["mean"], b.get("std", math.nan), LLAMA_COLOR)
+            drawn_baseline = True
         ax.set_xticks(sorted(d["T"].unique()))
         ax.set_xlabel("recursion steps T")
-        ax.set_title(str(size))
+        ax.set_title(size_title(size, [*d["params_total"], b.get("params_total")]), fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test perplexity")
     handles = {}
@@ -153,26 +165,27 @@ def _recursion(ctx, fid: str, family: str, title: str, caption: str) -> Figure |
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     if handles:
-        axes[0][-1].legend(list(handles.values()), list(handles.keys()), fontsize=8)
+        legend_outside(axes[0][-1], handles=list(handles.values()), labels=list(handles.keys()))
     fig.suptitle(title)
-    fig.tight_layout()
-    return Figure(fid, title, caption, {fid: csv}, fig)
-
-
-_RECURSION_CAPTION = (
-    "Test perplexity against recursion steps T (seed means, bars = std), one colour per preconditioner, one line "
-    "style per step size eta of the T=2 cells (solid eta=1, dashed eta=1/T), one panel per size; the dashed grey "
-    "line is the Llama baseline of the same dimensions.")
+    caption = (
+        "Test perplexity against recursion steps T (seed means, bars = seed std), one panel per size (the paper's "
+        "size name and the parameter count of the models drawn), one colour per preconditioner ("
+        + ", ".join(f"{p} {color_name(colors[p])}" for p in preconds) + ")")
+    if len(etas) > 1 or etas[0] not in ("", "1"):
+        caption += (", one line style per step size eta of the T>1 cells ("
+                    + ", ".join(f"{LineStyle(LLAMA_COLOR, dashes[e]).words.split()[0]} eta={e}" for e in etas) + ")")
+    if drawn_baseline:
+        caption += (f"; the {LineStyle(LLAMA_COLOR, '--').words} line is the Llama baseline of the same dimensions, "
+                    "its band +- its seed std")
+    return Figure(fid, title, caption + ".", {fid: csv}, fig)
 
 
 def fig2c(ctx) -> Figure | None:
-    return _recursion(ctx, "fig2c", "cem-attn", "Fig. 2c: CEM attention, recursion x preconditioner",
-                      _RECURSION_CAPTION)
+    return _recursion(ctx, "fig2c", "cem-attn", "Fig. 2c: CEM attention, recursion x preconditioner")
 
 
 def fig2d(ctx) -> Figure | None:
-    return _recursion(ctx, "fig2d", "cem-mlp", "Fig. 2d: CEM MLP, recursion x preconditioner",
-                      _RECURSION_CAPTION)
+    return _recursion(ctx, "fig2d", "cem-mlp", "Fig. 2d: CEM MLP, recursion x preconditioner")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -187,18 +200,21 @@ def fig3a(ctx) -> Figure | None:
     compared = search_vs_grid(ctx, optima, "fig3a")
     csv = cell_columns(cells)
     sizes = cell_sizes(cells)
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.8, 4.6))
-    groups = list(dict.fromkeys(cells["group"]))
+    fig, ax = subplots(figsize=(8.2, 4.6))
+    variants = list(dict.fromkeys(zip(cells["group"], cells["variant"])))
     family = dict(zip(cells["group"], cells["family"]))
-    # families other than Llama and full CEM take colours from the cycle
-    colors = {g: {"llama": LR_LLAMA_COLOR, "cem": CEM_COLOR}.get(family[g], CYCLE[i % len(CYCLE)])
-              for i, g in enumerate(groups)}
+    # Llama orange, full CEM blue (the paper's), every other variant a colour of its own
+    fixed = {"llama": LR_LLAMA_COLOR, "cem": CEM_COLOR}
+    spare = iter(line_styles(len(variants), avoid=tuple(fixed.values())))
+    colors = {}
+    for group, variant in variants:
+        own = fixed.get(family[group])
+        colors[(group, variant)] = own if own and own not in colors.values() else next(spare).color
     for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
         g = g.sort_values("lr")
         marker = SIZE_MARKERS[sizes.index(size) % len(SIZE_MARKERS)]
         ok = np.isfinite(g["mean"].to_numpy(dtype=float))
-        color = colors[group]
+        color = colors[(group, variant)]
         errorbar(ax, g["lr"][ok], g["mean"][ok], g["std"].to_numpy(dtype=float)[ok], fmt=marker, color=color,
                  ms=5, label=f"{variant} {size}")
         x, y = akima_curve(g["lr"].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float))
@@ -222,9 +238,10 @@ def fig3a(ctx) -> Figure | None:
     ax.set_ylabel("test perplexity")
     ax.set_title("Fig. 3a: learning rate and Akima-interpolated optima")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    caption = ("Test perplexity against learning rate (seed means, bars = std). Lines: Akima (makima) "
+    legend_outside(ax)
+    caption = ("Test perplexity against learning rate (seed means, bars = std), one colour per variant ("
+               + ", ".join(f"{v} {color_name(c)}" for (_, v), c in colors.items()) + "), one marker per size. "
+               "Lines: Akima (makima) "
                "interpolation in log learning rate; stars: interpolated optima, hollow when the optimum lies "
                "at the edge of the grid (not bracketed). x at the top: diverged runs; | at the bottom: learning "
                "rates sampled by Optuna whose runs ASHA stopped early (no final result, so not a point).")
@@ -256,24 +273,24 @@ def fig3b(ctx) -> Figure | None:
     csv = cell_columns(data, ["kq_diagonal"])
     csv["baseline_mean"] = data["baseline_mean"].to_numpy()
     kinds = [k for k in KQ_ORDER if k in set(data["kq_diagonal"])] + sorted(set(data["kq_diagonal"]) - set(KQ_ORDER))
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.0, 4.2))
-    for i, size in enumerate(cell_sizes(data)):
+    fig, ax = subplots(figsize=(7.4, 4.2))
+    sizes = cell_sizes(data)
+    styles = line_styles(len(sizes))
+    for i, (size, style) in enumerate(zip(sizes, styles)):
         d = data[data["size"] == size].set_index("kq_diagonal").reindex(kinds)
-        color = CYCLE[i % len(CYCLE)]
-        xs = np.arange(len(kinds)) + (i - (len(cell_sizes(data)) - 1) / 2) * 0.06
+        xs = np.arange(len(kinds)) + (i - (len(sizes) - 1) / 2) * 0.06
+        b = base.get(size, {})
         errorbar(ax, xs, d["mean"].to_numpy(dtype=float), d["std"].to_numpy(dtype=float), fmt="-o",
-                 color=color, label=str(size))
-        b = base.get(size, {}).get("mean", math.nan)
-        if finite(b):
-            ax.axhline(b, ls="--", color=color, lw=1)
+                 color=style.color, label=size_title(size, [*d["params_total"], b.get("params_total")]))
+        if finite(b.get("mean")):
+            baseline_band(ax, b["mean"], b.get("std", math.nan), style.color, label=f"Llama {size}", lw=1)
     ax.set_xticks(range(len(kinds)), kinds)
-    _annotate(ax, "KQ diagonal in A_k", "test perplexity", "Fig. 3b: KQ diagonal strategies (CEM attention)",
-              title="size (dashed: Llama)")
-    fig.tight_layout()
+    _annotate(ax, "KQ diagonal in A_k", "test perplexity", "Fig. 3b: KQ diagonal strategies (CEM attention)")
     return Figure("fig3b", "Fig. 3b: KQ diagonal strategies", (
-        "Test perplexity of CEM attention with no diagonal, a diagonal shared across heads and per-head "
-        "diagonals, one colour per size; dashed lines are the Llama baselines of the same dimensions."),
+        "Test perplexity of CEM attention (seed means, bars = seed std) with no diagonal, a diagonal shared across "
+        "heads and per-head diagonals, one colour per size (" + ", ".join(
+            f"{s} {color_name(st.color)}" for s, st in zip(sizes, styles)) + "); the dashed line of a size's colour "
+        "is its Llama baseline of the same dimensions, its band +- its seed std."),
         {"fig3b": csv}, fig)
 
 
@@ -327,8 +344,7 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     order = ["plain reuse", "CEM dim-matched", "CEM", "CEM param-matched"]
     settings.sort(key=lambda s: (order.index(s.split(" eta=")[0]) if s.split(" eta=")[0] in order else len(order), s))
     sizes = list(dict.fromkeys(gains["size"]))
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(5.8, 1.1 * len(settings) * len(sizes) + 2.5), 4.2))
+    fig, ax = subplots(figsize=(max(7.0, 1.1 * len(settings) * len(sizes) + 3.5), 4.2))
     x0 = 0
     ticks, labels = [], []
     for setting in settings:
@@ -351,21 +367,20 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     ax.set_ylabel("test perplexity")
     ax.set_title(title, pad=16)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return Figure(fid, title, caption, {fid: gains}, fig)
+    legend_outside(ax)
+    return Figure(fid, title, f"Test perplexity (seed means, bars = seed std) at T=1 ({color_name(T1_COLOR)}) and "
+                  f"T=2 ({color_name(T2_COLOR)}) {caption}; arrows show the gain.", {fid: gains}, fig)
 
 
 def fig3c(ctx) -> Figure | None:
     return _reuse_figure(ctx, "fig3c", False, "Fig. 3c: plain reuse vs CEM recursion (MLP)",
-                         "Test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the residual MLP block, "
-                         "the dimension-matched CEM MLP and the parameter-matched CEM MLP; arrows show the gain.")
+                         "for plain reuse of the residual MLP block, the dimension-matched CEM MLP and the "
+                         "parameter-matched CEM MLP")
 
 
 def fig4(ctx) -> Figure | None:
     return _reuse_figure(ctx, "fig4", True, "Fig. 4: plain reuse vs CEM recursion (attention)",
-                         "Test perplexity at T=1 (orange) and T=2 (blue) for plain reuse of the attention block "
-                         "and for CEM attention; arrows show the gain.")
+                         "for plain reuse of the attention block and for CEM attention")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,19 +400,18 @@ def table3(ctx) -> Figure | None:
     table = pd.DataFrame(rows)
     if (table["size"] == "").all():  # GP sweeps have no model sizes
         table = table.drop(columns=["size"])
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    for i, (kernel, g) in enumerate(table.groupby("kernel", sort=False)):
+    fig, ax = subplots(figsize=(6.6, 4.0))
+    kernels = table.groupby("kernel", sort=False)
+    for style, (kernel, g) in zip(line_styles(len(kernels)), kernels):
         g = g.sort_values("T")
         ok = np.isfinite(g["rmse_mean"].to_numpy(dtype=float))
-        errorbar(ax, g["T"][ok], g["rmse_mean"][ok], g["rmse_std"].to_numpy(dtype=float)[ok], fmt="-o",
-                 color=CYCLE[i % len(CYCLE)], label=str(kernel))
+        errorbar(ax, g["T"][ok], g["rmse_mean"][ok], g["rmse_std"].to_numpy(dtype=float)[ok], fmt="o",
+                 ls=style.ls, color=style.color, label=str(kernel))
     ax.set_xscale("log", base=2)
     ts = sorted(table["T"].unique())
     ax.set_xticks(ts, [str(t) for t in ts])
     _annotate(ax, "recursion steps T", "test RMSE", "Table 3: GP regression, RMSE against recursion steps",
               title="kernel")
-    fig.tight_layout()
     return Figure("table3", "Table 3: GP recursion study", (
         "Recursive CEM MLPs on GP regression data (10 inputs): parameters, FLOPs per example, test RMSE "
         "mean +- std over seeds, per kernel and recursion steps T."), {"table3": table}, fig,

@@ -15,6 +15,13 @@ import pandas as pd
 
 from cemlab.report.table import best_lr
 
+#: Every colour a figure draws with and the word its caption uses for it: captions name colours
+#: from this table (``color_name``), so a caption says what the plot draws.
+COLOR_NAMES = {
+    "#d6679b": "pink", "#3b75af": "blue", "#ef8636": "orange", "#7f7f7f": "grey", "#2ca02c": "green",
+    "#9467bd": "purple", "#d62728": "red", "#8c564b": "brown", "#17becf": "cyan", "#bcbd22": "olive",
+    "#1f3a93": "navy", "#111111": "black",
+}
 LLAMA_COLOR = "#d6679b"      # paper Fig. 2: pink diamonds
 CEM_COLOR = "#3b75af"        # blue dots
 MATCHED_COLOR = "#ef8636"    # orange triangles (parameter-matched)
@@ -25,8 +32,77 @@ PRECOND_COLORS = {"none": "#7f7f7f", "diag": "#2ca02c", "dplr": "#9467bd"}
 SETTING_FILL = {"plain reuse": "#fbd7b5", "CEM dim-matched": "#c6dbef", "CEM": "#c6dbef",
                 "CEM param-matched": "#f4c6dc"}
 SIZE_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h"]
-CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-         "#bcbd22", "#17becf"]
+#: Colours for lines that have no colour of their own, each with a distinct name, in order of use.
+PALETTE = ["#3b75af", "#ef8636", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#d6679b", "#7f7f7f", "#bcbd22",
+           "#17becf", "#1f3a93", "#111111"]
+CYCLE = PALETTE
+#: Line styles by the word captions use, in order of use once the palette's colours are spent.
+LINESTYLES = {"solid": "-", "dashed": "--", "dotted": ":", "dash-dot": "-."}
+
+
+def color_name(color: str) -> str:
+    """The word for a colour of :data:`COLOR_NAMES` (its hex code for any other)."""
+    return COLOR_NAMES.get(color.lower(), color)
+
+
+def style_name(ls: str) -> str:
+    """The word for a matplotlib line style of :data:`LINESTYLES`."""
+    return next((name for name, code in LINESTYLES.items() if code == ls), ls)
+
+
+@dataclass(frozen=True)
+class LineStyle:
+    """A line's colour and dash, as drawn and as a caption names them."""
+
+    color: str
+    ls: str = "-"
+
+    @property
+    def words(self) -> str:
+        return f"{style_name(self.ls)} {color_name(self.color)}"
+
+
+def line_styles(n: int, avoid: tuple[str, ...] = ()) -> list[LineStyle]:
+    """``n`` distinct (colour, line style) pairs: every colour of :data:`PALETTE` not in ``avoid``
+    (colours by name: a figure's fixed colours) solid, then again dashed, dotted, dash-dot."""
+    names = {color_name(c) for c in avoid}
+    colors = [c for c in PALETTE if color_name(c) not in names]
+    dashes = list(LINESTYLES.values())
+    return [LineStyle(colors[i % len(colors)], dashes[(i // len(colors)) % len(dashes)]) for i in range(n)]
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kw):
+    """``pyplot().subplots`` with constrained layout, which makes room for legends outside the axes."""
+    return pyplot().subplots(nrows, ncols, layout="constrained", **kw)
+
+
+def legend_outside(ax, **kw):
+    """The axes' legend to the right of its data area (constrained layout keeps it in the figure)."""
+    kw.setdefault("fontsize", 7)
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+
+
+def fmt_params(n: float) -> str:
+    return f"{n / 1e6:.3g}M" if finite(n) else "?"
+
+
+def size_title(size: str, params) -> str:
+    """A panel's title: the paper's size name and the parameter count of the models it shows
+    (the size names the paper's model; a smaller scale trains smaller models under that name)."""
+    p = sorted({float(x) for x in params if finite(x)})
+    if not p:
+        return f"size {size}"
+    counts = fmt_params(p[0]) if len(p) == 1 or fmt_params(p[0]) == fmt_params(p[-1]) else \
+        f"{fmt_params(p[0])}-{fmt_params(p[-1])}"
+    return f"size {size}: models of {counts} params"
+
+
+def baseline_band(ax, mean: float, std: float, color: str, label: str = "Llama", lw: float = 1.5):
+    """A baseline as a dashed line at its seed mean with a band of +- its seed std (when known)."""
+    ax.axhline(mean, ls="--", color=color, lw=lw, label=label)
+    if finite(std) and std > 0:
+        ax.axhspan(mean - std, mean + std, color=color, alpha=0.15, lw=0)
+
 
 #: At most this many points of a ``train/loss`` history go into the CSV and plot (evenly spaced,
 #: first and last kept), so that a paper-scale sweep's report stays small.

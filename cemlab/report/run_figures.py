@@ -12,23 +12,25 @@ import re
 import numpy as np
 import pandas as pd
 
-from cemlab.report.plotting import CYCLE, MAX_CURVE_POINTS, Figure, pyplot
+from cemlab.report.plotting import MAX_CURVE_POINTS, Figure, legend_outside, line_styles, subplots
 from cemlab.tracking import outcomes, schema
 
 
 def _panels(keys: list[str], width: float):
     """A figure with one panel per key, side by side: the figure and (axis, key) pairs."""
-    fig, axes = pyplot().subplots(1, len(keys), figsize=(width * len(keys), 3.9), squeeze=False)
+    fig, axes = subplots(1, len(keys), figsize=(width * len(keys), 3.9), squeeze=False)
     return fig, list(zip(axes[0], keys))
 
 
 def _cells(d: pd.DataFrame, x: str, y: str, many_lr: bool):
-    """Per cell of ``d``, in order: its colour, its curve (``y`` against ``x``, mean over seeds),
-    its first row, its legend label and its rows."""
-    for i, (_, g) in enumerate(d.groupby("cell", sort=False)):
+    """Per cell of ``d``, in order: its line style (``plotting.LineStyle``, distinct for every cell
+    of ``d``), its curve (``y`` against ``x``, mean over seeds), its first row, its legend label and
+    its rows."""
+    groups = list(d.groupby("cell", sort=False))
+    for style, (_, g) in zip(line_styles(len(groups)), groups):
         first = g.iloc[0]
         label = f"{first['variant']} {first['size']}" + (f" lr={first['lr']:g}" if many_lr else "")
-        yield CYCLE[i % len(CYCLE)], g.groupby(x)[y].mean(), first, label, g
+        yield style, g.groupby(x)[y].mean(), first, label, g
 
 
 def _seed_band(ax, per_seed: pd.DataFrame, color: str) -> None:
@@ -38,8 +40,9 @@ def _seed_band(ax, per_seed: pd.DataFrame, color: str) -> None:
 
 
 def _legend(ax, d: pd.DataFrame) -> None:
-    if d["cell"].nunique() <= 16:
-        ax.legend(fontsize=7)
+    """Beside the data, one entry per cell (up to 24; more would not fit the figure's height)."""
+    if d["cell"].nunique() <= 24:
+        legend_outside(ax, fontsize=6 if d["cell"].nunique() > 12 else 7)
 
 
 _ENERGY_KEY = re.compile(r"^energy/(attn|mlp)/L(\d+)$")
@@ -67,16 +70,17 @@ def energy(ctx) -> Figure | None:
     subs = [s for s in ("attn", "mlp") if s in set(data["sublayer"])]
     from matplotlib.ticker import MaxNLocator
 
-    fig, panels = _panels(subs, 5.2)
+    fig, panels = _panels(subs, 6.4)
     many_lr = trials["lr"].nunique() > 1
     for ax, sub in panels:
         d = data[data["sublayer"] == sub]
-        for color, curve, first, label, g in _cells(d, "step", "delta", many_lr):
+        for style, curve, first, label, g in _cells(d, "step", "delta", many_lr):
             if first["score_only"]:
                 label += " (score-only: not descent)"
             # the seed spread: a band between the lowest and highest seed (mean over layers)
-            _seed_band(ax, g.groupby(["seed", "step"])["delta"].mean().unstack("seed"), color)
-            ax.plot(curve.index, curve.values, "--o" if first["score_only"] else "-o", ms=3, color=color, label=label)
+            _seed_band(ax, g.groupby(["seed", "step"])["delta"].mean().unstack("seed"), style.color)
+            ax.plot(curve.index, curve.values, ls=style.ls, marker="s" if first["score_only"] else "o",
+                    mfc="none" if first["score_only"] else style.color, ms=3, color=style.color, label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("recursion step t")
         ax.set_ylabel("energy - energy at t=0")
@@ -84,14 +88,14 @@ def energy(ctx) -> Figure | None:
         ax.grid(alpha=0.3)
         _legend(ax, d)
     fig.suptitle("Energy after each recursion step")
-    fig.tight_layout()
     data = data.drop(columns=["cell"])
     return Figure("energy", "Energy after each recursion step", (
         "Mean energy of each CEM sublayer on a fixed validation batch after each recursion step, as the "
         "change from the starting point (t=0), averaged over layers and seeds (bands: lowest to highest seed). "
-        "Descent steps with a small enough step size lower it. Attention runs marked 'score-only' (dashed) use "
+        "Descent steps with a small enough step size lower it. Attention runs marked 'score-only' use "
         "Algorithm 1's KQ diagonal in the scores only: their step is not the gradient of the stated energy, so "
-        "the energy need not fall (exact_energy_gradient=true makes it so; docs/layers.md)."),
+        "the energy need not fall (exact_energy_gradient=true makes it so; docs/layers.md); they are drawn with hollow "
+        "squares."),
         {"energy": data}, fig)
 
 
@@ -114,22 +118,21 @@ def test_time(ctx) -> Figure | None:
     metrics = list(dict.fromkeys(data["metric"]))
     from matplotlib.ticker import MaxNLocator
 
-    fig, panels = _panels(metrics, 5.6)
+    fig, panels = _panels(metrics, 6.8)
     many_lr = trials["lr"].nunique() > 1
     for ax, metric in panels:
         d = data[data["metric"] == metric]
-        for color, curve, first, label, g in _cells(d, "test_T", "value", many_lr):
-            _seed_band(ax, g.pivot_table(index="test_T", columns="seed", values="value"), color)
-            ax.plot(curve.index, curve.values, "-o", ms=3, color=color, label=label)
+        for style, curve, first, label, g in _cells(d, "test_T", "value", many_lr):
+            _seed_band(ax, g.pivot_table(index="test_T", columns="seed", values="value"), style.color)
+            ax.plot(curve.index, curve.values, ls=style.ls, marker="o", ms=3, color=style.color, label=label)
             if first["trained_T"] in curve.index:  # the recursion steps it was trained with
-                ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=color)
+                ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=style.color)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("recursion steps at test time T'")
         ax.set_ylabel(metric.replace("_at_steps", "") + " (mean over seeds)")
         ax.grid(alpha=0.3)
         _legend(ax, d)
     fig.suptitle("Test-time recursion")
-    fig.tight_layout()
     return Figure("test_time_recursion", "Test-time recursion", (
         "Test metric when only the number of recursion steps at evaluation is changed (the model is trained "
         "with T steps, squares; bands: lowest to highest seed). A new dimension for test-time compute (paper "
@@ -159,22 +162,27 @@ def training(ctx) -> Figure | None:
         return None
     data = pd.DataFrame(rows)
     metrics = [m for m in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE) if m in set(data["metric"])]
-    fig, panels = _panels(metrics, 5.2)
+    from matplotlib.ticker import FuncFormatter
+
+    fig, panels = _panels(metrics, 6.4)
     many_lr = trials["lr"].nunique() > 1
     for ax, metric in panels:
         d = data[data["metric"] == metric]
-        for color, curve, _, label, _ in _cells(d, "step", "value", many_lr):
-            ax.plot(curve.index, curve.values, "-", lw=1, color=color, label=label)
+        for style, curve, _, label, g in _cells(d, "step", "value", many_lr):
+            _seed_band(ax, g.pivot_table(index="step", columns="seed", values="value"), style.color)
+            ax.plot(curve.index, curve.values, ls=style.ls, lw=1, color=style.color, label=label)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(metric + " (mean over seeds)")
-        if metric != schema.VAL_RMSE:
+        if metric == schema.VAL_PPL:  # perplexity falls by orders of magnitude early on: log, ticks in plain numbers
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.grid(alpha=0.3, which="both")
         _legend(ax, d)
     fig.suptitle("Training curves")
-    fig.tight_layout()
     return Figure("training", "Training curves", (
-        "Training loss and validation metric against optimizer steps, mean over seeds per cell "
+        "Training loss (linear axis) and validation metric (perplexity on a log axis) against optimizer steps, mean "
+        "over seeds per cell (bands: lowest to highest seed) "
         f"(at most {MAX_CURVE_POINTS} points per run are kept); runs ASHA stopped early end where it stopped them."), {"training": data.drop(columns=["cell"])}, fig)
 
 

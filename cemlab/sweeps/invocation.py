@@ -20,6 +20,7 @@ from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.spec import SweepSpec
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import schema
+from cemlab.tracking.conventions import run_url
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -107,7 +108,7 @@ class SweepResult:
     def dashboard_url(self) -> str:
         """The parent run in the MLflow UI (a server), else the store's URI."""
         if self.tracking_uri.startswith(("http://", "https://")):
-            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_run_id}"
+            return run_url(self.tracking_uri, self.experiment_id, self.parent_run_id)
         return self.tracking_uri
 
 

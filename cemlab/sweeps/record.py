@@ -84,7 +84,7 @@ def open_parent_run(client: "MlflowClient", experiment_id: str, spec: SweepSpec,
     commit = mr.git_commit()
     if commit:
         tags[schema.GIT_COMMIT] = commit
-    run_id = mr.create_run(client, experiment_id, f"{spec.name} {scale}", tags)
+    run_id = mr.create_run(client, experiment_id, f"[{scale}] {spec.name}", tags)  # the scale first: the UI cuts long names
     mr.log_params(client, run_id, {"sweep": spec.name, "scale": scale, "search": spec.search, "trials": n_trials,
                                    "figure": spec.figure})
     if spec.path is not None:

@@ -5,6 +5,9 @@ store under ``<runs>/mlflow`` (``cemlab.tracking.server``; the same server ``cem
 on port 5000 (``--port`` or ``$CEMLAB_UI_PORT``; the next free one if taken), prints its address
 and returns; the server keeps running in its own session until
 ``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that address.
+Below the address, one link per cemlab experiment to its runs table in MLflow's model-training view
+(``cemlab.tracking.conventions.experiment_url``; MLflow 3 opens an experiment on its GenAI overview
+otherwise).
 Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
 could not be started or does not answer.
 
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"cemlab ui: {e}", file=sys.stderr)
             return 2
         print(f"MLflow dashboard: {remote} (MLFLOW_TRACKING_URI)")
+        _print_experiments(remote)
         return 0
     was_running = running_server()
     if args.port is not None and was_running is not None and was_running.port != args.port:
@@ -60,4 +64,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     state = "running" if was_running else "started"
     print(f"MLflow dashboard: {url} ({state}; store {default_tracking_uri()}; stop it with `cemlab ui --stop`)")
+    _print_experiments(url)
     return 0
+
+
+def _print_experiments(url: str) -> None:
+    """One line per cemlab experiment: its runs table in the model-training view."""
+    from cemlab.tracking.conventions import experiment_url
+    from cemlab.tracking.store import get_client
+
+    try:
+        experiments = get_client(url).search_experiments(filter_string="name LIKE 'cemlab%'", max_results=200)
+    except Exception as e:  # the address above is what was asked for; the list is a convenience
+        print(f"  (experiments not listed: {type(e).__name__})")
+        return
+    for exp in sorted(experiments, key=lambda e: e.name):
+        print(f"  {exp.name}: {experiment_url(url, exp.experiment_id)}")

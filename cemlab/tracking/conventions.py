@@ -331,10 +331,27 @@ _LINK_TAGS = (schema.TRIAL_ID, schema.VARIANT, schema.GROUP, schema.SIZE, schema
               schema.FIGURE, schema.TASK)
 
 
-def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """The run's page in MLflow's UI: absolute on a server, the UI's own fragment otherwise."""
-    path = f"#/experiments/{experiment_id}/runs/{run_id}"
+#: The query that opens MLflow 3's UI in its "Model training" view of an experiment (its runs
+#: table) rather than the GenAI overview of traces: the UI takes its mode from this query, else
+#: from the browser's stored choice (the experiment tag ``mlflow.experimentKind`` does not change
+#: it). Every link cemlab prints or writes carries it.
+ML_VIEW = "workflowType=machine_learning"
+
+
+def _ui_link(tracking_uri: str, path: str) -> str:
     return f"{tracking_uri.rstrip('/')}/{path}" if tracking_uri.startswith(("http://", "https://")) else path
+
+
+def experiment_url(tracking_uri: str, experiment_id: str) -> str:
+    """The experiment's runs table in MLflow's UI (model-training view): absolute on a server,
+    the UI's own fragment otherwise."""
+    return _ui_link(tracking_uri, f"#/experiments/{experiment_id}?{ML_VIEW}")
+
+
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """The run's page in MLflow's UI (model-training view): absolute on a server, the UI's own
+    fragment otherwise."""
+    return _ui_link(tracking_uri, f"#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}")
 
 
 def link_reused_runs(client: "MlflowClient", parent_run_id: str, runs: list) -> list[str]:
@@ -388,9 +405,30 @@ def compare_url(tracking_uri: str, experiment_ids: list[str], run_ids: list[str]
     """MLflow's run-comparison page (parallel coordinates, scatter, box and contour plots of params
     against metrics, and the param and metric tables side by side) of ``run_ids``."""
     query = (f"?runs={quote(json.dumps(sorted(run_ids), separators=(',', ':')), safe='[],')}"
-             f"&experiments={quote(json.dumps(sorted(set(experiment_ids)), separators=(',', ':')), safe='[],')}")
-    base = f"{tracking_uri.rstrip('/')}/" if tracking_uri.startswith(("http://", "https://")) else ""
-    return f"{base}#/compare-runs{query}"
+             f"&experiments={quote(json.dumps(sorted(set(experiment_ids)), separators=(',', ':')), safe='[],')}"
+             f"&{ML_VIEW}")
+    return _ui_link(tracking_uri, f"#/compare-runs{query}")
+
+
+#: Params that differ between every trial and say nothing of its model (seed, names, paths).
+_NOT_AXES = ("train.seed", "tracking.", "data.path", "data.cache")
+
+
+def varying_params(runs: list) -> list[str]:
+    """The params whose values differ between ``runs`` (MLflow runs): the axes the sweep varies at
+    its scale, the seed and bookkeeping left out."""
+    values: dict[str, set] = {}
+    for r in runs:
+        for k, v in r.data.params.items():
+            values.setdefault(k, set()).add(v)
+    keys = {k for k, v in values.items() if len(v) > 1 or any(k not in r.data.params for r in runs)}
+    return sorted(k for k in keys if not k.startswith(_NOT_AXES))
+
+
+def main_metric(runs: list) -> str:
+    """The sweep's main metric: test perplexity, or test RMSE for a GP sweep."""
+    has_rmse = any(schema.TEST_RMSE in r.data.metrics for r in runs)
+    return schema.TEST_RMSE if has_rmse and not any(schema.TEST_PPL in r.data.metrics for r in runs) else schema.TEST_PPL
 
 
 def describe_sweep_run(client: "MlflowClient", parent_run_id: str, *, sweep: str, figure: str, scale: str,
@@ -403,14 +441,16 @@ def describe_sweep_run(client: "MlflowClient", parent_run_id: str, *, sweep: str
     from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
     uri = client.tracking_uri if isinstance(client.tracking_uri, str) else ""
-    experiments = [client.get_run(parent_run_id).info.experiment_id]
-    experiments += [client.get_run(r).info.experiment_id for r in run_ids]
+    runs = [client.get_run(r) for r in run_ids]
+    experiments = [client.get_run(parent_run_id).info.experiment_id] + [r.info.experiment_id for r in runs]
     url = compare_url(uri, experiments, run_ids)
+    axes = varying_params(runs)
+    choose = (f"choose the params this sweep varies at scale {scale}, " + ", ".join(f"`{a}`" for a in axes)
+              if axes else "every trial has the same params apart from the seed")
     note = (f"Sweep **{sweep}** ({figure}) at scale {scale}. {description.strip()}\n\n"
-            f"[Compare its {len(run_ids)} trials]({url}): MLflow's parallel coordinates (choose the params "
-            f"the sweep varies, e.g. `train.lr`, `train.seed`, `model.attention`, and the metric `test/ppl`), "
-            f"scatter and box plots. Trials reused from other sweeps are shown here as link runs "
-            f"(`cemlab.role = link`). Report: `cemlab report {sweep} --scale {scale}` (also in this run's "
+            f"[Compare its {len(run_ids)} trials]({url}): MLflow's parallel coordinates ({choose}; and the metric "
+            f"`{main_metric(runs)}`), scatter and box plots. Trials reused from other sweeps are shown here as link "
+            f"runs (`cemlab.role = link`). Report: `cemlab report {sweep} --scale {scale}` (also in this run's "
             f"artifacts).")
     tags = system_tags(None, None, note, source=f"cemlab sweep {sweep} --scale {scale}")
     tags[COMPARE_URL] = url[:5000]
