@@ -209,9 +209,11 @@ run_sweep() {{
 stop_sweep() {{
     # SIGTERM (preemption, scancel, scontrol requeue) or USR1 (the time limit nears): the driver
     # marks its runs interrupted; main requeues the job after a USR1 (SLURM does after a SIGTERM).
+    # SLURM sends SIGTERM to every process of the job itself, the driver too: a second one would
+    # interrupt its clean stop; USR1 reaches the batch script only and is passed on.
     echo "cemlab: $1: stopping the sweep; the requeued job resumes it" >&2
     STOPPED_BY="$1"
-    [ -n "${{DRIVER:-}}" ] && kill -TERM "$DRIVER" 2>/dev/null
+    [ "$1" = USR1 ] && [ -n "${{DRIVER:-}}" ] && kill -TERM "$DRIVER" 2>/dev/null
 }}
 
 main() {{
