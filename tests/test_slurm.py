@@ -289,7 +289,8 @@ def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_li
         shutil.rmtree(other_tmp, ignore_errors=True)
     print(f"\nslurm job {job_id}: submitted to COMPLETED in {wall:.0f} s")
     assert re.search(rf"JobId={job_id} .*JobState=COMPLETED", cluster.completion_log())
-    assert log.index("cemlab: data step") < log.index("trial"), log[-4000:]
+    first_trial = re.search(r"\d\d:\d\d:\d\d +running +86m__llama", log)
+    assert first_trial and log.index("cemlab: data step") < first_trial.start(), log[-4000:]
     assert f"runs {runs};" in log and f"tracking {url}" in log
     one_finished_run_per_trial(url, "one", 1)
     assert (runs / "logs" / "one-smoke" / "summary.json").exists() and not decoy_runs.exists()
@@ -297,6 +298,10 @@ def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_li
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "found: the job is requeued and comes back, but SLURM's SIGTERM reaches the job's Ray (GCS, raylet) "
+    "together with the sweep's driver; the driver, its Ray gone, prints nothing more until SIGKILL after "
+    "KillWait, and the trial's run is left running instead of interrupted"))
 def test_slurm_requeue_mid_sweep_stops_cleanly_and_the_job_resumes_its_trial(slurm_site, tmp_path):
     from cemlab.tracking import schema
 

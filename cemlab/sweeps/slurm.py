@@ -250,8 +250,8 @@ main() {{
     fi
     local rc=0
     [ -z "$STOPPED_BY" ] && {{ run_sweep; rc=$?; }}
+    stop_job_ray  # the head's Ray processes directly (`ray start` alone drains for 30 s first)
     kill -TERM "$ray_step" 2>/dev/null; wait "$ray_step" 2>/dev/null
-    stop_job_ray
     [ "$STOPPED_BY" = USR1 ] && scontrol requeue "$SLURM_JOB_ID"  # the time limit: requeue ourselves
     exit "$rc"
 }}
