@@ -5,6 +5,10 @@ only defines its functions), ``ray_node 0`` and ``ray_node 1`` start two Ray nod
 (two ``ray start --block`` processes on free ports: the head and a worker that joins it), then
 ``wait_for_nodes`` and ``run_sweep`` run a one-trial smoke sweep against a real MLflow server;
 running ``run_sweep`` again, as a requeued job does, finds the trial's result and trains nothing.
+
+The whole script also runs under a real one-node SLURM (``slurm_support.slurm``, one controller for
+the module): ``sbatch`` on a runs folder that does not exist yet, beside another Ray, from a shell
+exporting other settings; and ``scontrol requeue`` mid-trial (an expected failure, see its reason).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``cemlab slurm SWEEP --scale S --nodes N --mlflow URL``: write the sbatch script that runs the
 sweep on a SLURM allocation (Ray across the nodes, data prepared first, requeue resumes).
 
-See :mod:`cemlab.sweeps.slurm`. Submit the result with ``sbatch``. Exit code 2 for a bad sweep,
+See :mod:`cemlab.sweeps.slurm`. Submit the result with ``sbatch``. The job's log folder
+``<runs-dir>/slurm`` is created here (SLURM opens the log before the script runs). Exit code 2 for a bad sweep,
 scale or setting (checked here, not after a day in the queue).
 
 The sweep files and the sbatch template are imported inside ``run``, so ``cemlab --help``, which
