@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # System programs some tests use (installed once, when missing and when we may): Debian's
-# chromium + chromedriver (report and dashboard screenshots) and postgresql (MLflow on a database).
+# chromium + chromedriver (report and dashboard screenshots), postgresql (MLflow on a database),
+# slurm-wlm and munge (a one-node SLURM controller for the sbatch tests, tests/slurm_support.py).
 set -u
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || need+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing system packages for tests: ${need[*]}"

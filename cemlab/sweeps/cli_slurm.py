@@ -1,7 +1,8 @@
 """``cemlab slurm SWEEP --scale S --nodes N --mlflow URL``: write the sbatch script that runs the
 sweep on a SLURM allocation (Ray across the nodes, data prepared first, requeue resumes).
 
-See :mod:`cemlab.sweeps.slurm`. Submit the result with ``sbatch``. Exit code 2 for a bad sweep,
+See :mod:`cemlab.sweeps.slurm`. Submit the result with ``sbatch``. The job's log folder
+``<runs-dir>/slurm`` is created here (SLURM opens the log before the script runs). Exit code 2 for a bad sweep,
 scale or setting (checked here, not after a day in the queue).
 
 The sweep files and the sbatch template are imported inside ``run``, so ``cemlab --help``, which
@@ -57,13 +58,22 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--nodes={job.nodes} x --gpus-per-node={job.gpus_per_node}: a trial of {args.sweep} at "
                              f"scale {args.scale} needs {need:g} GPUs; ask for more nodes or GPUs")
         text = render(job)
+        log_dir = Path(job.runs_dir) / "slurm"
+        try:  # SLURM opens the job's log before the script runs: a missing folder kills the job silently
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--runs-dir={job.runs_dir}: cannot create the job's log folder {log_dir} "
+                             f"({e.strerror or e}); give a folder on shared storage you can write") from None
     except (SweepError, ValueError) as e:
         print(f"cemlab slurm: {e}", file=sys.stderr)
         return 2
+    for note in job.notes():
+        print(f"cemlab slurm: note: {note}", file=sys.stderr)
     if args.output:
         Path(args.output).write_text(text)
         os.chmod(args.output, 0o755)
-        print(f"wrote {args.output} ({len(trials)} trials); submit it with: sbatch {args.output}")
+        print(f"wrote {args.output} ({len(trials)} trials; the job logs to {log_dir}); "
+              f"submit it with: sbatch {args.output}")
     else:
         sys.stdout.write(text)
     return 0
