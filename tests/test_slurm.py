@@ -145,7 +145,7 @@ def started(cmd: str, env: dict, log: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
+@pytest.mark.xfail(run=False, reason=(  # not run: 4.5 min of CI for a known failure
     "found once after the script's nodes got their own folders and ports: a node's raylet crashed while "
     "starting (NodeManager) with both local nodes on one machine; not yet diagnosed"))
 def test_the_scripts_ray_part_runs_a_sweep_on_two_local_nodes_and_a_requeue_resumes(tmp_path):
@@ -305,7 +305,7 @@ def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_li
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(run=False, reason=(  # not run: 4.5 min of CI for a known failure
     "found: the job is requeued and comes back, but SLURM's SIGTERM reaches the job's Ray (GCS, raylet) "
     "together with the sweep's driver; the driver, its Ray gone, prints nothing more until SIGKILL after "
     "KillWait, and the trial's run is left running instead of interrupted"))
