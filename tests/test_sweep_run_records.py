@@ -132,3 +132,30 @@ def test_a_run_creation_that_fails_leaves_one_run_per_config(store, runs_dir, mo
     assert result.status == "finished"
     runs = next(iter(find_runs_by_hash([result.config_hash], store["client"]).values()))
     assert [r.info.run_id for r in runs] == [result.run_id], [(r.info.run_id, r.info.status) for r in runs]
+
+
+def test_the_resume_command_is_the_command_line_with_its_overrides_and_flags(monkeypatch):
+    """Parsed the way ``cemlab`` parses it (flags and overrides in any order), the printed command
+    gives back the same arguments; the Ctrl-C line prints it unmangled by rich's markup."""
+    import io
+    import shlex
+
+    from rich.console import Console
+
+    from cemlab.cli import build_parser, parse
+    from cemlab.sweeps.cli_sweep import resume_command
+    from cemlab.sweeps.invocation import SweepResult
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO / "sweeps"))
+    argv = ["sweep", "attention_replacement", "--plain", "train.tokens=65536", "--scale", "smoke", "--cpus", "2",
+            "model.attention=[cem]", "seed=[0,1]", "--interval", "2.5", "--cache-dir", "/tmp/a b"]
+    args = parse(build_parser(), argv)
+    command = resume_command(args)
+    again = parse(build_parser(), shlex.split(command)[1:])
+    assert {k: v for k, v in vars(again).items()} == {k: v for k, v in vars(args).items()}
+    assert command.startswith("cemlab sweep attention_replacement --scale smoke train.tokens=65536 ")
+    out = io.StringIO()
+    result = SweepResult("attention_replacement", "smoke", "sqlite:///x.db", "1", "p", False, [], interrupted=True,
+                         command=command)
+    pg.print_end(result, Console(file=out, width=400, highlight=False))
+    assert f"run `{command}` again to resume" in out.getvalue()

@@ -128,8 +128,8 @@ def quiet_tune(search: str = "grid") -> None:
 
 class HaltOnLostStore(tune.Callback):
     """Once the store is lost (``cemlab.sweeps.guards.StoreWatch``), nothing new starts: the Tune
-    loop ends before its next step (no retry, no queued trial), and a trial that errors makes the
-    store be probed at once, before Tune could retry it."""
+    loop ends before its next step (no retry, no queued trial), and a trial that fails (to be
+    retried or not) makes the store be probed at once, before Tune could retry it."""
 
     def __init__(self, watch):
         self.watch = watch
@@ -144,6 +144,8 @@ class HaltOnLostStore(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         if self.watch is not None and self.watch.confirm_lost(f"trial {trial.trial_id} failed"):
             self._halt()
+
+    on_trial_recover = on_trial_error   # a failed trial about to be retried
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
