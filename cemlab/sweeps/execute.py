@@ -134,6 +134,9 @@ class HaltOnLostStore(tune.Callback):
     def __init__(self, watch):
         self.watch = watch
 
+    def __getstate__(self):   # Tune pickles its callbacks into the experiment state: not the live watch
+        return {"watch": None}
+
     def _halt(self) -> None:
         raise KeyboardInterrupt(f"store lost: {self.watch.lost}")
 
