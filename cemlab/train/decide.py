@@ -188,7 +188,9 @@ def record_from_local(client: "MlflowClient", cfg: "RunConfig", folder: Path, st
     tags[schema.RECORDED_FROM_URI] = origin_uri
     tags[schema.RECORDED_FROM_RUN] = str(state.get("run_id") or "")
     name = cfg.tracking.run_name or result.run_name or mr.run_name(cfg)
-    run_id = mr.start_run(client, experiment_id, name, tags, cfg, flatten(cfg))
+    run_id = mr.create_run(client, experiment_id, name, tags)
+    mr.log_params(client, run_id, flatten(cfg))
+    mr.log_config(client, run_id, cfg)
     history = [Metric(m["key"], float(m["value"]), int(m.get("timestamp") or time.time() * 1000), int(m["step"]))
                for m in read_metrics(folder)]
     for i in range(0, len(history), mr.MAX_METRICS_PER_BATCH):
