@@ -4,9 +4,10 @@
   sweep records the result kept locally (params, tags, config, metric history) into the store in
   use, without training, and says "recorded", never "finished"; ``cemlab report`` against the
   new server then finds every trial.
-- A server killed mid-sweep: the sweep names it, stops, writes ``summary.json`` and exits
-  non-zero well within a minute; once the server is back on the same store, a rerun finishes
-  every trial once.
+- A server killed mid-sweep: the sweep names it, stops (no retry, no queued trial started),
+  writes ``summary.json`` and exits with code 4 within 30 s, printing the exact command that
+  resumes it (overrides and flags included); once the server is back on the same store, that
+  command finishes every trial once. All along, the sweep's processes listen on loopback only.
 - Two identical sweeps at once: one parent holds the runs; the other says it waited and names it.
 - Four ``cemlab train`` at once on a fresh embedded sqlite store: all succeed, four runs.
 - A run's name describes the resolved model; ``cemlab report`` names the scales that have runs.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ import pytest
 from cemlab.tracking import schema
 from test_sweep_run_resume import _state  # state.json of a trial, through the config hash in its log
 from mlflow_support import sqlite_server
+from ray_support import listeners, non_loopback, private_ray_tmpdir, stale_ray_cluster_file
 from test_sweep_run import data_cache, local_sweeps, ray_local, run  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +69,18 @@ variants:
   - {group: llama, label: llama}
   - {group: cem-attn, label: cem-attn long, set: {model.attention: cem, train.tokens: 262144}}
   - {group: cem-mlp, label: cem-mlp long, set: {model.mlp: cem, train.tokens: 262144}}
+  - {group: llama, label: llama queued, set: {train.tokens: 8192}}
 """
 SHORT = "86m__llama__lr2e-3__s0"
+QUEUED = "86m__llama_queued__lr2e-3__s0"
+#: Overrides and flags the printed resume command must carry (no-ops here, but they must be there).
+OVERRIDES = ["lr=[2.0e-3]", "seed=[0]"]
+
+
+def _attempts(log_dir: Path) -> dict[str, int]:
+    """Trial id -> attempts started (each attempt begins its log with a ``--- <time> trial`` line)."""
+    return {log.stem: len(re.findall(r"^--- \S+ \S+ trial ", log.read_text(errors="replace"), re.M))
+            for log in log_dir.glob("*.log")}
 
 
 def _sweep_cmd(name: str, cache: Path, cpus: int = 2) -> list[str]:
@@ -82,34 +95,49 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
     sweeps = local_sweeps(tmp_path, killed=KILLED)
     env = {**os.environ, "CEMLAB_RUNS_DIR": str(runs_dir), "CEMLAB_SWEEPS_DIR": str(sweeps),
            "CEMLAB_REPORTS_DIR": str(tmp_path / "reports")}
+    env.pop("RAY_ADDRESS", None)
     log_dir = runs_dir / "logs" / "killed-smoke"
-    with sqlite_server(tmp_path / "store") as server:
-        env["MLFLOW_TRACKING_URI"] = server.url
-        driver = subprocess.Popen(_sweep_cmd("killed", data_cache), env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+    cmd = _sweep_cmd("killed", data_cache)
+    cmd[7:7] = OVERRIDES   # after the scale
+    with sqlite_server(tmp_path / "store") as server, private_ray_tmpdir() as ray_tmp:
+        env["MLFLOW_TRACKING_URI"], env["RAY_TMPDIR"] = server.url, str(ray_tmp)
+        stale_ray_cluster_file(ray_tmp)   # a dead `ray start` head: the sweep must start its own Ray
+        driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen: list = []   # listening sockets of the sweep's process tree (Ray, trials)
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and driver.poll() is None:
+                seen += listeners(driver.pid)
                 if _state(runs_dir, log_dir, SHORT).get("status") == "finished":
                     break
                 time.sleep(0.2)
             else:
                 driver.kill()
                 pytest.fail(f"the first trial never finished:\n{driver.communicate()[0]}")
-            time.sleep(2.0)
+            for _ in range(10):
+                seen += listeners(driver.pid)
+                time.sleep(0.2)
             dead_url = server.url
+            started = set(_attempts(log_dir))
             server.kill()
             killed_at = time.monotonic()
-            out, _ = driver.communicate(timeout=120)
+            out, _ = driver.communicate(timeout=180)
             took = time.monotonic() - killed_at
         finally:
             if driver.poll() is None:
                 driver.kill()
         print(f"server killed -> sweep exited in {took:.1f}s (exit code {driver.returncode})")
+        assert len({port for _, port, _ in seen}) >= 3, "too few listeners seen: the check would measure nothing"
+        assert not non_loopback(seen), f"the sweep listens beyond loopback: {sorted(set(non_loopback(seen)))}"
         assert driver.returncode == 4, out
-        assert took < 60, out
+        assert took < 30, out
         assert f"the MLflow store at {dead_url} stopped answering" in out, out
-        assert "cemlab sweep killed --scale smoke` again to resume" in out, out
+        # nothing new started once the store was lost: no retry, not the queued trial
+        attempts = _attempts(log_dir)
+        assert QUEUED not in attempts and set(attempts) == started, (attempts, out)
+        assert all(n == 1 for n in attempts.values()), (attempts, out)
+        resume = re.search(r"run `([^`]+)` again to resume", out)
+        assert resume and shlex.split(resume.group(1)) == ["cemlab", *cmd[3:]], out
         assert "Traceback" not in out, out
         summary = json.loads((log_dir / "summary.json").read_text())
         assert dead_url in summary["store_error"] and summary["exit_code"] == 4
@@ -120,15 +148,15 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
         # The server comes back on the same store (another port); the same command resumes.
         url = server.start()
         env["MLFLOW_TRACKING_URI"] = url
-        rerun = subprocess.run(_sweep_cmd("killed", data_cache), env=env, capture_output=True, text=True,
-                               timeout=500)
+        rerun = subprocess.run([*cmd[:3], *shlex.split(resume.group(1))[1:]], env=env, capture_output=True,
+                               text=True, timeout=500)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         client = MlflowClient(url)
         trials = _trial_runs(client)
         by_hash: dict[str, list] = {}
         for r in trials:
             by_hash.setdefault(r.data.tags[schema.CONFIG_HASH], []).append(r)
-        assert len(by_hash) == 3 and all(len(v) == 1 for v in by_hash.values()), by_hash
+        assert len(by_hash) == 4 and all(len(v) == 1 for v in by_hash.values()), by_hash
         assert all(r.data.tags[schema.STATUS] == "finished" and r.info.status == "FINISHED" for r in trials)
         again = json.loads((log_dir / "summary.json").read_text())
         assert again["exit_code"] == 0

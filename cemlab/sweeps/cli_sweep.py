@@ -17,6 +17,7 @@ The sweep runner (Ray, rich) and the store's and server's errors are imported in
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING, Callable
 
@@ -46,6 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between summary lines in plain mode (default 30)")
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that reruns (and so resumes) this sweep: its name, scale, overrides and
+    every flag that differs from its default, quoted for a POSIX shell."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    parts = ["cemlab", "sweep", str(args.sweep), "--scale", str(args.scale), *args.overrides]
+    for action in parser._actions:
+        value = getattr(args, action.dest, action.default)
+        if not action.option_strings or action.dest == "scale" or value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        parts += [flag] if action.nargs == 0 else [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join(parts)
+
+
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code."""
@@ -64,13 +80,13 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     try:
         result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
-                           interval=args.interval)
-        if after is not None and not args.no_report:
+                           interval=args.interval, command=resume_command(args))
+        if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)
     except (SweepError, StoreError, ServerError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the trials started or while the report was built
-        print("cemlab sweep: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"cemlab sweep: interrupted; run `{resume_command(args)}` again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     return result.exit_code

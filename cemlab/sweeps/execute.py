@@ -42,6 +42,7 @@ from ray import tune
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps import tune_report as rk
 from cemlab.sweeps.decide import CellSearch
+from cemlab.sweeps.guards import STOP_WAIT_S, wait_for_exit
 from cemlab.sweeps.invocation import Invocation, TrialOutcome
 from cemlab.sweeps.preflight import RAY_HINT, check_ray_address
 from cemlab.sweeps.record import mark_stopped
@@ -49,22 +50,29 @@ from cemlab.sweeps.schema import SweepError, Trial
 from cemlab.sweeps.trainable import run_trial
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import mlflow_run as mr, schema
-from cemlab.tracking.store import run_status
+from cemlab.tracking.store import run_status, telemetry_off
 from cemlab.train.checkpoint import checkpoint_folder, read_state
 from cemlab.train.plan import make_plan
 
-#: Seconds the driver waits for a stopped trial's process to end before marking its run.
-STOP_WAIT_S = 30.0
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
 DRIVER_MEMORY = 256 * 2**20
+
+
+#: The address local Ray binds to: loopback only (Ray has no authentication here).
+LOCAL_RAY_HOST = "127.0.0.1"
 
 
 def connect_ray(cpus: int | None = None) -> bool:
     """Join the cluster at ``$RAY_ADDRESS``, or start local Ray with ``cpus`` (default: all of
     this machine's). Returns True when this call started or joined Ray (and should shut it down);
-    an already initialised Ray (a test, a notebook) is used as it is."""
+    an already initialised Ray (a test, a notebook) is used as it is.
+
+    Local Ray is always a new instance of this driver (``address="local"``: never a cluster that
+    another ``ray start``, live or dead, left in Ray's "current cluster" file), bound to
+    :data:`LOCAL_RAY_HOST` with no dashboard, so nothing of it listens on another interface."""
     if ray.is_initialized():
         return False
+    telemetry_off()
     common = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
     address = os.environ.get("RAY_ADDRESS")
     if address:
@@ -74,8 +82,32 @@ def connect_ray(cpus: int | None = None) -> bool:
         except ConnectionError as e:  # e.g. "auto" with no cluster on this machine
             raise SweepError(f"RAY_ADDRESS={address}: {e}; {RAY_HINT}") from None
     else:
-        ray.init(num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False, **common)
+        with _loopback_node():
+            ray.init(address="local", num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False,
+                     _node_ip_address=LOCAL_RAY_HOST, **common)
     return True
+
+
+@contextlib.contextmanager
+def _loopback_node():
+    """While local Ray starts, its node address stays :data:`LOCAL_RAY_HOST`: on Linux Ray replaces
+    a loopback ``_node_ip_address`` by the machine's external address, and its processes then bind
+    every interface, unless Ray's "no cluster" setting is off (as it is on macOS and Windows:
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` for the processes it starts, and the same flag in this
+    one, read when ``ray`` was imported)."""
+    from ray._private import ray_constants
+
+    key, flag = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER
+    before = os.environ.get(key)
+    os.environ[key], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = flag
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def quiet_tune(search: str = "grid") -> None:
@@ -92,6 +124,31 @@ def quiet_tune(search: str = "grid") -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class HaltOnLostStore(tune.Callback):
+    """Once the store is lost (``cemlab.sweeps.guards.StoreWatch``), nothing new starts: the Tune
+    loop ends before its next step (no retry, no queued trial), and a trial that fails (to be
+    retried or not) makes the store be probed at once, before Tune could retry it."""
+
+    def __init__(self, watch):
+        self.watch = watch
+
+    def __getstate__(self):   # Tune pickles its callbacks into the experiment state: not the live watch
+        return {"watch": None}
+
+    def _halt(self) -> None:
+        raise KeyboardInterrupt(f"store lost: {self.watch.lost}")
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.watch is not None and self.watch.lost:
+            self._halt()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if self.watch is not None and self.watch.confirm_lost(f"trial {trial.trial_id} failed"):
+            self._halt()
+
+    on_trial_recover = on_trial_error   # a failed trial about to be retried
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
@@ -212,7 +269,7 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
         run_config=tune.RunConfig(name=name, storage_path=str(state.runs_dir / "ray"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=state.retries),
-                                  callbacks=[callback]),
+                                  callbacks=[HaltOnLostStore(state.watch), callback]),
     )
     results = tuner.fit()
     for r in results:
@@ -258,7 +315,7 @@ def _tune_outcome(state: Invocation, trial: Trial, result, row: pg.Row, error_fi
         return o
     # Ended without a final report and without an error: the scheduler stopped it.
     o.status = schema.STATUS_STOPPED
-    _wait_for_exit(metrics.get(rk.PID_KEY))
+    wait_for_exit(metrics.get(rk.PID_KEY), STOP_WAIT_S)
     if run_id:
         mark_stopped(state.client, run_id, metrics)
     return o
@@ -267,24 +324,3 @@ def _tune_outcome(state: Invocation, trial: Trial, result, row: pg.Row, error_fi
 def _last_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return (text[-1] if text else repr(error))[:400]
-
-
-def _wait_for_exit(pid: Any, timeout: float = STOP_WAIT_S) -> None:
-    """Wait until a stopped trial's process (on this machine) is gone, so that nothing it still
-    writes can race the driver's marking of its run."""
-    if not isinstance(pid, (int, float)) or os.environ.get("RAY_ADDRESS"):
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            return
-        try:
-            if Path(f"/proc/{int(pid)}/stat").read_text().split(")")[-1].split()[0] == "Z":
-                return
-        except (OSError, IndexError):
-            return
-        time.sleep(0.2)

@@ -20,10 +20,12 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cemlab.sweeps.invocation import write_json_atomic
 from cemlab.tracking.store import healthy
@@ -33,6 +35,8 @@ from cemlab.tracking.store import healthy
 STORE_CHECK_EVERY_S = 2.0
 STORE_CHECK_TIMEOUT_S = 3.0
 STORE_CHECK_FAILURES = 3
+#: Seconds the driver waits for a stopped or interrupted trial's process to end before marking its run.
+STOP_WAIT_S = 30.0
 #: Files in the sweep's log folder: the lock a running driver holds, and what it records there.
 DRIVER_LOCK = "driver.lock"
 DRIVER_STATE = "driver.json"
@@ -134,10 +138,13 @@ class StoreWatch:
                         _thread.interrupt_main()
                 return
 
-    def confirm_lost(self, error: BaseException) -> bool:
-        """After ``error`` in the driver: True (and ``lost`` set) when the store does not answer."""
+    def confirm_lost(self, error: BaseException | str) -> bool:
+        """After ``error`` in the driver (or a trial): True (and ``lost`` set) when the store does
+        not answer."""
+        why = error if isinstance(error, str) else f"the driver's last call failed with {type(error).__name__}"
         if self.lost is None and self.uri.startswith(("http://", "https://")) and self._down():
-            self.lost = self._message() + f"; the driver's last call failed with {type(error).__name__}"
+            with self._lock:
+                self.lost = self.lost or self._message() + f"; {why}"
         return self.lost is not None
 
     def __enter__(self) -> "StoreWatch":
@@ -152,3 +159,31 @@ class StoreWatch:
             self._armed = False
         self._stop.set()
         return False
+
+
+def wait_for_exit(pid: Any, timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds) until a trial's process on this machine is gone, so that
+    nothing it still writes can race the driver's marking of its run (not with ``$RAY_ADDRESS``:
+    the process may run on another node)."""
+    if not isinstance(pid, (int, float)) or os.environ.get("RAY_ADDRESS"):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid), 0)
+            if Path(f"/proc/{int(pid)}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return
+        except (ProcessLookupError, PermissionError, OSError, IndexError):
+            return
+        time.sleep(0.2)
+
+
+def trial_pid(log_path: Path) -> int | None:
+    """The process of a trial's last attempt, from the header line its log starts each attempt with
+    (``cemlab.sweeps.trainable``)."""
+    try:
+        found = re.findall(r"\) pid (\d+) node", log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
+

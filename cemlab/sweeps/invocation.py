@@ -82,6 +82,7 @@ class SweepResult:
     store_error: str | None = None       # the store went away during the sweep (exit code 4)
     concurrent_with: list[str] = field(default_factory=list)   # parent runs of sweeps this one waited on
     counts_checked: bool = False         # the counts were checked against the store after the sweep
+    command: str = ""                    # the command line that reruns (resumes) this sweep
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -132,6 +133,7 @@ class Invocation:
     other_driver: str | None = None   # another driver of this sweep and scale runs now: its parent run ("": not known yet)
     outcomes: dict[str, TrialOutcome] = field(default_factory=dict)
     searches: list[SearchOutcome] = field(default_factory=list)
+    watch: Any = None                 # the store's watch while trials run (cemlab.sweeps.guards.StoreWatch)
 
     def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> TrialJob:
         return TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,

@@ -473,9 +473,9 @@ def print_end(result, console: Console) -> None:
                       f"{', '.join(result.concurrent_with)}); this sweep took their runs", highlight=False)
     if result.store_error:
         console.print(f"Stopped: {result.store_error}. Finished trials are kept in the store, stopped ones keep "
-                      f"their checkpoints. Once the server answers again, run `cemlab sweep {result.sweep} --scale "
-                      f"{result.scale}` again to resume.", highlight=False)
+                      f"their checkpoints. Once the server answers again, run `{result.command}` again to resume.",
+                      highlight=False, markup=False)
     elif result.interrupted:
-        console.print("Interrupted: rerun the same command to resume (finished trials are kept, interrupted "
-                      "ones continue from their checkpoints).", highlight=False)
+        console.print(f"Interrupted: run `{result.command}` again to resume (finished trials are kept, "
+                      "interrupted ones continue from their checkpoints).", highlight=False, markup=False)
     console.print(f"MLflow: {result.dashboard_url()}", highlight=False)

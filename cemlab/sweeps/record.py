@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cemlab.sweeps import progress as pg
-from cemlab.sweeps.guards import DriverLock
+from cemlab.sweeps.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
 from cemlab.sweeps.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
 from cemlab.sweeps.spec import SweepSpec
 from cemlab.sweeps.tune_report import STEP_KEY
@@ -115,7 +115,8 @@ def mark_stopped(client: "MlflowClient", run_id: str, metrics: dict[str, Any]) -
 
 def mark_interrupted(state: Invocation) -> None:
     """After Ctrl-C/SIGTERM (trial processes already ended): the runs of the trials that were
-    running say interrupted; every trial of the table gets an outcome (those that ended during
+    running say interrupted, unless the store holds their result (a trial that finished while the
+    sweep was being stopped is finished, not interrupted); every trial of the table gets an outcome (those that ended during
     the interrupted ``fit`` from what the table saw, the others ``queued``)."""
     for tid, row in list(state.progress.rows.items()):
         if tid in state.outcomes:
@@ -128,9 +129,16 @@ def mark_interrupted(state: Invocation) -> None:
                                                wall=row.elapsed, attempts=row.attempts, log_path=log_path)
             continue
         run_id = row.run_id or (read_state(checkpoint_folder(state.runs_dir, trial.config_hash)) or {}).get("run_id")
+        wait_for_exit(trial_pid(Path(log_path)), STOP_WAIT_S)  # it may still be saying how it ended
         if run_id:
             try:
-                if state.client.get_run(run_id).info.status == "RUNNING":
+                run = state.client.get_run(run_id)
+                if run_status(run) in SEARCH_RESULTS:  # it finished while the sweep was being stopped
+                    state.progress.set_status(tid, run_status(run))
+                    state.outcomes[tid] = TrialOutcome(trial, run_status(run), run_id, dict(run.data.metrics),
+                                                       wall=row.elapsed, attempts=row.attempts, log_path=log_path)
+                    continue
+                if run.info.status == "RUNNING":
                     mr.finish_run(state.client, run_id, schema.STATUS_INTERRUPTED)
             except Exception as e:  # the store may be going down too: the rerun tidies up
                 log.warning("could not mark run %s interrupted: %s", run_id, e)
@@ -162,8 +170,9 @@ def mark_store_lost(state: Invocation, message: str) -> None:
 def _check_against_store(state: Invocation, trial_outcomes: list[TrialOutcome]) -> None:
     """Make every outcome that claims a result agree with the store after the sweep: a trained,
     done or recorded trial needs an active run with a result under this parent; a reused or
-    waited one an active run with a result and the trial's config hash. Otherwise it is
-    ``missing`` (a failure), whatever the trial said."""
+    waited one an active run with a result and the trial's config hash, and no other run of that
+    hash under this parent may still be ``RUNNING`` (an orphan of an earlier attempt). Otherwise it
+    is ``missing`` (a failure), whatever the trial said."""
     results = SEARCH_RESULTS
     children = {r.info.run_id: r for r in search_runs(state.client, [state.experiment_id],
                                                        f"tags.`{schema.PARENT_RUN_ID}` = '{state.parent_run_id}'")}
@@ -182,9 +191,17 @@ def _check_against_store(state: Invocation, trial_outcomes: list[TrialOutcome]) 
                 run = None
         ok = (run is not None and run_status(run) in results
               and run.data.tags.get(schema.CONFIG_HASH) == o.trial.config_hash)
+        stray = [r.info.run_id for r in children.values() if r.info.run_id != o.run_id
+                 and r.data.tags.get(schema.CONFIG_HASH) == o.trial.config_hash and r.info.status == "RUNNING"]
+        defect = None
         if not ok:
-            o.error = (f"said {o.status}, but the store {state.uri} holds no active run with a result for it "
-                       f"(run {o.run_id}){' under this parent' if mine else ''}")
+            defect = (f"said {o.status}, but the store {state.uri} holds no active run with a result for it "
+                      f"(run {o.run_id}){' under this parent' if mine else ''}")
+        elif stray:
+            defect = (f"its run {o.run_id} has a result, but the store {state.uri} also holds a RUNNING run of "
+                      f"its config under this parent ({', '.join(stray)}): one run per config; delete the stray one")
+        if defect:
+            o.error = defect
             o.status = pg.MISSING
             state.progress.set_status(o.trial.trial_id, pg.MISSING, note=o.error)
 

@@ -40,6 +40,7 @@ once it is back); 130 interrupted (rerun to resume).
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,10 +63,12 @@ if TYPE_CHECKING:
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
-              interval: float = 30.0, overrides: list[str] | None = None) -> SweepResult:
+              interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
-    ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``."""
+    ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
+    ``command``: the command line that resumes it, printed on every exit that can be resumed
+    (default: rebuilt from the sweep, scale and overrides)."""
     t0 = time.time()
     console = console or Console(highlight=False)
     if retries < 0:
@@ -97,6 +100,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             else:
                 record.mark_interrupted(inv)
         result = record.finish(inv, interrupted and not lost, t0, store_error=lost)
+        result.command = command or shlex.join(["cemlab", "sweep", str(sweep), "--scale", scale, *(overrides or [])])
     finally:
         if driver_lock is not None:
             driver_lock.release()
@@ -111,7 +115,7 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
     """Decide and execute every trial under the progress table and the guards. Returns whether
     Ctrl-C / SIGTERM interrupted them, and why the store was lost (None: it was not)."""
     interrupted = False
-    watch = StoreWatch(inv.uri)
+    watch = inv.watch = StoreWatch(inv.uri)
     with SigtermAsInterrupt(), pg.ProgressDisplay(inv.progress, console, live=live, interval=interval):
         try:
             try:

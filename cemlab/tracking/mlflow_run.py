@@ -121,6 +121,33 @@ def create_run(client: "MlflowClient", experiment_id: str, name: str, tags: dict
     return run.info.run_id
 
 
+def start_run(client: "MlflowClient", experiment_id: str, name: str, tags: dict[str, str], cfg: "RunConfig",
+              params: dict[str, Any]) -> str:
+    """A new run of ``cfg`` with its tags, ``params`` and config file; its id. When logging them
+    fails, the half-made run is discarded (:func:`discard_run`) before the error goes on, so no
+    attempt leaves a run that the next one would not continue: one run per config."""
+    run_id = create_run(client, experiment_id, name, tags)
+    try:
+        log_params(client, run_id, params)
+        log_config(client, run_id, cfg)
+    except BaseException:
+        discard_run(client, run_id)
+        raise
+    return run_id
+
+
+def discard_run(client: "MlflowClient", run_id: str) -> None:
+    """A run whose creation failed half-way (before any training logged into it): marked failed and
+    deleted (MLflow keeps it restorable), so that the retried attempt's run is the config's only
+    one. Best effort: when the store does not answer, the sweep's store check names the stray run."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        finish_run(client, run_id, schema.STATUS_FAILED, {schema.ERROR: "its creation failed; the retry made a new run"})
+    with contextlib.suppress(Exception):
+        client.delete_run(run_id)
+
+
 def log_params(client: "MlflowClient", run_id: str, params: dict[str, Any]) -> None:
     """Log params in batches within MLflow's limits (long values are cut, with a marker)."""
     from mlflow.entities import Param

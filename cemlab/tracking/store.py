@@ -60,6 +60,12 @@ HTTP_SETTINGS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
 }
+#: Usage telemetry of MLflow and Ray, off in cemlab's processes (and the Ray and MLflow processes
+#: they start) unless ``CEMLAB_TELEMETRY=1``: a researcher's runs should not phone home unasked,
+#: and MLflow's telemetry thread changes the environment while other threads read it.
+TELEMETRY_OFF = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "RAY_USAGE_STATS_ENABLED": "0"}
+#: Set to 1 to leave MLflow's and Ray's telemetry as their defaults.
+TELEMETRY_OPT_IN = "CEMLAB_TELEMETRY"
 #: Lock file beside a sqlite database, held while a process opens (creates, migrates) it.
 SQLITE_LOCK_SUFFIX = ".lock"
 
@@ -69,7 +75,18 @@ def configure_http() -> dict[str, str]:
     values in force. Trials get them through their environment too (``TrialJob.env``)."""
     for k, v in HTTP_SETTINGS.items():
         os.environ.setdefault(k, v)
-    return {k: os.environ[k] for k in HTTP_SETTINGS}
+    return {**{k: os.environ[k] for k in HTTP_SETTINGS}, **telemetry_off()}
+
+
+def telemetry_off() -> dict[str, str]:
+    """Turn MLflow's and Ray's usage telemetry off in this process's environment (inherited by the
+    processes it starts), unless the user opted in (:data:`TELEMETRY_OPT_IN`) or set them
+    already; returns the values in force."""
+    if os.environ.get(TELEMETRY_OPT_IN, "").strip().lower() in ("1", "true", "yes"):
+        return {}
+    for k, v in TELEMETRY_OFF.items():
+        os.environ.setdefault(k, v)
+    return {k: os.environ[k] for k in TELEMETRY_OFF}
 
 
 def default_tracking_uri() -> str:

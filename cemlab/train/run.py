@@ -396,10 +396,7 @@ def _create_mlflow_run(run: Run, client, start: Start) -> tuple[str, str]:
     parent = run.parent_run_id or run.cfg.tracking.parent_run_id
     experiment_id = store.ensure_experiment(run.cfg.tracking.experiment, client)
     tags = mr.run_tags(run.cfg, role=run.role or ("trial" if parent else "train"), parent_run_id=parent)
-    run_id = mr.create_run(client, experiment_id, run.name, tags)
-    mr.log_params(client, run_id, flatten(run.cfg))
-    mr.log_config(client, run_id, run.cfg)
-    return run_id, experiment_id
+    return mr.start_run(client, experiment_id, run.name, tags, run.cfg, flatten(run.cfg)), experiment_id
 
 
 def _log_start(run: Run, model: Model, data: TaskData, start: Start, client, run_id: str,
