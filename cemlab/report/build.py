@@ -40,7 +40,8 @@ from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
-from cemlab.report.verdicts import evaluate, verdict_frame
+from cemlab.report.comparisons import comparisons_table, forest_plot
+from cemlab.report.verdicts import comparison_frame, evaluate, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -231,6 +232,14 @@ def _save(fig, out_dir: Path, stem: str, written: set[str]) -> None:
     plt.close(fig)
 
 
+def _integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Count columns as integers in the CSV (``160``, not ``160.0``; empty where unknown)."""
+    df = df.copy()
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
+    return df
+
+
 def _csv(df: pd.DataFrame, out_dir: Path, stem: str, written: set[str]) -> str:
     name = f"{stem}.csv"
     df.to_csv(out_dir / name, index=False, lineterminator="\n")
@@ -285,13 +294,18 @@ def _claims_frame(verdicts) -> pd.DataFrame:
     df = verdict_frame(verdicts)
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    return df[["id", "paper", "claim", "condition", "verdict", "effect (95% CI)", "regime", "paper_regime", "numbers",
-               "missing", "rule"]]
+    df["verdict at a shared lr"] = [f"{r['verdict_shared_lr']} (lr {r['shared_lr']:.3g})"
+                                    if np.isfinite(r["shared_lr"]) else r["verdict_shared_lr"] for _, r in df.iterrows()]
+    df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
+    df["effect, % [CI]"] = df.pop("effect (95% CI)")
+    return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
+               "effect, % [CI]", "primary", "margin", "regime", "paper_regime", "numbers", "missing", "rule"]]
 
 
 def _effect_text(r) -> str:
+    """The primary comparison's effect and its (Bonferroni-adjusted) interval, in percent."""
     def pct(x):
-        return f"{x * 100:+.1f}%"
+        return f"{x * 100:+.2f}"
     if not np.isfinite(r["effect"]):
         return ""
     ci = f" [{pct(r['ci_low'])}, {pct(r['ci_high'])}]" if np.isfinite(r["ci_low"]) else " (no interval)"
@@ -343,7 +357,20 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
                         ctx.grids.claim_sweeps())
     claims_df = _claims_frame(verdicts)
-    claim_file = _csv(verdict_frame(verdicts), out_dir, "claims", written)
+    claim_file = _csv(_integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]), out_dir, "claims",
+                      written)
+    comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
+    forest = forest_plot(verdicts)
+    if forest is not None:
+        _save(forest, out_dir, "forest", written)
+    sections.append(Section("comparisons", "Every comparison behind the claims",
+                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
+                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
+                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
+                            "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
+                            "forest.png" if forest is not None else None,
+                            [comparisons_file] + (["forest.pdf"] if forest is not None else []),
+                            [comparisons_table(verdicts)]))
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
@@ -351,7 +378,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     missing_file = _csv(not_done, out_dir, "missing", written)
     sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
                             "cells, the verdicts and the trials without a finished run, as CSV.", None,
-                            [trials_file, cells_file, claim_file, missing_file]))
+                            [trials_file, cells_file, claim_file, comparisons_file, missing_file]))
 
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
     searched = bool((trials["search_cell"] != "").any())
@@ -457,5 +484,6 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     page = Page("cemlab reports", summary, banner, _claims_frame(verdicts), [], None, links)
     (root / "index.html").write_text(render_html(page), encoding="utf-8")
     (root / "index.md").write_text(render_md(page), encoding="utf-8")
-    verdict_frame(verdicts).to_csv(root / "claims.csv", index=False, lineterminator="\n")
+    _integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]).to_csv(
+        root / "claims.csv", index=False, lineterminator="\n")
     return root / "index.html"

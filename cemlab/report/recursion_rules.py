@@ -145,7 +145,7 @@ def rule_precond_t2_not_t1(data: ClaimData):
         names1, names2 = ", ".join(n for n, _, _ in p1), ", ".join(n for n, _, _ in p2)
         n1, n2 = len(p1), len(p2)
         for check in (
-            compare(data, missing, f"T=1 eta={s1:g} {c}", r1, change(n1), f"mean change at T=1 eta={s1:g} ({names1}; "
+            compare(data, missing, f"T=1 eta={s1:g}", r1, change(n1), f"mean change at T=1 eta={s1:g} ({names1}; "
                     f"little effect: equivalent to 0 within +-{NEGLIGIBLE:.0%})", NEGLIGIBLE, "within", c),
             compare(data, missing, f"T=2 {c}", r2, change(n2),
                     f"mean change at T=2 {c} ({names2}; clear: below -{NEGLIGIBLE:.0%})", -NEGLIGIBLE, "below", c),
