@@ -614,7 +614,11 @@ def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
     from cemlab.sweeps.plan import plan_sweep
 
     grid = plan_sweep("recursion_ablation", "tiny", read_store=False).grid()
-    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, "1/T"]
-    assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
+    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, 0.5] and grid["axes"]["T"] == [1, 2]
+    assert grid["cells"] == 18 and grid["axes"]["seed"] == [0, 1, 2]  # 9 cells x 2 learning rates
+    # tuned: every cell (all but lr and seed) at both rates with the same 3 seeds, chosen on validation
+    tuning = grid["tuning"]
+    assert "validation" in tuning["method"] and len(tuning["cells"]) == 9
+    assert all(c["lr"] == [2e-3, 4e-3] and c["seeds"] == [0, 1, 2] for c in tuning["cells"])
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False).grid()
     assert smoke["seeds_per_cell"] == [2, 2]

@@ -55,12 +55,15 @@ _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
 
 class SweepGrids:
     """The sweep files (``cemlab.sweeps.spec``): names, scales, what each feeds (its figures and
-    claims) and expanded grids (cached)."""
+    claims) and expanded grids (cached). ``overrides``: the ``key=value`` of ``cemlab sweep``, applied
+    to every grid as the sweep applied them (a sweep they do not fit keeps its own grid), so that the
+    report reads exactly the trials that ran."""
 
-    def __init__(self):
+    def __init__(self, overrides: list[str] | None = None):
         from cemlab.sweeps import spec
 
         self._spec = spec
+        self.overrides = list(overrides or [])
         self._cache: dict[tuple[str, str], list] = {}
         self._specs: dict[str, object] = {}
 
@@ -80,7 +83,12 @@ class SweepGrids:
         """The grid; raises ``SweepError`` for an unknown sweep or scale."""
         key = (sweep, scale)
         if key not in self._cache:
-            self._cache[key] = self.spec(sweep).expand(scale)
+            try:
+                self._cache[key] = self.spec(sweep).expand(scale, overrides=self.overrides or None)
+            except self._spec.SweepError:
+                if not self.overrides:
+                    raise
+                self._cache[key] = self.spec(sweep).expand(scale)  # overrides that do not fit this sweep
         return self._cache[key]
 
     def spec(self, sweep: str):
@@ -391,7 +399,9 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
                   f"Run `cemlab sweep {ctx.sweep} --scale {ctx.scale}` first; the {counts['trials']} expected "
                   f"trials are listed below.")
     summary = [
-        ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale), ("MLflow store", ctx.store.uri),
+        ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale),
+        ("overrides", " ".join(ctx.grids.overrides) or "none (the sweep file's own grid)"),
+        ("MLflow store", ctx.store.uri),
         ("parent run", _run_link(ctx.store.uri, parent) if parent else "none (report not logged to MLflow)"),
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
@@ -427,12 +437,13 @@ def report_dir(sweep: str, out: str | Path | None) -> Path:
 
 
 def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,
-          store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True) -> ReportResult:
+          store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True,
+          overrides: list[str] | None = None) -> ReportResult:
     """``build_report`` returning the full ``ReportResult``."""
     store = store or RunStore(tracking_uri or store_tracking_uri())
-    grids = grids or SweepGrids()
-    if scale:  # an unknown sweep or scale fails here, before anything is written
-        grids.trials(sweep, scale)
+    grids = grids or SweepGrids(overrides)
+    if scale:  # an unknown sweep or scale (or overrides that do not fit it) fails here, before anything is written
+        grids.spec(sweep).expand(scale, overrides=grids.overrides or None)
     else:
         grids.figure(sweep)
     scale = scale or choose_scale(sweep, store, grids)
@@ -443,14 +454,14 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
 
 
 def build_report(sweep: str, scale: str | None = None, out: str | Path | None = None,
-                 tracking_uri: str | None = None) -> Path:
+                 tracking_uri: str | None = None, overrides: list[str] | None = None) -> Path:
     """Make ``<out>/<sweep>/`` (default ``./reports/<sweep>/``) from the runs in MLflow and log it
     to the sweep's latest parent run; returns the path of its ``index.html``.
 
     ``scale`` defaults to the scale with the most runs of this sweep; ``tracking_uri`` to
     ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.SweepError`` for
     an unknown sweep or scale."""
-    result = build(sweep, scale, out, tracking_uri)
+    result = build(sweep, scale, out, tracking_uri, overrides=overrides)
     if result.publish_error:
         print(f"cemlab report: the report of {sweep} was written but not logged to MLflow: {result.publish_error}",
               file=sys.stderr)
