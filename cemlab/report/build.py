@@ -41,7 +41,7 @@ from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
-from cemlab.report.verdicts import comparison_frame, evaluate, verdict_frame
+from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -240,14 +240,6 @@ def _save(fig, out_dir: Path, stem: str, written: set[str]) -> None:
     plt.close(fig)
 
 
-def _integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Count columns as integers in the CSV (``160``, not ``160.0``; empty where unknown)."""
-    df = df.copy()
-    for c in cols:
-        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
-    return df
-
-
 def _csv(df: pd.DataFrame, out_dir: Path, stem: str, written: set[str]) -> str:
     name = f"{stem}.csv"
     df.to_csv(out_dir / name, index=False, lineterminator="\n")
@@ -332,6 +324,25 @@ def _regime_text(r) -> str:
     return ", ".join(parts)
 
 
+def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Section]) -> tuple[str, str]:
+    """claims.csv, comparisons.csv and the forest plot, with their section on the page."""
+    claim_file = _csv(_integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]), out_dir, "claims",
+                      written)
+    comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
+    forest = forest_plot(verdicts)
+    if forest is not None:
+        _save(forest, out_dir, "forest", written)
+    sections.append(Section("comparisons", "Every comparison behind the claims",
+                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
+                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
+                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
+                            "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
+                            "forest.png" if forest is not None else None,
+                            [comparisons_file] + (["forest.pdf"] if forest is not None else []),
+                            [comparisons_table(verdicts)]))
+    return claim_file, comparisons_file
+
+
 def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> ReportResult:
     """Write one sweep's report into ``out_dir`` (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -365,20 +376,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
                         ctx.grids.claim_sweeps())
     claims_df = _claims_frame(verdicts)
-    claim_file = _csv(_integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]), out_dir, "claims",
-                      written)
-    comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
-    forest = forest_plot(verdicts)
-    if forest is not None:
-        _save(forest, out_dir, "forest", written)
-    sections.append(Section("comparisons", "Every comparison behind the claims",
-                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
-                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
-                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
-                            "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
-                            "forest.png" if forest is not None else None,
-                            [comparisons_file] + (["forest.pdf"] if forest is not None else []),
-                            [comparisons_table(verdicts)]))
+    claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][

@@ -380,6 +380,14 @@ def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                          for v in verdicts], columns=CLAIM_COLUMNS)
 
 
+def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Count columns as integers in a CSV (``160``, not ``160.0``; empty where unknown)."""
+    df = df.copy()
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
+    return df
+
+
 #: comparisons.csv columns: one row per comparison behind every claim.
 COMPARISON_COLUMNS = ["id", "condition", "comparison", *WHERE, "compared", "test", "side", "threshold", "margin",
                       "effect", "ci_low", "ci_high", "level", "n", "verdict", "primary", "text"]
