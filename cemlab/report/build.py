@@ -39,7 +39,7 @@ from cemlab.report.claims import CLAIMS, claims_for
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
-from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
+from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
 from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
 from cemlab.tracking import schema
@@ -294,12 +294,14 @@ def _claims_frame(verdicts) -> pd.DataFrame:
     df = verdict_frame(verdicts)
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    df["verdict at a shared lr"] = [f"{r['verdict_shared_lr']} (lr {r['shared_lr']:.3g})"
-                                    if np.isfinite(r["shared_lr"]) else r["verdict_shared_lr"] for _, r in df.iterrows()]
+    df["verdict at a shared lr"] = [
+        f"{r['verdict_shared_lr']} (lr {r['shared_lr']:.3g})" if np.isfinite(r["shared_lr"]) else r["verdict_shared_lr"]
+        for _, r in df.iterrows()]
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
     df["effect, % [CI]"] = df.pop("effect (95% CI)")
     return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
-               "effect, % [CI]", "primary", "margin", "regime", "paper_regime", "numbers", "missing", "rule"]]
+               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "numbers", "missing",
+               "rule"]]
 
 
 def _effect_text(r) -> str:
@@ -383,8 +385,10 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = _csv(not_done, out_dir, "missing", written)
     sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
-                            "cells, the verdicts and the trials without a finished run, as CSV.", None,
-                            [trials_file, cells_file, claim_file, comparisons_file, missing_file]))
+                            "cells (shown below: test mean +- std over seeds, n), the verdicts, every comparison and "
+                            "the trials without a finished run, as CSV.", None,
+                            [trials_file, cells_file, claim_file, comparisons_file, missing_file],
+                            [cell_display(cells)]))
 
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
     searched = bool((trials["search_cell"] != "").any())

@@ -16,12 +16,13 @@ import pandas as pd
 from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
 from cemlab.report.akima import chosen_on_validation
 from cemlab.report.paper_figures import reuse_setting
-from cemlab.report.recursion_rules import (eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1,  # noqa: F401
-                                           rule_small_step_t1, rule_t2_beats_t1, rule_test_time_recursion)
+from cemlab.report.recursion_rules import (  # noqa: F401 (the recursion claims' rules, bound by name)
+    eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1, rule_small_step_t1, rule_t2_beats_t1,
+    rule_test_time_recursion)
 from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, t_interval
 from cemlab.report.table import best_lr, selection_key
-from cemlab.report.verdicts import Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct, pick_cell, regime_of, \
-    rel, sizes_of
+from cemlab.report.verdicts import Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct, pick_cell, \
+    regime_of, rel, sizes_of
 
 
 def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b: tuple[str, dict]):

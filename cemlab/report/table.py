@@ -248,3 +248,17 @@ def best_lr(cells: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     return df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
+
+
+def cell_display(cells: pd.DataFrame) -> pd.DataFrame:
+    """The per-cell table of the page: variant, size, learning rate, test mean +- std (ddof=1) and n
+    over finished seeds, the validation mean the report chooses on, and the cell's note."""
+    def pm(r) -> str:
+        if not math.isfinite(r["mean"]):
+            return ""
+        return f"{r['mean']:.4g} +- {r['std']:.2g}" if math.isfinite(r["std"]) else f"{r['mean']:.4g}"
+    return pd.DataFrame({"variant": cells["variant"], "size": cells["size"], "lr": cells["lr"],
+                         "test mean +- std": [pm(r) for _, r in cells.iterrows()],
+                         "n": cells["n"].astype(int), "of": cells["n_expected"].astype(int),
+                         "val mean": cells["val_mean"] if "val_mean" in cells else math.nan,
+                         "note": cells["note"]})

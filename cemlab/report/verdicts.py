@@ -118,6 +118,7 @@ class Verdict:
     verdict_shared_lr: str = ""
     shared_lr: float = math.nan
     checks: list = field(default_factory=list)
+    size_flips: str = ""
 
     @property
     def verdict_changes(self) -> bool:
@@ -300,6 +301,26 @@ def _primary(checks: list[Check], primary: str) -> Check:
     return next((c for c in checks if primary and primary in c.label), checks[0])
 
 
+def size_flips(checks: list[Check]) -> str:
+    """Comparisons made at several sizes whose sign flips: one size's interval wholly below 0 and
+    another's wholly above; each named with its effect per size, in size order (the trend against
+    parameters)."""
+    groups: dict[str, list[Check]] = {}
+    for ch in checks:
+        size = str(ch.cells.get("size", ""))
+        if size and " vs " not in size:
+            groups.setdefault(ch.label.replace(size, "").strip(), []).append(ch)
+    out = []
+    for key, g in groups.items():
+        if len(g) < 2:
+            continue
+        below = any(c.iv.finite and c.iv.high < 0 for c in g)
+        above = any(c.iv.finite and c.iv.low > 0 for c in g)
+        if below and above:
+            out.append(f"{key}: " + ", ".join(f"{c.cells['size']} {c.fmt(c.iv.effect)}" for c in g))
+    return "; ".join(out)
+
+
 def _judged(c, data_of: Callable[..., ClaimData]) -> tuple[list[Check], list[str]]:
     """The claim's comparisons, each at the Bonferroni level of its condition's family: a first
     pass counts them, a second judges at 1 - alpha/k (the rules are cheap, pure pandas)."""
@@ -350,6 +371,7 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
                 v.shared_lr = float(next(iter(shared_lrs.values())))
             else:
                 v.verdict_shared_lr = verdict
+            v.size_flips = size_flips(mine)
             if mine:
                 d = _primary(mine, c.primary)
                 v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
@@ -365,7 +387,7 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 CLAIM_COLUMNS = ["id", "paper", "claim", "condition", "verdict", "effect", "ci_low", "ci_high", "n_seeds", "scale",
                  "corpus", "tokens_per_param", "steps", "paper_regime", "method", "numbers", "missing", "rule",
                  "sweeps", "verdict_shared_lr", "shared_lr", "verdict_changes", "margin", "n_comparisons",
-                 "primary"]
+                 "primary", "size_flips"]
 
 
 def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
@@ -376,7 +398,8 @@ def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                               missing="; ".join(v.missing), rule=v.rule, sweeps=" ".join(v.sweeps),
                               verdict_shared_lr=v.verdict_shared_lr, shared_lr=v.shared_lr,
                               verdict_changes=v.verdict_changes, margin=v.margin, n_comparisons=v.n_comparisons,
-                              primary=_primary(v.checks, v.primary).label if v.checks else "")
+                              primary=_primary(v.checks, v.primary).label if v.checks else "",
+                              size_flips=v.size_flips)
                          for v in verdicts], columns=CLAIM_COLUMNS)
 
 
