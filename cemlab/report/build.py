@@ -294,9 +294,8 @@ def _claims_frame(verdicts) -> pd.DataFrame:
     df = verdict_frame(verdicts)
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    df["verdict at a shared lr"] = [
-        f"{r['verdict_shared_lr']} (lr {r['shared_lr']:.3g})" if np.isfinite(r["shared_lr"]) else r["verdict_shared_lr"]
-        for _, r in df.iterrows()]
+    df["verdict at a shared lr"] = [r["verdict_shared_lr"] + (f" (lr {r['shared_lr']:.3g})" if np.isfinite(
+        r["shared_lr"]) else "") for _, r in df.iterrows()]
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
     df["effect, % [CI]"] = df.pop("effect (95% CI)")
     return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
@@ -328,8 +327,8 @@ def _regime_text(r) -> str:
 
 def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Section]) -> tuple[str, str]:
     """claims.csv, comparisons.csv and the forest plot, with their section on the page."""
-    claim_file = _csv(_integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]), out_dir, "claims",
-                      written)
+    counts = ["n_seeds", "steps", "n_comparisons"]
+    claim_file = _csv(_integers(verdict_frame(verdicts), counts), out_dir, "claims", written)
     comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
     forest = forest_plot(verdicts)
     if forest is not None:
@@ -384,10 +383,9 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = _csv(not_done, out_dir, "missing", written)
-    sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
-                            "cells (shown below: test mean +- std over seeds, n), the verdicts, every comparison and "
-                            "the trials without a finished run, as CSV.", None,
-                            [trials_file, cells_file, claim_file, comparisons_file, missing_file],
+    sections.append(Section("data", "Data", "Every trial with its run and status, the cells (below: test mean +- std "
+                            "over seeds, n), the verdicts, every comparison and the trials without a finished run, as "
+                            "CSV.", None, [trials_file, cells_file, claim_file, comparisons_file, missing_file],
                             [cell_display(cells)]))
 
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
