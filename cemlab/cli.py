@@ -90,24 +90,20 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
     ``result.report_error`` (exit code 3) when it fails: the runs are safe in MLflow and
-    ``cemlab report`` can retry. Not built after an interrupted sweep or a lost store, nor for
-    overridden trials (the report reads the sweep file's own grid). ``source``: the sweep as the
-    command named it (a name, or the path of a ``.yaml`` file, which the report reads too)."""
+    ``cemlab report`` can retry. Not built after an interrupted sweep or a lost store. With
+    ``overrides``, the report reads the overridden trials and names the overrides. ``source``: the
+    sweep as the command named it (a name, or the path of a ``.yaml`` file, which the report reads too)."""
     if result.interrupted or result.store_error:
-        return
-    if overrides:
-        console.print(f"Report: not built for overridden trials ({' '.join(overrides)}): the report reads the sweep "
-                      f"file's own grid; the trials are in MLflow (config overrides in the tag cemlab.overrides)",
-                      highlight=False)
         return
     try:
         from cemlab.report import build_report
 
-        result.report = build_report(source or result.sweep, scale=result.scale, tracking_uri=result.tracking_uri)
+        result.report = build_report(source or result.sweep, scale=result.scale, tracking_uri=result.tracking_uri,
+                                     overrides=overrides)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
-        console.print(f"Report: not built ({result.report_error}); run `cemlab report {source or result.sweep}` "
-                      f"to retry",
+        again = " ".join([source or result.sweep, *(overrides or [])])
+        console.print(f"Report: not built ({result.report_error}); run `cemlab report {again}` to retry",
                       highlight=False)
         return
     console.print(f"Report: {result.report}", highlight=False)

@@ -27,6 +27,17 @@ NEGLIGIBLE = 0.01
 MATCH_TOL = 0.01
 #: "Close to": within 2% of the reference.
 CLOSE_TOL = 0.02
+#: Smallest effect of interest of a difference claim on perplexity or RMSE (relative change): an
+#: interval wholly inside +-1% reads ``negligible`` (no claim has a zero tolerance).
+SESOI = 0.01
+#: Smallest effect of interest of the learning-rate claim: a quarter octave (log2 of the lr ratio).
+SESOI_LR = 0.25
+
+#: Sign convention of every comparison's ``effect`` (stated once on the report page).
+SIGN_CONVENTION = ("effect = relative change of the main metric (test perplexity; test RMSE for the GP study) of the "
+                   "variant the claim favours against its reference, value_favoured / value_reference - 1, per seed "
+                   "and then averaged: negative = the favoured variant is better. Shown in percent on the page and "
+                   "as a fraction in the CSV files. The learning-rate claim's effect is log2(lr_CEM / lr_Llama).")
 
 #: The regime of the paper's language-model runs (sec. 4, Table 1-2), shown next to every verdict.
 PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/param), SlimPajama; seeds not stated"
@@ -34,11 +45,16 @@ PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/para
 PAPER_REGIME_GP = "GP regression as in Table 3 (8192 training points); seeds not stated"
 
 
-def _claim(id: str, paper: str, claim: str, rule: str, function: str, paper_regime: str = PAPER_REGIME) -> dict:
+def _claim(id: str, paper: str, claim: str, rule: str, function: str, paper_regime: str = PAPER_REGIME,
+           primary: str = "", margin: float = SESOI, combine: str = "all") -> dict:
     """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
     runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
-    that rule, and the regime of the paper's runs behind it."""
-    return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, paper_regime=paper_regime)
+    that rule, the regime of the paper's runs behind it, its primary comparison (the first whose
+    label contains ``primary``: the paper's headline contrast, whose effect claims.csv shows), its
+    smallest effect of interest ``margin`` and how its comparisons combine (``combine``, a key of
+    ``cemlab.report.stats.COMBINE_RULES``)."""
+    return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, paper_regime=paper_regime,
+                primary=primary, margin=margin, combine=combine)
 
 
 #: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
@@ -46,24 +62,26 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
     _claim("attn-small-cost", "Fig. 2a, sec. 4.1",
            "Replacing attention by CEM attention (T=1, about half the attention parameters) costs little perplexity.",
            f"At every size, CEM attention's perplexity is at most {SMALL_COST:.0%} above Llama's (paired over seeds).",
-           "rule_attn_small_cost"),
+           "rule_attn_small_cost", primary=""),
     _claim("mlp-loses-more", "Fig. 2b, sec. 4.1",
            "CEM MLPs lose more perplexity than CEM attention.",
-           "At every size, the relative perplexity increase of the dimension-matched CEM MLP over Llama is larger "
-           "than that of CEM attention.", "rule_mlp_loses_more"),
+           "At every size, CEM attention's relative change over Llama minus the dimension-matched CEM MLP's "
+           "relative change over Llama is below 0 (effect: that difference).", "rule_mlp_loses_more"),
     _claim("param-matching-recovers", "Fig. 2b, sec. 4.1",
            "Parameter matching (hidden width x1.5) recovers some of the CEM MLP's loss.",
            "At every size, the parameter-matched CEM MLP has lower perplexity than the dimension-matched one.",
            "rule_param_matching_recovers"),
     _claim("t2-beats-t1", "Fig. 2c/2d, sec. 4.2",
            "Recursion T=2 beats T=1 (CEM attention and CEM MLP).",
-           "For every sublayer, size and preconditioner, perplexity at T=2 is lower than at T=1; judged per step "
-           "size eta of the T=2 cells.", "rule_t2_beats_t1"),
+           "For every sublayer, size and preconditioner, perplexity at T=2 is lower than at T=1; judged separately "
+           "at the same per-step eta (T=2 eta=e vs T=1 eta=e) and at the same total step T*eta (T=2 eta=1/2 vs "
+           "T=1 eta=1), each a condition of its own.", "rule_t2_beats_t1", primary="cem-attn"),
     _claim("precond-t2-not-t1", "Fig. 2c/2d, sec. 4.2",
            "Preconditioners have little effect at T=1 but help at T=2.",
-           f"Gain of the richest preconditioner over the simplest (dplr over diag, or over none), averaged over "
-           f"sublayers and sizes per seed: within +-{NEGLIGIBLE:.0%} at T=1, above {NEGLIGIBLE:.0%} and above the "
-           f"T=1 gain at T=2; per eta.", "rule_precond_t2_not_t1"),
+           f"Relative change of the richest preconditioner over the simplest (dplr over diag, or over none), averaged "
+           f"over sublayers and sizes per seed: equivalent to 0 within +-{NEGLIGIBLE:.0%} at T=1 (TOST), below "
+           f"-{NEGLIGIBLE:.0%} at T=2, and the T=2 change minus the T=1 change below 0; per eta of the T=2 cells "
+           f"(T=1 at the same per-step eta where it was run).", "rule_precond_t2_not_t1", primary="T=2 - T=1"),
     _claim("cem-attn-t2-beats-llama", "Fig. 2c, sec. 4.2",
            "CEM attention with T=2 (and a preconditioner) beats Llama attention.",
            "At every size, the best CEM attention at T=2 has lower perplexity than Llama; per eta.",
@@ -75,38 +93,44 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
     _claim("full-cem-higher-lr", "Fig. 3a, sec. 4.3",
            "Full CEM Transformers prefer a higher learning rate than Llama.",
            "At every size, CEM's optimal learning rate is higher than Llama's (log2 ratio of the per-seed optima > 0; "
-           "an optimum at the grid's edge stands for 'at or beyond the edge').", "rule_full_cem_higher_lr"),
+           "an optimum at the grid's edge stands for 'at or beyond the edge').", "rule_full_cem_higher_lr", margin=SESOI_LR),
     _claim("full-cem-256m", "appendix (256M)",
            "At 256M parameters, full CEM still matches or beats Llama.",
            f"At every size of the sweep, full CEM's perplexity is at most {MATCH_TOL:.0%} above Llama's.", "rule_256m"),
     _claim("kq-diagonal-matters", "Fig. 3b, sec. 4.4",
            "A diagonal term in A_k is essential for good performance.",
-           f"At every size, CEM attention without a diagonal is more than {NEGLIGIBLE:.0%} worse than the best "
-           f"diagonal variant.", "rule_kq_matters"),
+           f"At every size, the best diagonal variant's relative change against CEM attention without a diagonal "
+           f"is below -{NEGLIGIBLE:.0%}.", "rule_kq_matters"),
     _claim("shared-close-to-per-head", "Fig. 3b, sec. 4.4",
            "A diagonal shared across heads is close to per-head diagonals.",
-           f"At every size, the shared diagonal's perplexity is at most {CLOSE_TOL:.0%} above the per-head one's.",
+           f"At every size, the shared diagonal's perplexity is equivalent to the per-head one's within "
+           f"+-{CLOSE_TOL:.0%} (TOST).",
            "rule_shared_close"),
     _claim("reuse-vs-recursion-mlp", "Fig. 3c, sec. 4.4",
            "Plain reuse of the MLP block gains little from T=1 to T=2, while CEM MLP recursion gains.",
-           f"At every size, plain reuse gains at most {NEGLIGIBLE:.0%} and each CEM MLP setting gains more than "
-           f"0 and more than plain reuse; per eta.", "rule_reuse_vs_recursion_mlp"),
+           f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, each CEM MLP "
+           f"setting's is below 0 and below plain reuse's; per eta.", "rule_reuse_vs_recursion_mlp", primary="vs reuse"),
     _claim("reuse-vs-recursion-attention", "Fig. 4, appendix D",
            "Plain reuse of the attention block gains little (or hurts), while CEM attention recursion gains.",
-           f"At every size, plain reuse gains at most {NEGLIGIBLE:.0%} and CEM attention gains more than 0 and "
-           f"more than plain reuse; per eta.", "rule_reuse_vs_recursion_attention"),
+           f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, CEM "
+           f"attention's is below 0 and below plain reuse's; per eta.", "rule_reuse_vs_recursion_attention", primary="vs reuse"),
     _claim("gp-t2-beats-t1", "Table 3 (GP study)",
            "In the GP study, T=2 beats T=1.",
            "For every kernel, the test RMSE at T=2 is lower than at T=1.", "rule_gp_t2_beats_t1", PAPER_REGIME_GP),
     _claim("gp-not-monotonic", "Table 3 (GP study)",
            "In the GP study, gains from more recursion steps are not monotonic.",
-           "For at least one kernel, the test RMSE rises from one T to the next larger T.",
-           "rule_gp_not_monotonic", PAPER_REGIME_GP),
+           "For at least one kernel, the test RMSE at some T is lower than at the next larger T (effect: RMSE at "
+           "the smaller T relative to the larger).",
+           "rule_gp_not_monotonic", PAPER_REGIME_GP, combine="any"),
     _claim("test-time-recursion", "beyond the paper (sec. 5.2: future work)",
            "A CEM model trained with T=2 improves when given more recursion steps at test time.",
            "For every T=2-trained CEM cell, test perplexity evaluated with 2T steps is lower than with the T steps it "
            "was trained with (test/ppl_at_steps, paired over seeds); per eta.",
            "rule_test_time_recursion", "not in the paper"),
+    _claim("small-step-t1", "beyond the paper (step size at T=1)",
+           "Without recursion (T=1), a smaller CEM step eta=1/2 beats the residual step eta=1, and beats Llama.",
+           "For every sublayer, size and preconditioner, perplexity at T=1 eta=1/2 is lower than at T=1 eta=1, and "
+           "lower than Llama's.", "rule_small_step_t1", "not in the paper", primary="cem-attn"),
 )
 
 #: Claim ids, in paper order: what a sweep file's ``claims:`` may list.

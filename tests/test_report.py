@@ -241,13 +241,17 @@ def test_energy_and_training_csvs(scenario):
 
 EXPECTED_VERDICTS = {
     "attn-small-cost": "supported", "mlp-loses-more": "supported", "param-matching-recovers": "contradicted",
-    "t2-beats-t1": "supported", "precond-t2-not-t1": "supported", "cem-attn-t2-beats-llama": "supported",
+    # precond: its T=2 change (-2.2% [-3.4, -0.95] at the Bonferroni level 1 - 0.05/3) does not clear -1% wholly
+    "t2-beats-t1": "supported", "precond-t2-not-t1": "inconclusive", "cem-attn-t2-beats-llama": "supported",
     # two seeds, and seed 1's Llama curve has the shared attention_replacement run at 2e-3 (31.0 instead of
     # ~30.2), which moves its optimum: the per-seed optima disagree and the interval is wide
     "full-cem-matches-llama": "inconclusive", "full-cem-higher-lr": "inconclusive", "full-cem-256m": "not enough runs",
     "kq-diagonal-matters": "supported", "shared-close-to-per-head": "supported",
-    "reuse-vs-recursion-mlp": "supported", "reuse-vs-recursion-attention": "not enough runs",
-    "gp-t2-beats-t1": "supported", "gp-not-monotonic": "supported", "test-time-recursion": "contradicted",
+    # reuse: plain reuse's -0.27% [-1.14, +0.61] straddles its -1% threshold (k = 5 comparisons, level 99%)
+    "reuse-vs-recursion-mlp": "inconclusive", "reuse-vs-recursion-attention": "not enough runs",
+    # not monotonic: the rises (rbf T=4->8) have two seeds, and six comparisons at 1 - 0.05/6 leave them open
+    "gp-t2-beats-t1": "supported", "gp-not-monotonic": "inconclusive", "test-time-recursion": "contradicted",
+    "small-step-t1": "not enough runs",
 }
 
 
@@ -259,22 +263,42 @@ def test_verdicts_follow_the_values(scenario):
         for _, c in claims.iterrows():
             assert got.setdefault(c["id"], c["verdict"]) == c["verdict"]  # same claim, same verdict everywhere
             assert c["scale"] == "smoke"
-    missing_claims = {"full-cem-256m", "reuse-vs-recursion-attention"}
+    missing_claims = {"full-cem-256m", "reuse-vs-recursion-attention", "small-step-t1"}
     assert got == {k: v for k, v in EXPECTED_VERDICTS.items() if k not in missing_claims}
     # the columns scripts read; each decided row rests on a finite interval over at least two seeds
     rec = pd.read_csv(scenario["out"] / "recursion_ablation" / "claims.csv")
     assert {"effect", "ci_low", "ci_high", "n_seeds", "tokens_per_param", "steps"} <= set(rec.columns)
     decided = rec[rec["verdict"].isin(["supported", "contradicted"])]
-    assert len(decided) == len(rec) and (decided["n_seeds"] == 3).all()
+    assert (decided["n_seeds"] == 3).all() and len(decided) >= 3
     assert (decided["ci_low"] <= decided["effect"]).all() and (decided["effect"] <= decided["ci_high"]).all()
     t2 = rec.set_index("id").loc["t2-beats-t1"]
-    assert t2["condition"] == "eta=1" and t2["ci_high"] < 0
+    assert t2["condition"] == "same per-step eta=1" and t2["ci_high"] < 0
+    assert t2["primary"].startswith("cem-attn")  # the entry's primary comparison, not the least favourable
+    assert ",steps," in (scenario["out"] / "recursion_ablation" / "claims.csv").read_text().splitlines()[0] + ","
     # tokens per parameter of the decisive comparison's reference cell (CEM attention or MLP at T=1)
     assert min(abs(t2["tokens_per_param"] - 2e4 / p) for p in (0.9e6, 0.8e6)) < 1e-9
     # param matching: s2 is the size that disagrees, and the numbers say so
     pm = pd.read_csv(scenario["out"] / "mlp_replacement" / "claims.csv").set_index("id").loc["param-matching-recovers"]
     s2 = next(part for part in pm["numbers"].split("; s") if "2: dim-matched" in part)
     assert s2.endswith("[contradicted]") and "n=3" in s2
+
+
+def test_one_sign_convention_in_every_comparison(scenario):
+    """Every comparison of a claim on perplexity or RMSE: negative effect = the favoured variant is
+    better. The scenario's values favour the claims (except those the verdicts contradict), so each
+    supported difference comparison is negative, in every claim that has one."""
+    frames = [pd.read_csv(p) for p in sorted(scenario["out"].glob("*/comparisons.csv"))]
+    comp = pd.concat(frames).drop_duplicates(["id", "condition", "comparison"])
+    diff = comp[(comp["test"] == "difference") & (comp["id"] != "full-cem-higher-lr")]
+    supported = diff[diff["verdict"] == "supported"]
+    assert (supported["ci_high"] < 0).all() and (diff[diff["verdict"] == "contradicted"]["ci_low"] > 0).all()
+    assert {"t2-beats-t1", "mlp-loses-more", "precond-t2-not-t1", "reuse-vs-recursion-mlp",
+            "param-matching-recovers"} <= set(supported["id"])
+    kq = comp[comp["id"] == "kq-diagonal-matters"]
+    assert (kq["effect"] < 0).all() and (kq["side"] == "below").all()  # diagonal vs none: negative = better
+    # the page states the convention once, and shows comparisons and the forest plot
+    html = (scenario["out"] / "recursion_ablation" / "index.html").read_text()
+    assert html.count("Sign convention:") == 1 and 'id="comparisons"' in html and "forest.png" in html
 
 
 def test_report_logged_to_the_sweeps_parent_run(scenario):
@@ -454,8 +478,10 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     # grid has fewer than three T values
     gp_T = {t.axes["T"] for t in load_sweep("gp_recursion").expand("smoke")}
     undecided = {k for k, v in verdicts.items() if v == "not enough runs"}
-    # (and test-time recursion: these runs carry no test/ppl_at_steps curve)
-    assert undecided == ({"gp-not-monotonic"} if len(gp_T) < 3 else set()) | {"test-time-recursion"}
+    # (and test-time recursion: these runs carry no test/ppl_at_steps curve; and the preconditioner
+    # claim: recursion_ablation runs dplr only at smoke and tiny, see its sweep file)
+    assert undecided == ({"gp-not-monotonic"} if len(gp_T) < 3 else set()) | {"test-time-recursion",
+                                                                               "precond-t2-not-t1"}
     assert set(verdicts) == {c.id for c in CLAIMS}
 
 

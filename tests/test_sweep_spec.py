@@ -32,12 +32,13 @@ SCALES = ("smoke", "tiny", "paper")
 EXPECTED_COUNTS = {
     "attention_replacement": {"smoke": 1 * 2, "tiny": 4 * 2, "paper": 4 * 2},
     "mlp_replacement": {"smoke": 1 * 3, "tiny": 4 * 3, "paper": 4 * 3},
-    "recursion_ablation": {"smoke": 1 * 13 * 2, "tiny": 1 * 13 * 3, "paper": 4 * 13 * 3 * 3},
+    # tiny/smoke: dplr only, T x eta crossed: 1 + 2 x 2 x 2 cells; tiny tunes lr over 2 rates per cell
+    "recursion_ablation": {"smoke": 1 * 9 * 2, "tiny": 1 * 9 * 2 * 3, "paper": 4 * 17 * 3 * 3},
     "lr_sweep": {"smoke": 1 * 2 * 3, "tiny": 2 * 2 * 5, "paper": 4 * 2 * 5},
     "lr_search": {"smoke": 1 * 2, "tiny": 1 * 2, "paper": 4 * 2},  # grid cells; Optuna samples inside each
     "kq_diagonal": {"smoke": 1 * 4, "tiny": 2 * 4, "paper": 4 * 4},
-    "reuse_vs_recursion_mlp": {"smoke": 1 * 8 * 2, "tiny": 1 * 8 * 3, "paper": 4 * 8 * 3},
-    "reuse_vs_recursion_attention": {"smoke": 1 * 5 * 2, "tiny": 1 * 5 * 3, "paper": 4 * 5 * 3},
+    "reuse_vs_recursion_mlp": {"smoke": 1 * 10 * 2, "tiny": 1 * 10 * 3, "paper": 4 * 10 * 3},
+    "reuse_vs_recursion_attention": {"smoke": 1 * 6 * 2, "tiny": 1 * 6 * 3, "paper": 4 * 6 * 3},
     "gp_recursion": {"smoke": 2 * 2 * 1, "tiny": 2 * 4 * 3, "paper": 2 * 4 * 5},
     "scale_256m": {"smoke": 2, "tiny": 2, "paper": 2 * 3},
     "x0_ablation": {"smoke": 1 * 9 * 2, "tiny": 1 * 9 * 3, "paper": 2 * 9 * 3},
@@ -111,28 +112,28 @@ def test_expansion_is_deterministic():
     ids = [i for i, _ in a]
     assert ids[0] == "86m__llama__lr2e-3__s0"
     assert ids[:5] == ["86m__llama__lr2e-3__s0", "86m__llama__lr2e-3__s1", "86m__llama__lr2e-3__s2",
-                       "86m__cem-attn_T1_diag__lr2e-3__s0", "86m__cem-attn_T1_diag__lr2e-3__s1"]
-    assert ids[-1] == "86m__cem-mlp_T2_dplr_eta-1-T__lr2e-3__s2"
+                       "86m__llama__lr4e-3__s0", "86m__llama__lr4e-3__s1"]
+    assert ids[-1] == "86m__cem-mlp_T2_dplr_eta-0.5__lr4e-3__s2"
 
 
 def test_trial_config_is_the_layered_settings():
     """A trial's config equals one built by hand from scales.yaml and the sweep file's layers."""
     scales = load_scales()
     tiny = scales["tiny"]
-    t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["86m__cem-mlp_T2_dplr_eta-1-T__lr2e-3__s1"]
+    t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["86m__cem-mlp_T2_dplr_eta-0.5__lr2e-3__s1"]
     size = tiny.sizes["86m"]
     by_hand = RunConfig.model_validate({
         "model": {**tiny.lm.base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr",
-                  "mlp_eta": "1/T"},
+                  "mlp_eta": 0.5},
         "data": tiny.lm.base["data"],
         "train": {**tiny.lm.base["train"], **size.train, "lr": 2e-3, "seed": 1},
     })
     assert t.config_hash == by_hand.hash()
-    assert t.axes == {"size": "86m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr eta=1/T", "lr": 2e-3,
-                      "seed": 1, "precond": "dplr", "eta": "1/T"}
+    assert t.axes == {"size": "86m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr eta=0.5", "lr": 2e-3,
+                      "seed": 1, "T": 2, "precond": "dplr", "eta": 0.5}
     assert t.config.model.d_model == size.model["d_model"] and t.config.model.name == "86m"
     assert t.config.train.tokens == size.train["tokens"]
-    assert t.config.tracking.tags[schema.axis_tag("eta")] == "1/T"
+    assert t.config.tracking.tags[schema.axis_tag("eta")] == "0.5"
     assert t.config.tracking.tags[schema.MODEL_KIND] == "cem-mlp"
     assert t.resources.workers == 1 and t.resources.gpus == 0
 
@@ -154,8 +155,11 @@ def test_paper_scale_is_table1_with_chinchilla_tokens_on_slimpajama():
 def test_scale_restrictions_replace_axis_values():
     spec = load_sweep("recursion_ablation")
     tiny, paper = spec.expand("tiny"), spec.expand("paper")
-    assert sorted({t.size for t in tiny}) == ["86m"] and {t.axes["lr"] for t in tiny} == {2e-3}
-    assert {t.axes["seed"] for t in tiny} == {0, 1, 2} and {t.axes.get("eta") for t in tiny} == {None, 1, "1/T"}
+    assert sorted({t.size for t in tiny}) == ["86m"] and {t.axes["lr"] for t in tiny} == {2e-3, 4e-3}
+    assert {t.axes["seed"] for t in tiny} == {0, 1, 2} and {t.axes.get("eta") for t in tiny} == {None, 1, 0.5}
+    # recursion crossed with the step size: eta in {1, 1/2} at T=1 and at T=2, each at both learning rates
+    cem = {(t.axes["T"], t.axes["eta"], t.axes["lr"]) for t in tiny if t.axes.get("T")}
+    assert cem == {(T, e, lr) for T in (1, 2) for e in (1, 0.5) for lr in (2e-3, 4e-3)}
     assert {t.axes["lr"] for t in paper} == {1e-3, 2e-3, 4e-3}
     gp = load_sweep("gp_recursion").expand("smoke")
     assert sorted({t.axes["T"] for t in gp}) == [1, 2] and {t.axes["seed"] for t in gp} == {0}
@@ -193,8 +197,8 @@ def test_llama_baselines_are_shared_across_sweeps(scale):
 
 
 def test_identical_cells_of_different_figures_share_hashes():
-    def h(sweep, trial_id):
-        return trials_by_id(load_sweep(sweep).expand("tiny"))[trial_id].config_hash
+    def h(sweep, trial_id, scale="tiny"):
+        return trials_by_id(load_sweep(sweep).expand(scale))[trial_id].config_hash
 
     base = h("attention_replacement", "86m__llama__lr2e-3__s0")
     # Plain reuse with T=1 is the Llama baseline; so is the baseline of every other figure.
@@ -204,10 +208,11 @@ def test_identical_cells_of_different_figures_share_hashes():
     assert base == h("lr_sweep", "86m__llama__lr2e-3__s0") == h("mlp_replacement", "86m__llama__lr2e-3__s0")
     # Single-step CEM attention (shared KQ diagonal, no preconditioner) in Fig 2a and Fig 4.
     assert h("attention_replacement", "86m__cem-attn_T1__lr2e-3__s0") == \
-        h("reuse_vs_recursion_attention", "86m__cem-attn_T1__lr2e-3__s0")
+        h("reuse_vs_recursion_attention", "86m__cem-attn_T1_eta-1__lr2e-3__s0")
     # CEM attention T=1 with a diagonal preconditioner and shared diagonal: Fig 2c and Fig 3b.
-    assert h("recursion_ablation", "86m__cem-attn_T1_diag__lr2e-3__s0") == \
-        h("kq_diagonal", "86m__cem-attn_kq_shared__lr2e-3__s0")
+    # (recursion_ablation runs diag at the paper scale only; eta=1 set explicitly is the default)
+    assert h("recursion_ablation", "86m__cem-attn_T1_diag_eta-1__lr2e-3__s0", "paper") == \
+        h("kq_diagonal", "86m__cem-attn_kq_shared__lr2e-3__s0", "paper")
     # ... but a different scale is a different run.
     assert base != trials_by_id(load_sweep("attention_replacement").expand("smoke"))["86m__llama__lr2e-3__s0"].config_hash
 
@@ -351,7 +356,7 @@ def test_plan_counts_params_tokens_and_flops_independently():
     from cemlab.sweeps.plan import plan_sweep
 
     plan = plan_sweep("recursion_ablation", "smoke", read_store=False)
-    assert len(plan.rows) == 26 and plan.store is None
+    assert len(plan.rows) == 18 and plan.store is None
     for r in plan.rows:
         cfg = r.trial.config
         seq = cfg.model.context_length
@@ -609,8 +614,12 @@ def test_tiny_recursion_ablation_has_three_seeds_per_cell_and_two_step_sizes():
     from cemlab.sweeps.plan import plan_sweep
 
     grid = plan_sweep("recursion_ablation", "tiny", read_store=False).grid()
-    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, "1/T"]
-    assert grid["cells"] == 13 and grid["axes"]["seed"] == [0, 1, 2]
+    assert grid["seeds_per_cell"][0] >= 3 and grid["axes"]["eta"] == [1, 0.5] and grid["axes"]["T"] == [1, 2]
+    assert grid["cells"] == 18 and grid["axes"]["seed"] == [0, 1, 2]  # 9 cells x 2 learning rates
+    # tuned: every cell (all but lr and seed) at both rates with the same 3 seeds, chosen on validation
+    tuning = grid["tuning"]
+    assert "validation" in tuning["method"] and len(tuning["cells"]) == 9
+    assert all(c["lr"] == [2e-3, 4e-3] and c["seeds"] == [0, 1, 2] for c in tuning["cells"])
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False).grid()
     assert smoke["seeds_per_cell"] == [2, 2]
 

@@ -89,6 +89,24 @@ def akima_optimum(lrs, values) -> Optimum:
     return Optimum(float(10.0**best), float(vals[i]), bracketed, n)
 
 
+def chosen_on_validation(lrs, val, test) -> Optimum:
+    """The learning rate chosen on the validation curve (``akima_optimum`` of ``val``), with the
+    *test* curve's Akima interpolant read at that rate as its ``value``: choose on validation, judge
+    on test. Without any finite validation value, the test curve's own optimum."""
+    lrs, val, test = (np.asarray(a, dtype=float) for a in (lrs, val, test))
+    if not np.isfinite(val).any():
+        return akima_optimum(lrs, test)
+    chosen = akima_optimum(lrs, np.where(np.isfinite(test), val, np.nan))
+    x, y = average_seeds(lrs, test)
+    if not math.isfinite(chosen.lr) or len(x) == 0:
+        return chosen
+    if len(x) < 3:
+        value = float(y[int(np.argmin(np.abs(np.log10(x) - math.log10(chosen.lr))))])
+    else:
+        value = float(_interpolator(np.log10(x), y)(math.log10(chosen.lr)))
+    return Optimum(chosen.lr, value, chosen.bracketed, chosen.n_points)
+
+
 def _interpolator(logx: np.ndarray, y: np.ndarray):
     from scipy.interpolate import Akima1DInterpolator
 

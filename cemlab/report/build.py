@@ -40,8 +40,9 @@ from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
-from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, join_trials
-from cemlab.report.verdicts import evaluate, verdict_frame
+from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
+from cemlab.report.comparisons import comparisons_table, forest_plot
+from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -57,12 +58,15 @@ _PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
 
 class SweepGrids:
     """The sweep files (``cemlab.sweeps.spec``): names, scales, what each feeds (its figures and
-    claims) and expanded grids (cached)."""
+    claims) and expanded grids (cached). ``overrides``: the ``key=value`` of ``cemlab sweep``, applied
+    to every grid as the sweep applied them (a sweep they do not fit keeps its own grid), so that the
+    report reads exactly the trials that ran."""
 
-    def __init__(self):
+    def __init__(self, overrides: list[str] | None = None):
         from cemlab.sweeps import spec
 
         self._spec = spec
+        self.overrides = list(overrides or [])
         self._cache: dict[tuple[str, str], list] = {}
         self._specs: dict[str, object] = {}
 
@@ -95,7 +99,12 @@ class SweepGrids:
         """The grid; raises ``SweepError`` for an unknown sweep or scale."""
         key = (sweep, scale)
         if key not in self._cache:
-            self._cache[key] = self.spec(sweep).expand(scale)
+            try:
+                self._cache[key] = self.spec(sweep).expand(scale, overrides=self.overrides or None)
+            except self._spec.SweepError:
+                if not self.overrides:
+                    raise
+                self._cache[key] = self.spec(sweep).expand(scale)  # overrides that do not fit this sweep
         return self._cache[key]
 
     def spec(self, sweep: str):
@@ -302,13 +311,19 @@ def _claims_frame(verdicts) -> pd.DataFrame:
     df = verdict_frame(verdicts)
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    return df[["id", "paper", "claim", "condition", "verdict", "effect (95% CI)", "regime", "paper_regime", "numbers",
-               "missing", "rule"]]
+    df["verdict at a shared lr"] = [r["verdict_shared_lr"] + (f" (lr {r['shared_lr']:.3g})" if np.isfinite(
+        r["shared_lr"]) else "") for _, r in df.iterrows()]
+    df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
+    df["effect, % [CI]"] = df.pop("effect (95% CI)")
+    return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
+               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "numbers", "missing",
+               "rule"]]
 
 
 def _effect_text(r) -> str:
+    """The primary comparison's effect and its (Bonferroni-adjusted) interval, in percent."""
     def pct(x):
-        return f"{x * 100:+.1f}%"
+        return f"{x * 100:+.2f}"
     if not np.isfinite(r["effect"]):
         return ""
     ci = f" [{pct(r['ci_low'])}, {pct(r['ci_high'])}]" if np.isfinite(r["ci_low"]) else " (no interval)"
@@ -325,6 +340,25 @@ def _regime_text(r) -> str:
         parts.append(f"{int(r['steps'])} steps")
     parts.append(f"{int(r['n_seeds'])} seeds")
     return ", ".join(parts)
+
+
+def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Section]) -> tuple[str, str]:
+    """claims.csv, comparisons.csv and the forest plot, with their section on the page."""
+    counts = ["n_seeds", "steps", "n_comparisons"]
+    claim_file = _csv(_integers(verdict_frame(verdicts), counts), out_dir, "claims", written)
+    comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
+    forest = forest_plot(verdicts)
+    if forest is not None:
+        _save(forest, out_dir, "forest", written)
+    sections.append(Section("comparisons", "Every comparison behind the claims",
+                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
+                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
+                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
+                            "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
+                            "forest.png" if forest is not None else None,
+                            [comparisons_file] + (["forest.pdf"] if forest is not None else []),
+                            [comparisons_table(verdicts)]))
+    return claim_file, comparisons_file
 
 
 def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> ReportResult:
@@ -360,15 +394,16 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
                         ctx.grids.claim_sweeps())
     claims_df = _claims_frame(verdicts)
-    claim_file = _csv(verdict_frame(verdicts), out_dir, "claims", written)
+    claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = _csv(not_done, out_dir, "missing", written)
-    sections.append(Section("data", "Data", "Every trial of the grid with its run and status, the seed-aggregated "
-                            "cells, the verdicts and the trials without a finished run, as CSV.", None,
-                            [trials_file, cells_file, claim_file, missing_file]))
+    sections.append(Section("data", "Data", "Every trial with its run and status, the cells (below: test mean +- std "
+                            "over seeds, n), the verdicts, every comparison and the trials without a finished run, as "
+                            "CSV.", None, [trials_file, cells_file, claim_file, comparisons_file, missing_file],
+                            [cell_display(cells)]))
 
     parent = ctx.store.latest_parent_run(ctx.sweep, ctx.scale)
     searched = bool((trials["search_cell"] != "").any())
@@ -381,7 +416,9 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
                   f"Run `cemlab sweep {ctx.sweep} --scale {ctx.scale}` first; the {counts['trials']} expected "
                   f"trials are listed below.")
     summary = [
-        ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale), ("MLflow store", ctx.store.uri),
+        ("sweep", ctx.sweep), ("paper", figure_tag), ("scale", ctx.scale),
+        ("overrides", " ".join(ctx.grids.overrides) or "none (the sweep file's own grid)"),
+        ("MLflow store", ctx.store.uri),
         ("parent run", _run_link(ctx.store.uri, parent) if parent else "none (report not logged to MLflow)"),
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
@@ -431,13 +468,14 @@ def report_dir(sweep: str, out: str | Path | None) -> Path:
 
 
 def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,
-          store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True) -> ReportResult:
+          store: RunStore | None = None, grids: SweepGrids | None = None, publish: bool = True,
+          overrides: list[str] | None = None) -> ReportResult:
     """``build_report`` returning the full ``ReportResult``."""
     store = store or RunStore(tracking_uri or store_tracking_uri())
-    grids = grids or SweepGrids()
+    grids = grids or SweepGrids(overrides)
     sweep = grids.add_file(sweep)
-    if scale:  # an unknown sweep or scale fails here, before anything is written
-        grids.trials(sweep, scale)
+    if scale:  # an unknown sweep or scale (or overrides that do not fit it) fails here, before anything is written
+        grids.spec(sweep).expand(scale, overrides=grids.overrides or None)
     else:
         grids.figure(sweep)
     scale = scale or choose_scale(sweep, store, grids)
@@ -448,7 +486,7 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
 
 
 def build_report(sweep: str, scale: str | None = None, out: str | Path | None = None,
-                 tracking_uri: str | None = None) -> Path:
+                 tracking_uri: str | None = None, overrides: list[str] | None = None) -> Path:
     """Make ``<out>/<sweep>/`` (default ``./reports/<sweep>/``) from the runs in MLflow and log it
     to the sweep's latest parent run; returns the path of its ``index.html``. ``sweep``: a name in
     the sweeps folder or the path of a ``.yaml`` sweep file (the report is then ``<out>/<file name>/``).
@@ -456,7 +494,7 @@ def build_report(sweep: str, scale: str | None = None, out: str | Path | None = 
     ``scale`` defaults to the scale with the most runs of this sweep; ``tracking_uri`` to
     ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.SweepError`` for
     an unknown sweep or scale."""
-    result = build(sweep, scale, out, tracking_uri)
+    result = build(sweep, scale, out, tracking_uri, overrides=overrides)
     if result.publish_error:
         print(f"cemlab report: the report of {sweep} was written but not logged to MLflow: {result.publish_error}",
               file=sys.stderr)
@@ -490,5 +528,6 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     page = Page("cemlab reports", summary, banner, _claims_frame(verdicts), [], None, links)
     (root / "index.html").write_text(render_html(page), encoding="utf-8")
     (root / "index.md").write_text(render_md(page), encoding="utf-8")
-    verdict_frame(verdicts).to_csv(root / "claims.csv", index=False, lineterminator="\n")
+    _integers(verdict_frame(verdicts), ["n_seeds", "steps", "n_comparisons"]).to_csv(
+        root / "claims.csv", index=False, lineterminator="\n")
     return root / "index.html"

@@ -11,18 +11,18 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
-from cemlab.report.akima import akima_optimum
+from cemlab.report.akima import chosen_on_validation
 from cemlab.report.paper_figures import reuse_setting
+from cemlab.report.recursion_rules import (  # noqa: F401 (the recursion claims' rules, bound by name)
+    eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1, rule_small_step_t1, rule_t2_beats_t1,
+    rule_test_time_recursion)
 from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, t_interval
-from cemlab.report.table import best_lr
-from cemlab.report.verdicts import (Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct,
-                                    pick_cell, regime_of, rel, sizes_of)
-from cemlab.tracking import schema
-
+from cemlab.report.table import best_lr, selection_key
+from cemlab.report.verdicts import Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct, pick_cell, \
+    regime_of, rel, sizes_of
 
 
 def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b: tuple[str, dict]):
@@ -68,9 +68,9 @@ def rule_mlp_loses_more(data: ClaimData):
             continue
         la, ca = attn[size]
         checks.append(compare(
-            data, missing, size, [llama, cem, la, ca], lambda lm, m, l2, a: (m / lm - 1) - (a / l2 - 1),
-            f"{size}: CEM MLP {pct(cem['mean'] / llama['mean'] - 1)} vs CEM attention "
-            f"{pct(ca['mean'] / la['mean'] - 1)} over Llama (effect: the difference)", 0.0, "above"))
+            data, missing, size, [llama, cem, la, ca], lambda lm, m, l2, a: (a / l2 - 1) - (m / lm - 1),
+            f"{size}: CEM attention {pct(ca['mean'] / la['mean'] - 1)} vs CEM MLP "
+            f"{pct(cem['mean'] / llama['mean'] - 1)} over Llama (effect: attention's minus the MLP's)", 0.0, "below"))
     return checks, missing
 
 
@@ -85,110 +85,9 @@ def rule_param_matching_recovers(data: ClaimData):
     return checks, missing
 
 
-def _recursion_cells(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("recursion_ablation", ["family", "variant", "size", "T", "precond", "eta"])
-
-
-def _cem(cells: pd.DataFrame) -> pd.DataFrame:
-    return cells[cells["family"].isin(["cem-attn", "cem-mlp"])] if not cells.empty else cells
-
-
-def rule_t2_beats_t1(data: ClaimData):
-    """T=1 does not depend on the step-size setting eta=1/T (it is eta=1), so one T=1 cell is the
-    reference of the T=2 cell of every eta."""
-    missing: list[str] = []
-    cem = _cem(_recursion_cells(data))
-    checks = []
-    if cem.empty:
-        return checks, missing
-    for (group, size, precond), g in cem.groupby(["family", "size", "precond"], sort=False):
-        label = f"{group} {size} {precond}"
-        t1 = pick_cell(g, missing, f"{label} T=1", T=1)
-        for eta in etas_of(g[g["T"] == 2]):
-            c = eta_condition(eta)
-            t2 = pick_cell(g[g["T"] == 2], missing, f"{label} T=2 {c}", **({"eta": eta} if eta else {}))
-            if t1 is not None and t2 is not None:
-                checks.append(compare(data, missing, f"{label} {c}".strip(), [t1, t2], rel,
-                                      f"{label} {c}: T=1 {num(t1['mean'])}, T=2 {num(t2['mean'])}", condition=c))
-    return checks, missing
-
-
-PRECOND_ORDER = ["none", "diag", "dplr"]
-
-
-def rule_precond_t2_not_t1(data: ClaimData):
-    """Effect of a preconditioner = relative gain of the richest one present (dplr > diag > none)
-    over the simplest one present, per (sublayer, size, T), averaged over sublayers and sizes per
-    seed. Supported when the mean effect at T=1 is within +-NEGLIGIBLE, at T=2 above NEGLIGIBLE,
-    and the T=2 effect above the T=1 effect (three comparisons, per eta of the T=2 cells)."""
-    missing: list[str] = []
-    cem = _cem(_recursion_cells(data))
-    if cem.empty:
-        return [], missing
-
-    def pairs(T: int, eta: str) -> list[tuple]:
-        out = []
-        sel = cem[cem["T"] == T]
-        if eta:
-            sel = sel[sel["eta"] == eta]
-        for (group, size), g in sel.groupby(["family", "size"], sort=False):
-            present = [p for p in PRECOND_ORDER if p in set(g["precond"])]
-            if len(present) < 2:
-                continue
-            lo, hi = present[0], present[-1]
-            a = pick_cell(g, missing, f"{group} {size} T={T} {lo}", precond=lo)
-            b = pick_cell(g, missing, f"{group} {size} T={T} {hi}", precond=hi)
-            if a is not None and b is not None:
-                out.append((f"{group} {size} T={T} {lo}->{hi}", a, b))
-        return out
-
-    def gain(n: int):
-        # per seed: mean over the pairs of (a - b) / a; values come as a0, b0, a1, b1, ...
-        return lambda *v: np.mean([(v[2 * i] - v[2 * i + 1]) / v[2 * i] for i in range(n)], axis=0)
-
-    checks = []
-    p1 = pairs(1, "")
-    for eta in etas_of(cem[cem["T"] == 2]):
-        p2 = pairs(2, eta)
-        if not p1 or not p2:
-            continue
-        c = eta_condition(eta)
-        r1 = [x for _, a, b in p1 for x in (a, b)]
-        r2 = [x for _, a, b in p2 for x in (a, b)]
-        names1, names2 = ", ".join(n for n, _, _ in p1), ", ".join(n for n, _, _ in p2)
-        for check in (
-            compare(data, missing, "T=1", r1, gain(len(p1)), f"mean gain at T=1 ({names1}; little effect: within "
-                    f"+-{NEGLIGIBLE:.0%})", NEGLIGIBLE, "within", c),
-            compare(data, missing, f"T=2 {c}".strip(), r2, gain(len(p2)),
-                    f"mean gain at T=2 {c} ({names2}; clear: above {NEGLIGIBLE:.0%})", NEGLIGIBLE, "above", c),
-            compare(data, missing, f"T=2 - T=1 {c}".strip(), r2 + r1,
-                    lambda *v: gain(len(p2))(*v[:2 * len(p2)]) - gain(len(p1))(*v[2 * len(p2):]),
-                    f"gain at T=2 {c} minus gain at T=1", 0.0, "above", c),
-        ):
-            if check is not None:
-                checks.append(check)
-    return checks, missing
-
-
-def rule_cem_attn_t2_beats_llama(data: ClaimData):
-    missing: list[str] = []
-    cells = _recursion_cells(data)
-    checks = []
-    for size in sizes_of(cells):
-        llama = pick_cell(cells, missing, f"{size} llama", size=size, family="llama")
-        t2 = cells[(cells["size"] == size) & (cells["family"] == "cem-attn") & (cells["T"] == 2)]
-        for eta in etas_of(t2):
-            c = eta_condition(eta)
-            cem = pick_cell(t2, missing, f"{size} cem-attn T=2 {c}".strip(), **({"eta": eta} if eta else {}))
-            if llama is not None and cem is not None:
-                checks.append(compare(data, missing, f"{size} {c}".strip(), [llama, cem], rel,
-                                      f"{size} {c}: Llama {num(llama['mean'])}, best CEM attention T=2 "
-                                      f"({cem['precond']}) {num(cem['mean'])}", condition=c))
-    return checks, missing
-
-
 def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dict]]:
-    """Akima optimum of each seed's learning-rate curve, per size and family (llama / cem)."""
+    """Akima optimum of each seed's learning-rate curve, per size and family (llama / cem): the rate
+    chosen on the validation curve, the value read from the test curve at it (``chosen_on_validation``)."""
     cells = data.cells("lr_sweep")
     trials = data.trials("lr_sweep")
     out: dict[str, dict[str, dict]] = {}
@@ -201,7 +100,7 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
             t = trials[trials["cell"].isin(set(g["cell"]))] if len(trials) else trials
             per_seed = {}
             for seed, s in t.groupby("seed", sort=True) if len(t) else []:
-                opt = akima_optimum(s["lr"].to_numpy(dtype=float), s["value"].to_numpy(dtype=float))
+                opt = chosen_on_validation(s["lr"], s["val"] if "val" in s else [math.nan] * len(s), s["value"])
                 if opt.n_points:
                     per_seed[int(seed)] = (opt, float(g["lr"].min()), float(g["lr"].max()), g.iloc[0])
             if not per_seed:
@@ -227,9 +126,10 @@ def _optimum_checks(data: ClaimData, f: Callable, text: Callable, tol: float, si
             continue
         ol = [fam["llama"][s][0] for s in seeds]
         oc = [fam["cem"][s][0] for s in seeds]
-        iv = t_interval([f(a, b) for a, b in zip(ol, oc)])
+        iv = t_interval([f(a, b) for a, b in zip(ol, oc)], data.level())
         ref = fam["llama"][seeds[0]][3]
-        check = Check(size, text(size, ol, oc), iv, tol, side, "", regime_of([ref]), fmt=fmt)
+        check = Check(size, text(size, ol, oc), iv, tol, side, "", regime_of([ref]), fmt=fmt, margin=data.margin,
+                      level=data.level())
         found.append((size, fam, check, seeds, ol, oc))
     return found, missing
 
@@ -299,10 +199,11 @@ def rule_kq_matters(data: ClaimData):
                             pick_cell(cells, missing, f"{size} per-head", size=size, kq_diagonal="per_head"))
                 if r is not None]
         if none is not None and diag:
-            best = min(diag, key=lambda r: r["mean"])
-            checks.append(compare(data, missing, size, [best, none], rel,
-                                  f"{size}: none {num(none['mean'])}, best diagonal ({best['kq_diagonal']}) "
-                                  f"{num(best['mean'])}", NEGLIGIBLE, "above"))
+            key = selection_key(pd.DataFrame(diag))
+            best = min(diag, key=lambda r: r[key] if math.isfinite(r[key]) else math.inf)
+            checks.append(compare(data, missing, size, [none, best], rel,
+                                  f"{size}: none {num(none['mean'])}, best diagonal ({best['kq_diagonal']}, chosen on "
+                                  f"validation) {num(best['mean'])}", -NEGLIGIBLE, "below"))
     return checks, missing
 
 
@@ -312,14 +213,15 @@ def rule_shared_close(data: ClaimData):
     pairs = _size_pairs(cells, missing, ("{size} shared", dict(kq_diagonal="shared")),
                         ("{size} per-head", dict(kq_diagonal="per_head")))
     checks = [compare(data, missing, size, [per_head, shared], rel,
-                      f"{size}: shared {num(shared['mean'])}, per-head {num(per_head['mean'])}", CLOSE_TOL)
+                      f"{size}: shared {num(shared['mean'])}, per-head {num(per_head['mean'])}", CLOSE_TOL, "within")
               for size, shared, per_head in pairs]
     return checks, missing
 
 
 def _reuse_rule(sweep: str, attention: bool):
-    """Per size and eta: plain reuse gains at most NEGLIGIBLE from T=1 to T=2 (gain = relative drop
-    of perplexity, per seed), each CEM setting gains more than 0 and more than plain reuse."""
+    """Per size and eta, relative change T=2 vs T=1 per seed: plain reuse's above -NEGLIGIBLE (it
+    gains little or hurts), each CEM setting's below 0 and below plain reuse's. The CEM T=1 cell is
+    the one at the T=2 cell's per-step eta where it was run, else at eta=1."""
     def rule(data: ClaimData):
         missing: list[str] = []
         cells = data.cells(sweep)
@@ -330,9 +232,7 @@ def _reuse_rule(sweep: str, attention: bool):
         if cells["lr"].nunique() > 1:
             cells = best_lr(cells, ["setting", "size", "T", "eta"])
         checks = []
-
-        def drop(a, b):
-            return (a - b) / a
+        drop = rel
         for size in sizes_of(cells):
             c = cells[cells["size"] == size]
             reuse = c[c["setting"] == "plain reuse"]
@@ -343,24 +243,27 @@ def _reuse_rule(sweep: str, attention: bool):
                 cond = eta_condition(eta)
                 if r1 is not None and r2 is not None:
                     ch = compare(data, missing, f"{size} plain reuse", [r1, r2], drop,
-                                 f"{size}: plain reuse T=1 {num(r1['mean'])}, T=2 {num(r2['mean'])} (gain)",
-                                 NEGLIGIBLE, "below", cond)
+                                 f"{size}: plain reuse T=1 {num(r1['mean'])}, T=2 {num(r2['mean'])}",
+                                 -NEGLIGIBLE, "above", cond)
                     if ch is not None:
                         checks.append(ch)
                 for setting, g in cem.groupby("setting", sort=False):
-                    t1 = pick_cell(g, missing, f"{size} {setting} T=1", T=1)
+                    g1 = g[g["T"] == 1]
+                    same = [e for e in g1["eta"] if math.isclose(eta_value(str(e), 1), eta_value(eta, 2))]
+                    t1 = pick_cell(g1[g1["eta"] == (same[0] if same else g1["eta"].iloc[0] if len(g1) else "")],
+                                   missing, f"{size} {setting} T=1")
                     g2 = g[g["T"] == 2]
                     t2 = pick_cell(g2[g2["eta"] == eta] if eta else g2, missing, f"{size} {setting} T=2 {cond}".strip())
                     if t1 is None or t2 is None:
                         continue
                     found = [compare(data, missing, f"{size} {setting} {cond}".strip(), [t1, t2], drop,
-                                     f"{size} {setting} {cond}: T=1 {num(t1['mean'])}, T=2 {num(t2['mean'])} (gain)",
-                                     0.0, "above", cond)]
+                                     f"{size} {setting} {cond}: T=1 {num(t1['mean'])}, T=2 {num(t2['mean'])}",
+                                     0.0, "below", cond)]
                     if r1 is not None and r2 is not None:
                         found.append(compare(data, missing, f"{size} {setting} vs reuse {cond}".strip(),
                                              [t1, t2, r1, r2], lambda a, b, ra, rb: drop(a, b) - drop(ra, rb),
-                                             f"{size} {setting} {cond}: gain minus plain reuse's gain", 0.0,
-                                             "above", cond))
+                                             f"{size} {setting} {cond}: change minus plain reuse's change", 0.0,
+                                             "below", cond))
                     checks += [ch for ch in found if ch is not None]
         return checks, missing
     return rule
@@ -394,9 +297,9 @@ def rule_gp_t2_beats_t1(data: ClaimData):
 
 
 def rule_gp_not_monotonic(data: ClaimData):
-    """Supported when, for at least one kernel, the RMSE rises from some T to the next larger T
-    (that pair's interval wholly above 0); contradicted when every step of every kernel falls (every
-    interval wholly below 0; at least three T values each); inconclusive otherwise."""
+    """Every step T -> next larger T of every kernel with at least three T values is a comparison
+    (effect: the smaller T's RMSE relative to the larger T's); the entry's combine rule "any" makes the
+    verdict: supported when one rise is supported, contradicted when every step is contradicted."""
     missing: list[str] = []
     pairs: list[Check] = []
     for kernel, by_t in _gp_cells(data).items():
@@ -406,51 +309,9 @@ def rule_gp_not_monotonic(data: ClaimData):
         rows = {T: pick_cell(by_t[T], missing, f"{kernel} T={T}") for T in Ts}
         for a, b in zip(Ts, Ts[1:]):
             if rows[a] is not None and rows[b] is not None:
-                ch = compare(data, missing, f"{kernel} T={a}->{b}", [rows[a], rows[b]], rel,
-                             f"{kernel} T={a}->{b}: {num(rows[a]['mean'])} -> {num(rows[b]['mean'])}", 0.0, "above")
+                ch = compare(data, missing, f"{kernel} T={a}->{b}", [rows[b], rows[a]], rel,
+                             f"{kernel} T={a}->{b}: {num(rows[a]['mean'])} -> {num(rows[b]['mean'])} (effect: T={a} "
+                             f"relative to T={b})", 0.0, "below")
                 if ch is not None:
                     pairs.append(ch)
-    if not pairs:
-        return [], missing
-    if any(p.verdict == SUPPORTED for p in pairs):
-        verdict = SUPPORTED
-    elif all(p.verdict == CONTRADICTED for p in pairs):
-        verdict = CONTRADICTED
-    else:
-        verdict = INCONCLUSIVE
-    key = max(pairs, key=lambda p: p.iv.effect if math.isfinite(p.iv.effect) else -math.inf)
-    summary = Check("all kernels", "largest rise " + key.text + " | " + "; ".join(p.describe() for p in pairs),
-                    key.iv, 0.0, "above", "", key.regime, verdict)
-    return [summary], missing
-
-
-def rule_test_time_recursion(data: ClaimData):
-    """Beyond the paper (its sec. 5.2 leaves test-time scaling to future work): a CEM model trained
-    with T=2 evaluated with 2T steps has lower test perplexity than at its training T (per seed,
-    the relative change of test/ppl_at_steps between T'=2T and T'=T; per sublayer, size,
-    preconditioner and eta)."""
-    missing: list[str] = []
-    checks = []
-    if data.history is None:
-        return checks, missing
-    cem = _cem(data.cells("recursion_ablation"))
-    if cem.empty:
-        return checks, missing
-    for _, row in cem[cem["T"] == 2].iterrows():
-        T = int(row["T"])
-        eta = str(row.get("eta", "") or "")
-        label = f"{row['variant']} {row['size']}" + (f" lr={row['lr']:g}" if data.cells("recursion_ablation")[
-            "lr"].nunique() > 1 else "")
-        at, more = {}, {}
-        for seed, t in data.seed_trials(row).iterrows():
-            curve = dict(data.history(t["run_id"], schema.TEST_PPL_AT_STEPS)) if t["run_id"] else {}
-            if T in curve and 2 * T in curve:
-                at[seed], more[seed] = curve[T], curve[2 * T]
-        if not at:
-            missing.append(f"{label}: no test-time curve up to T'={2 * T}")
-            continue
-        seeds = sorted(at)
-        a, b = np.array([at[s] for s in seeds]), np.array([more[s] for s in seeds])
-        checks.append(Check(label, f"{label}: test ppl at T'={T} {num(a.mean())}, at T'={2 * T} {num(b.mean())}",
-                            t_interval(b / a - 1), 0.0, "below", eta_condition(eta), regime_of([row])))
-    return checks, missing
+    return pairs, missing

@@ -29,6 +29,9 @@ class Claim:
     rule: str
     evaluate: Callable  # (ClaimData) -> (list[Check], list[str] missing)
     paper_regime: str = PAPER_REGIME
+    primary: str = ""
+    margin: float = paper.SESOI
+    combine: str = "all"
 
 
 def bind(entries, rules: ModuleType = claim_rules) -> list[Claim]:
@@ -42,7 +45,8 @@ def bind(entries, rules: ModuleType = claim_rules) -> list[Claim]:
             raise LookupError(f"claim {e['id']!r} (cemlab/paper.py) names the rule {name!r}, which "
                               f"{rules.__name__} does not define: add `def {name}(data: ClaimData)` there, "
                               f"or name one of its rule_* functions")
-        out.append(Claim(e["id"], e["paper"], e["claim"], e["rule"], fn, e["paper_regime"]))
+        out.append(Claim(e["id"], e["paper"], e["claim"], e["rule"], fn, e["paper_regime"], e.get("primary", ""),
+                         e.get("margin", paper.SESOI), e.get("combine", "all")))
     return out
 
 

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("sweeps", nargs="*", metavar="SWEEP",
-                        help="sweep names (files in sweeps/); none: every sweep with runs in the store")
+                        help="sweep names (files in sweeps/; none: every sweep with runs in the store), and the "
+                             "key=value overrides the sweep ran with (as for `cemlab sweep`)")
     parser.add_argument("--all", action="store_true", help="every sweep file, with runs or not")
     parser.add_argument("--scale", default=None,
                         help="smoke | tiny | paper (default: for each sweep, the scale with most runs)")
@@ -106,7 +107,10 @@ def _report(args, uri: str, not_logged: str | None) -> int:
     from cemlab.tracking.runs import RunStore
 
     store = RunStore(uri)
-    grids = SweepGrids()
+    # key=value: the overrides the sweep ran with (as `cemlab sweep NAME key=value ...`)
+    overrides = [s for s in args.sweeps if "=" in s]
+    args.sweeps = [s for s in args.sweeps if "=" not in s]
+    grids = SweepGrids(overrides)
     try:
         available = grids.names()
         if args.scale is not None and args.scale not in grids.scales():
@@ -121,8 +125,8 @@ def _report(args, uri: str, not_logged: str | None) -> int:
             names = available
         else:  # every sweep with at least one run in the store
             names = [n for n in available if count_runs(n, args.scale, store, grids)]
-        results = [build(name, args.scale, args.out, store=store, grids=grids, publish=not args.no_log)
-                   for name in names]
+        results = [build(name, args.scale, args.out, store=store, grids=grids, publish=not args.no_log,
+                         overrides=overrides) for name in names]
     except SweepError as e:
         print(f"cemlab report: {e}", file=sys.stderr)
         return EXIT_USAGE

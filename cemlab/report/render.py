@@ -12,10 +12,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
+from cemlab.paper import SIGN_CONVENTION
+from cemlab.report.stats import COMBINE_RULES, CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED
 
 VERDICT_CLASS = {SUPPORTED: "supported", CONTRADICTED: "contradicted", INCONCLUSIVE: "inconclusive",
-                 NOT_ENOUGH: "notenough"}
+                 NEGLIGIBLE: "inconclusive", NOT_ENOUGH: "notenough"}
+
+#: How the claims are judged, said once above the claims table.
+METHOD_TEXT = (
+    "Verdicts: supported / contradicted / negligible / inconclusive / not enough runs. Every choice among runs (the "
+    "best cell, the best learning rate, the Akima optimum) is made on the validation metric; the verdict is computed "
+    "on test. Each comparison is a paired t-interval over seeds, Bonferroni-adjusted over the k comparisons of its "
+    "claim (level 1 - 0.05/k). A difference claim is supported when its interval lies wholly on the favoured side "
+    "of 0, contradicted when wholly on the other, negligible when wholly inside +-margin (the claim's smallest effect "
+    "of interest); an equivalence claim (TOST) is supported when its (1 - 0.10/k) interval lies inside +-threshold. "
+    f"A claim's comparisons combine by its rule: 'all' = {COMBINE_RULES['all']}; 'any' = {COMBINE_RULES['any']}. "
+    "The verdict column is each cell at its own validation-chosen learning rate (tuned); beside it the verdict with "
+    "every cell at one shared learning rate (the one best on validation averaged over cells). "
+    f"Sign convention: {SIGN_CONVENTION} A verdict at a small scale says what those runs show, not what the paper's "
+    "runs show.")
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -117,12 +132,7 @@ def render_html(page: Page) -> str:
         out.append("<p>" + " &middot; ".join(f'<a href="{e(h)}">{e(t)}</a>' for t, h in page.links) + "</p>")
     if page.claims is not None:
         out.append('<h2 id="claims">Claims of the paper</h2>')
-        out.append('<p class="small">Each claim with its rule and verdict (supported / contradicted / inconclusive / '
-                   "not enough runs), decided by the 95% confidence interval of the paired difference over seeds "
-                   "(effect: relative change of the main metric unless the numbers say otherwise), the numbers behind "
-                   "it, and its regime (scale, corpus, tokens per parameter, optimizer steps, seeds) next to the "
-                   "paper's. A verdict at a small scale says what those runs show, not what the paper's runs show."
-                   "</p>")
+        out.append(f'<p class="small" id="method">{e(METHOD_TEXT)}</p>')
         out.append('<div id="verdicts">' + _html_table(page.claims, verdict_col="verdict") + "</div>")
     for s in page.sections:
         out.append(f'<h2 id="{e(s.id)}">{e(s.title)}</h2>')
@@ -153,7 +163,7 @@ def render_md(page: Page) -> str:
     if page.links:
         out += [" · ".join(f"[{t}]({h})" for t, h in page.links), ""]
     if page.claims is not None:
-        out += ["## Claims of the paper", "", _md_table(page.claims), ""]
+        out += ["## Claims of the paper", "", METHOD_TEXT, "", _md_table(page.claims), ""]
     for s in page.sections:
         out += [f"## {s.title}", ""]
         if s.image:

@@ -153,15 +153,22 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             row["n_runs"] = len(runs)
             value = run.metrics.get(row["metric"], math.nan) if run else math.nan
             row["value"] = value if row["status"] == schema.STATUS_FINISHED else math.nan
+            val = run.metrics.get(get_task(row["task"]).val_metrics[0], math.nan) if run else math.nan
+            row["val"] = val if row["status"] == schema.STATUS_FINISHED else math.nan
             row["detail"] = run_detail(run, row["task"])
             for col, key in MODEL_FACTS.items():
                 row[col] = run.metrics.get(key, math.nan) if run else math.nan
             rows.append(row)
     columns = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
                "task", "metric", "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched",
-               "eta", "x0", "corpus", "score_only", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "detail",
+               "eta", "x0", "corpus", "score_only", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "val", "detail",
                *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else math.nan
 
 
 def _std(values: np.ndarray) -> float:
@@ -182,6 +189,7 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             order=int(first["order"]),
             cell=cell,
             mean=float(finite.mean()) if len(finite) else math.nan,
+            val_mean=_finite_mean(g["val"].to_numpy(dtype=float) if "val" in g else np.array([])),
             std=_std(finite),
             n=int(len(finite)),
             n_expected=int(len(g)),
@@ -195,7 +203,7 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             row[col] = float(vals.mean()) if len(vals) else math.nan
         row["note"] = cell_note(row, counts)
         out.append(row)
-    cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "n_expected", *(f"n_{s}" for s in NOT_FINISHED),
+    cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "val_mean", "n_expected", *(f"n_{s}" for s in NOT_FINISHED),
             "note", *MODEL_FACTS, "seeds", "run_ids", "cell"]
     df = pd.DataFrame(out, columns=cols)
     return df.sort_values("order", kind="stable").reset_index(drop=True)
@@ -214,17 +222,43 @@ def cell_note(row: dict[str, Any], counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
+def selection_key(cells: pd.DataFrame) -> str:
+    """The column a choice among cells is made on: the validation metric's seed mean
+    (``val_mean``), so that a verdict judged on test is not chosen on test; the test mean only
+    for cells whose runs logged no validation metric at all (runs of an older cemlab)."""
+    if "val_mean" in cells and np.isfinite(cells["val_mean"].to_numpy(dtype=float)).any():
+        return "val_mean"
+    return "mean"
+
+
 def best_lr(cells: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """For each group of cells equal in ``by``, the cell with the lowest mean (its learning rate
-    is kept in ``lr``); groups without any finished cell keep their first cell (mean empty).
+    """For each group of cells equal in ``by``, the cell with the lowest validation mean (chosen on
+    validation, ``selection_key``; its learning rate is kept in ``lr``) among those with a test
+    value; groups without any finished cell keep their first cell (mean empty).
 
     Used where a figure or a claim compares models at their best learning rate of the grid."""
     rows = []
     for _, g in cells.groupby(by, sort=False, dropna=False):
         done = g[np.isfinite(g["mean"].to_numpy(dtype=float))]
-        pick = done.loc[done["mean"].idxmin()] if len(done) else g.iloc[0]
+        key = selection_key(done) if len(done) else "mean"
+        done = done[np.isfinite(done[key].to_numpy(dtype=float))] if len(done) else done
+        pick = done.loc[done[key].idxmin()] if len(done) else g.iloc[0]
         row = pick.to_dict()
         row["n_lr"] = int(len(g))
         rows.append(row)
     df = pd.DataFrame(rows)
     return df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
+
+
+def cell_display(cells: pd.DataFrame) -> pd.DataFrame:
+    """The per-cell table of the page: variant, size, learning rate, test mean +- std (ddof=1) and n
+    over finished seeds, the validation mean the report chooses on, and the cell's note."""
+    def pm(r) -> str:
+        if not math.isfinite(r["mean"]):
+            return ""
+        return f"{r['mean']:.4g} +- {r['std']:.2g}" if math.isfinite(r["std"]) else f"{r['mean']:.4g}"
+    return pd.DataFrame({"variant": cells["variant"], "size": cells["size"], "lr": cells["lr"],
+                         "test mean +- std": [pm(r) for _, r in cells.iterrows()],
+                         "n": cells["n"].astype(int), "of": cells["n_expected"].astype(int),
+                         "val mean": cells["val_mean"] if "val_mean" in cells else math.nan,
+                         "note": cells["note"]})

@@ -34,10 +34,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from cemlab.paper import PAPER_REGIME
-from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, METHOD, NOT_ENOUGH, SUPPORTED, Interval, combine, judge, \
-    t_interval
-from cemlab.report.table import best_lr
+from cemlab.paper import PAPER_REGIME, SESOI
+from cemlab.report.stats import LEVEL, METHOD, Interval, bonferroni_level, combine, judge, t_interval
+from cemlab.report.table import best_lr, selection_key
 
 
 def pct(x: float) -> str:
@@ -67,39 +66,26 @@ class Check:
     regime: dict = field(default_factory=dict)
     verdict: str = ""
     fmt: Callable[[float], str] = pct
+    margin: float = SESOI
+    level: float = LEVEL
+    cells: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.verdict:
-            self.verdict = _judge(self.iv, self.tol, self.side)
+            self.verdict = judge(self.iv, self.tol, self.side, self.margin)
+
+    @property
+    def test(self) -> str:
+        """What kind of test judged it: a difference (against 0, with a smallest effect of interest),
+        a threshold (non-inferiority against ``tol``) or an equivalence (TOST within +-``tol``)."""
+        if self.side == "within":
+            return "equivalence (TOST)"
+        return "difference" if self.tol == 0 else "threshold"
 
     def describe(self) -> str:
         iv = self.iv
-        ci = f"95% CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else "no interval"
+        ci = f"{self.level:.1%} CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else "no interval"
         return f"{self.text}: effect {self.fmt(iv.effect)}, {ci}, n={iv.n} [{self.verdict}]"
-
-    def badness(self) -> float:
-        """How close (or beyond) the interval is to the wrong side of the tolerance; the largest
-        one decides which comparison a claims.csv row shows."""
-        iv = self.iv
-        if not iv.finite:
-            return math.inf
-        if self.side == "below":
-            return iv.high - self.tol
-        if self.side == "above":
-            return self.tol - iv.low
-        return max(iv.high - self.tol, -self.tol - iv.low)
-
-
-def _judge(iv: Interval, tol: float, side: str) -> str:
-    if side != "within":
-        return judge(iv, tol, side)
-    # |effect| < tol: supported inside (-tol, tol), contradicted wholly outside it
-    below, above = judge(iv, tol, "below"), judge(iv, -tol, "above")
-    if below == SUPPORTED and above == SUPPORTED:
-        return SUPPORTED
-    if CONTRADICTED in (below, above):
-        return CONTRADICTED
-    return below if below in (NOT_ENOUGH,) else INCONCLUSIVE
 
 
 @dataclass
@@ -125,6 +111,20 @@ class Verdict:
     corpus: str = ""
     paper_regime: str = PAPER_REGIME
     method: str = METHOD
+    margin: float = SESOI
+    primary: str = ""
+    n_comparisons: int = 0
+    lr_mode: str = "tuned"
+    verdict_shared_lr: str = ""
+    shared_lr: float = math.nan
+    checks: list = field(default_factory=list)
+    size_flips: str = ""
+
+    @property
+    def verdict_changes(self) -> bool:
+        """The verdict at each cell's own (validation-chosen) learning rate differs from the one at a
+        single shared learning rate."""
+        return bool(self.verdict_shared_lr) and self.verdict_shared_lr != self.verdict
 
 
 class ClaimData:
@@ -133,12 +133,20 @@ class ClaimData:
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
-                 history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None):
+                 history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
+                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned"):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
         self.sweeps = sweeps
+        self.margin = margin
+        self.k = k  # comparisons in the claim's family (Bonferroni)
+        self.lr_mode = lr_mode  # "tuned": each cell at its own best lr; "shared": one lr for all
+        self.shared_lr: dict[str, float] = {}
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
+
+    def level(self, equivalence: bool = False) -> float:
+        return bonferroni_level(self.k, LEVEL, equivalence)
 
     def _listed(self, sweep: str) -> bool:
         return self.sweeps is None or sweep in self.sweeps
@@ -152,9 +160,15 @@ class ClaimData:
         return df
 
     def at_best_lr(self, sweep: str, by: list[str], **where) -> pd.DataFrame:
+        """Cells at their own validation-best learning rate (``lr_mode='tuned'``), or all at the one
+        learning rate whose validation mean, averaged over the cells, is lowest (``'shared'``)."""
         df = self.cells(sweep, **where)
         if df.empty or df["lr"].nunique() <= 1:
             return df
+        if self.lr_mode == "shared":
+            lr = shared_lr(self.cells(sweep))
+            self.shared_lr[sweep] = lr
+            return df[np.isclose(df["lr"].to_numpy(dtype=float), lr)]
         return best_lr(df, by)
 
     def trials(self, sweep: str) -> pd.DataFrame:
@@ -205,7 +219,25 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         diffs = np.asarray(f(*vals), dtype=float)
-    return Check(label, text, t_interval(diffs), tol, side, condition, regime_of(rows), fmt=fmt)
+    level = data.level(side == "within")
+    return Check(label, text, t_interval(diffs, level), tol, side, condition, regime_of(rows), fmt=fmt,
+                 margin=data.margin, level=level, cells=cells_compared(rows))
+
+
+#: Columns of comparisons.csv that say where a comparison was made (from its cells).
+WHERE = ("size", "family", "precond", "T", "eta", "lr")
+
+
+def cells_compared(rows: list) -> dict:
+    """Where a comparison was made: per column of ``WHERE``, the value of its cells (``a vs b`` when
+    they differ, the favoured variant's last)."""
+    out = {}
+    for col in WHERE:
+        vals = [str(r.get(col, "")) for r in rows]
+        uniq = list(dict.fromkeys(vals))
+        out[col] = uniq[0] if len(uniq) == 1 else " vs ".join(uniq)
+    out["compared"] = " vs ".join(str(r.get("variant", "")) for r in rows)
+    return out
 
 
 def rel(a, b):
@@ -229,7 +261,23 @@ def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
         note = "; ".join(n for n in d["note"] if n) or "no finished run"
         missing.append(f"{label}: {note}")
         return None
-    return d.iloc[int(np.nanargmin(vals))]
+    d = d[np.isfinite(vals)]
+    key = d[selection_key(d)].to_numpy(dtype=float)
+    return d.iloc[int(np.nanargmin(key))] if np.isfinite(key).any() else d.iloc[0]
+
+
+def shared_lr(cells: pd.DataFrame) -> float:
+    """The one learning rate of the grid for every cell: the lowest validation mean (test mean for
+    runs without one, ``selection_key``) averaged over the cells that finished at every rate."""
+    done = cells[np.isfinite(cells["mean"].to_numpy(dtype=float))]
+    if done.empty:
+        return float(cells["lr"].iloc[0])
+    key = selection_key(done)
+    wide = done.pivot_table(index=[c for c in ("family", "variant", "size") if c in done], columns="lr",
+                            values=key, aggfunc="mean")
+    full = wide.dropna()
+    means = (full if len(full) else wide).mean(axis=0)
+    return float(means.idxmin())
 
 
 def sizes_of(df: pd.DataFrame) -> list[str]:
@@ -247,11 +295,43 @@ def eta_condition(eta: str) -> str:
     return f"eta={eta}" if eta else ""
 
 
-def _decisive(checks: list[Check], verdict: str) -> Check:
-    """The comparison a claims.csv row shows: among those with the row's verdict (any, if none
-    has it), the least favourable one."""
-    pool = [c for c in checks if c.verdict == verdict] or checks
-    return max(pool, key=lambda c: (c.badness(), -c.iv.n))
+def _primary(checks: list[Check], primary: str) -> Check:
+    """The claim's primary comparison: the first whose label contains ``primary`` (the entry's
+    headline contrast), else the first."""
+    return next((c for c in checks if primary and primary in c.label), checks[0])
+
+
+def size_flips(checks: list[Check]) -> str:
+    """Comparisons made at several sizes whose sign flips: one size's interval wholly below 0 and
+    another's wholly above; each named with its effect per size, in size order (the trend against
+    parameters)."""
+    groups: dict[str, list[Check]] = {}
+    for ch in checks:
+        size = str(ch.cells.get("size", ""))
+        if size and " vs " not in size:
+            groups.setdefault(ch.label.replace(size, "").strip(), []).append(ch)
+    out = []
+    for key, g in groups.items():
+        if len(g) < 2:
+            continue
+        below = any(c.iv.finite and c.iv.high < 0 for c in g)
+        above = any(c.iv.finite and c.iv.low > 0 for c in g)
+        if below and above:
+            out.append(f"{key}: " + ", ".join(f"{c.cells['size']} {c.fmt(c.iv.effect)}" for c in g))
+    return "; ".join(out)
+
+
+def _judged(c, data_of: Callable[..., ClaimData]) -> tuple[list[Check], list[str]]:
+    """The claim's comparisons, each at the Bonferroni level of its condition's family: a first
+    pass counts them, a second judges at 1 - alpha/k (the rules are cheap, pure pandas)."""
+    checks, _ = c.evaluate(data_of(k=1))
+    counts: dict[str, int] = {}
+    for ch in checks:
+        if ch is not None:
+            counts[ch.condition] = counts.get(ch.condition, 0) + 1
+    k = max(counts.values(), default=1)
+    checks, missing = c.evaluate(data_of(k=k))
+    return [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
 
 
 def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
@@ -261,21 +341,39 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
     """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim, or one per step-size condition for the claims
     judged per eta. ``sweeps``: claim id -> the sweeps whose files list it (``SweepGrids.claim_sweeps``);
-    a claim reads only those. None: every sweep, and no sweeps named in the verdicts."""
+    a claim reads only those. None: every sweep, and no sweeps named in the verdicts.
+
+    Each verdict is made twice where a sweep has several learning rates: with every cell at its
+    own validation-chosen rate (``verdict``, tuned) and with all at one shared rate
+    (``verdict_shared_lr``)."""
     out = []
     for c in claims:
         mine_sweeps = None if sweeps is None else sweeps.get(c.id, [])
-        checks, missing = c.evaluate(ClaimData(cells_of, trials_of, history, mine_sweeps))
-        checks = [ch for ch in checks if ch is not None]
-        missing = list(dict.fromkeys(missing))
+        by_mode = {}
+        for mode in ("tuned", "shared"):
+            def data_of(k, mode=mode):
+                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode)
+                by_mode[mode + "_data"] = d
+                return d
+            by_mode[mode] = _judged(c, data_of)
+        checks, missing = by_mode["tuned"]
+        shared_checks = by_mode["shared"][0]
+        shared_lrs = by_mode["shared_data"].shared_lr
         conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
         for cond in conditions:
             mine = [ch for ch in checks if ch.condition == cond]
-            verdict = combine([ch.verdict for ch in mine])
+            verdict = combine([ch.verdict for ch in mine], c.combine)
             v = Verdict(c.id, c.paper, c.claim, c.rule, mine_sweeps or [], verdict,
-                        "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime)
+                        "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime,
+                        margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine)
+            if shared_lrs:
+                v.verdict_shared_lr = combine([ch.verdict for ch in shared_checks if ch.condition == cond], c.combine)
+                v.shared_lr = float(next(iter(shared_lrs.values())))
+            else:
+                v.verdict_shared_lr = verdict
+            v.size_flips = size_flips(mine)
             if mine:
-                d = _decisive(mine, verdict)
+                d = _primary(mine, c.primary)
                 v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
                 v.tokens_per_param = d.regime.get("tokens_per_param", math.nan)
                 v.steps = d.regime.get("steps", math.nan)
@@ -288,7 +386,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 #: claims.csv columns (scripts read these names).
 CLAIM_COLUMNS = ["id", "paper", "claim", "condition", "verdict", "effect", "ci_low", "ci_high", "n_seeds", "scale",
                  "corpus", "tokens_per_param", "steps", "paper_regime", "method", "numbers", "missing", "rule",
-                 "sweeps"]
+                 "sweeps", "verdict_shared_lr", "shared_lr", "verdict_changes", "margin", "n_comparisons",
+                 "primary", "size_flips"]
 
 
 def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
@@ -296,5 +395,36 @@ def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                               effect=v.effect, ci_low=v.ci_low, ci_high=v.ci_high, n_seeds=v.n_seeds, scale=v.scale,
                               corpus=v.corpus, tokens_per_param=v.tokens_per_param, steps=v.steps,
                               paper_regime=v.paper_regime, method=v.method, numbers=v.numbers,
-                              missing="; ".join(v.missing), rule=v.rule, sweeps=" ".join(v.sweeps))
+                              missing="; ".join(v.missing), rule=v.rule, sweeps=" ".join(v.sweeps),
+                              verdict_shared_lr=v.verdict_shared_lr, shared_lr=v.shared_lr,
+                              verdict_changes=v.verdict_changes, margin=v.margin, n_comparisons=v.n_comparisons,
+                              primary=_primary(v.checks, v.primary).label if v.checks else "",
+                              size_flips=v.size_flips)
                          for v in verdicts], columns=CLAIM_COLUMNS)
+
+
+def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Count columns as integers in a CSV (``160``, not ``160.0``; empty where unknown)."""
+    df = df.copy()
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
+    return df
+
+
+#: comparisons.csv columns: one row per comparison behind every claim.
+COMPARISON_COLUMNS = ["id", "condition", "comparison", *WHERE, "compared", "test", "side", "threshold", "margin",
+                      "effect", "ci_low", "ci_high", "level", "n", "verdict", "primary", "text"]
+
+
+def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
+    """Every comparison behind every verdict (tuned), with its Bonferroni-adjusted interval."""
+    rows = []
+    for v in verdicts:
+        prim = _primary(v.checks, v.primary) if v.checks else None
+        for ch in v.checks:
+            where = {k: ch.cells.get(k, "") for k in (*WHERE, "compared")}
+            rows.append(dict(id=v.id, condition=v.condition, comparison=ch.label, **where, test=ch.test,
+                             side=ch.side, threshold=ch.tol, margin=ch.margin, effect=ch.iv.effect,
+                             ci_low=ch.iv.low, ci_high=ch.iv.high, level=ch.level, n=ch.iv.n, verdict=ch.verdict,
+                             primary=ch is prim, text=ch.text))
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)

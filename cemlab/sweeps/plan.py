@@ -132,7 +132,31 @@ class Plan:
                 if k not in ("group", "variant") and v not in axes.setdefault(k, []):
                     axes[k].append(v)
         sizes = [len(s) for s in cells.values()] or [0]
-        return {"cells": len(cells), "seeds_per_cell": [min(sizes), max(sizes)], "axes": axes}
+        return {"cells": len(cells), "seeds_per_cell": [min(sizes), max(sizes)], "axes": axes,
+                "tuning": self.tuning()}
+
+    def tuning(self) -> dict:
+        """How each cell's learning rate is chosen: with several rates in the grid, every cell (the
+        trials equal but for lr and seed) gets the same rates and seeds, the report picks its rate on
+        validation and judges the seeds there (``cemlab.report.verdicts``); listed per cell."""
+        per: dict[str, dict] = {}
+        for r in self.rows:
+            a = r.trial.axes
+            name = f"{a.get('size', '')} {a.get('variant', '')}".strip()
+            c = per.setdefault(name, {"cell": name, "lr": [], "seeds": []})
+            if a.get("lr") not in c["lr"]:
+                c["lr"].append(a.get("lr"))
+            if a.get("seed") not in c["seeds"]:
+                c["seeds"].append(a.get("seed"))
+        lrs = {len(c["lr"]) for c in per.values()}
+        if self.searched:
+            how = "Optuna/ASHA search per cell (search: optuna), the same samples per cell"
+        elif max(lrs, default=1) > 1:
+            how = ("per cell: the learning rate with the lowest validation mean over seeds, the same rates and seeds "
+                   "for every cell; the verdict is judged on test at it, beside one shared rate for all cells")
+        else:
+            how = "one shared learning rate (no lr axis at this scale): no tuning"
+        return {"method": how, "cells": list(per.values())}
 
 
 def plan_trial(trial: Trial) -> TrialPlan:
