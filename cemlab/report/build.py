@@ -284,6 +284,26 @@ def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Sect
     return claim_file, comparisons_file
 
 
+def _figure_sections(ctx: ReportContext, spec, out_dir: Path, written: set[str]) -> list[Section]:
+    """The sweep's paper figures (its ``figures:``) and the generic ones, saved with their CSVs."""
+    sections = []
+    builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in spec.figures]
+    for builder in builders + list(figs.GENERIC_FIGURES.values()):
+        f = builder(ctx)
+        if f is None:
+            continue
+        files = []
+        image = None
+        if f.fig is not None:
+            _save(f.fig, out_dir, f.id, written)
+            image = f"{f.id}.png"
+            files.append(f"{f.id}.pdf")
+        for stem, df in f.tables.items():
+            files.append(_csv(df, out_dir, stem, written))
+        sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
+    return sections
+
+
 def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> ReportResult:
     """Write one sweep's report into ``out_dir`` (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -294,26 +314,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     spec = ctx.grids.spec(ctx.sweep)
     figure_tag = str(trials["figure"].iloc[0]) if len(trials) else spec.figure
 
-    sections: list[Section] = []
-    made: list[str] = []
-    if counts["runs"]:
-        builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in spec.figures]
-        builders += list(figs.GENERIC_FIGURES.values())
-        for builder in builders:
-            f = builder(ctx)
-            if f is None:
-                continue
-            files = []
-            image = None
-            if f.fig is not None:
-                _save(f.fig, out_dir, f.id, written)
-                image = f"{f.id}.png"
-                files.append(f"{f.id}.pdf")
-            for stem, df in f.tables.items():
-                files.append(_csv(df, out_dir, stem, written))
-            sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
-            made.append(f.id)
-
+    sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
+    made = [s.id for s in sections]
     verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
                         ctx.grids.claim_sweeps())
     claims_df = _claims_frame(verdicts)
