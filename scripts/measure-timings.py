@@ -82,8 +82,9 @@ def _commands(row: str, tmp: Path) -> tuple[list[list[str]], list[list[str]]]:
     return [make + ["install"]], [make + ["sweep", "SWEEP=recursion_ablation"]]
 
 
-def measure(row: str) -> dict:
-    """Run a row's commands in a fresh folder; its wall time, the machine and the date."""
+def measure(row: str, keep: Path | None = None) -> dict:
+    """Run a row's commands in a fresh folder; its wall time, the machine and the date. ``keep``: a
+    folder to copy the row's reports into (the sweep's claim table) before the fresh folder goes."""
     with tempfile.TemporaryDirectory(prefix=f"cemlab-timing-{row}-") as d:
         tmp = Path(d)
         env = _env(tmp)
@@ -100,6 +101,8 @@ def measure(row: str) -> dict:
                 subprocess.run([str(ROOT / ".venv" / "bin" / "cemlab"), "ui", "--stop"], env=env, check=False,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - start
+        if keep is not None and (tmp / "reports").is_dir():
+            shutil.copytree(tmp / "reports", keep / row, dirs_exist_ok=True)
     where = f"{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     return {"seconds": round(seconds, 1), "machine": where,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
@@ -132,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rows", nargs="*", choices=list(ROWS), help="rows to measure now (none: print the table)")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports into DIR/<row>/")
     args = parser.parse_args(argv)
     timings = read_timings()
     for row in args.rows:
-        timings[row] = measure(row)
+        timings[row] = measure(row, args.keep)
         print(f"measure-timings: {row}: {_duration(timings[row]['seconds'])}", file=sys.stderr, flush=True)
         if not args.no_write:
             TIMINGS.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
