@@ -32,7 +32,7 @@ from cemlab.sweeps.progress_view import Column, choose_rows, fit_columns, fit_he
 from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
-from cemlab.train.callbacks import duration as _duration
+from cemlab.train.plan import duration as _duration
 
 QUEUED = "queued"
 RUNNING = "running"

@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from cemlab.tracking import schema
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import eval_indices
+from cemlab.train.plan import duration
 
 if TYPE_CHECKING:  # pragma: no cover
     from cemlab.tasks import Task
@@ -178,14 +179,6 @@ class ProgressLines(L.Callback):
         left = elapsed / (step - step0) * (total - step) if step > step0 else None
         parts.append(f"elapsed {duration(elapsed)}" + (f", about {duration(left)} left" if left and step < total else ""))
         print("  ".join(parts), file=self.stream or sys.stderr, flush=True)
-
-
-def duration(s: float | None) -> str:
-    """``42s``, ``3m05s``, ``1h07m``; ``-`` for None."""
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def progress_callbacks(run_callback: RunCallback, bar: bool, val_interval: int, zero: bool = True) -> list:

@@ -124,3 +124,12 @@ def decay_groups(model: "nn.Module") -> tuple[list[str], list[str]]:
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or id(p) in exempt else decay).append(name)
     return decay, no_decay
+
+
+def duration(s: float | None) -> str:
+    """``42s``, ``3m05s``, ``1h07m``; ``-`` for None. Here, not beside the callbacks that print it, so
+    that the sweep table uses it without importing Lightning (``cemlab sweep`` names a dead store fast)."""
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
