@@ -16,7 +16,7 @@ TORCH_INDEX_URL ?=
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/constraints.txt 2>/dev/null | sha1sum | cut -c1-10)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test sweep plan report ui train bench clean constraints cluster-up cluster-down lint-docker image
+.PHONY: help install test test-all sweep plan report ui train bench clean constraints cluster-up cluster-down lint-docker image
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -35,7 +35,11 @@ $(STAMP):
 
 install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU torch on CPU machines; TORCH_INDEX_URL=...)
 
-test: $(STAMP) ## Run the whole test suite (installs what it needs first)
+test: $(STAMP) ## Run the test suite (installs what it needs first; the few checks marked beyond_budget: make test-all)
+	@bash scripts/test-prereqs.sh
+	$(PY) -m pytest -m "not beyond_budget" $(PYTEST_ARGS)
+
+test-all: $(STAMP) ## Run every test, also the long end-to-end checks marked beyond_budget (SLURM job, dashboard in a browser)
 	@bash scripts/test-prereqs.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 

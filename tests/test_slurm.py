@@ -267,6 +267,7 @@ def one_finished_run_per_trial(url: str, sweep: str, n_trials: int):
 
 
 @pytest.mark.slow
+@pytest.mark.beyond_budget  # about 5 minutes (controller, a real job with its data step, Ray and a trial)
 def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_lines_settings(slurm_site, tmp_path):
     cluster, url, _, _ = slurm_site
     runs = tmp_path / "runs"  # does not exist yet: `cemlab slurm` makes the job's log folder
