@@ -56,7 +56,7 @@ def trial_labels(trials: Sequence[Any]) -> dict[str, str]:
             v = _value(t.axes[k])
             if k == "seed":
                 parts.append(f"s{v}")
-            elif f"{k}={v}" not in words and v not in words:
+            elif not {f"{k}={v}", f"{k}{v}", v} & set(words):  # the name says it already (eta=0.5, T2, dplr)
                 parts.append(f"{k}={v}")
         labels[t.trial_id] = " ".join(parts)
     if len(set(labels.values())) < len(labels):  # a sweep whose names do not tell trials apart
