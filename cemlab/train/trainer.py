@@ -60,7 +60,7 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
     Lightning."""
     import lightning as L
 
-    placement: dict = {"devices": cfg.train.devices, "plugins": cluster_environment()}
+    placement: dict = {"devices": cfg.train.devices}
     if ray_train:
         from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment
 
@@ -80,30 +80,13 @@ def build_trainer(cfg: RunConfig, plan, accelerator: str, precision: str, callba
     return trainer
 
 
-def cluster_environment() -> list:
-    """Lightning's cluster environment when the process is not a SLURM job step: Lightning's own
-    choice with SLURM left out. Lightning otherwise probes SLURM in every run, and wherever ``srun``
-    is installed warns that it "is available on your system but is not used" into every trial log.
-    In a SLURM job step (``SLURM_NTASKS`` set, as ``srun`` sets it) nothing is chosen here: Lightning
-    detects SLURM as before. Returns the ``plugins`` list for the ``Trainer``."""
-    from lightning.fabric.plugins.environments import (
-        LightningEnvironment, LSFEnvironment, MPIEnvironment, TorchElasticEnvironment,
-    )
-
-    if "SLURM_NTASKS" in os.environ:
-        return []
-    for env_type in (TorchElasticEnvironment, LSFEnvironment, MPIEnvironment):  # Lightning's order
-        if env_type.detect():
-            return [env_type()]
-    return [LightningEnvironment()]
-
-
 class quiet_lightning:
     """Silence Lightning's start-up chatter and the warnings that do not apply here: the training
     loader resumes mid-epoch by construction (see ``cemlab.train.data``) and reads a memory map in
-    the main process on purpose; and outside a SLURM job step, the "``srun`` is available but not
-    used" warning of the probe for SLURM's requeue checkpoint that ``fit`` makes whatever the
-    cluster environment (:func:`cluster_environment` keeps SLURM out of the environment itself)."""
+    the main process on purpose; and outside a SLURM job step (no ``SLURM_NTASKS``), Lightning's
+    "``srun`` is available but not used", which it gives wherever slurm-wlm is installed, both when
+    it chooses the cluster environment (the ``Trainer`` is built inside this context) and when
+    ``fit`` probes for SLURM's requeue checkpoint. In a job step Lightning detects SLURM as ever."""
 
     def __enter__(self):
         self._levels = {}
