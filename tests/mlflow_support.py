@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pg_support import die_with_parent, free_port
+from pg_support import die_with_parent, free_port, stop_group
 
 SERVER_START_TIMEOUT_S = 180.0
 
@@ -72,14 +72,7 @@ class MlflowServer:
         """End the server's process group (SIGKILL: as a crash or a pulled plug would)."""
         if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        stop_group(self.proc, sig)
         self.proc = None
 
 

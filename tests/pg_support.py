@@ -99,6 +99,31 @@ def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """End the process group a test started (``start_new_session=True``) with ``sig``; SIGKILL if
+    it is still there after ``timeout`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
+
+
+def enter_or_skip(stack: contextlib.ExitStack, cm, unavailable: type[Exception]):
+    """Enter ``cm`` on ``stack``; when it raises ``unavailable`` (a real engine that cannot run
+    here), skip the test with the reason, except under CI (``CI`` set), where that is a failure:
+    CI must not silently skip tests of real engines."""
+    try:
+        return stack.enter_context(cm)
+    except unavailable as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
 def pg_bin_dir(install: bool = True) -> Path:
     """The ``bin`` folder of the newest installed PostgreSQL major version.
 
@@ -262,13 +287,7 @@ def postgres() -> Iterator[PostgresServer]:
     Skipped with the reason when the server binaries are missing and cannot be installed, except
     under CI (``CI`` set), where that is an error: CI must not silently skip database tests."""
     with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(postgres_server())
-        except PostgresUnavailable as e:
-            if os.environ.get("CI"):
-                pytest.fail(str(e))
-            pytest.skip(str(e))
-        yield server
+        yield enter_or_skip(stack, postgres_server(), PostgresUnavailable)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import contextlib
 import ipaddress
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from pg_support import free_port
+from pg_support import free_port, stop_group
 
 
 @contextlib.contextmanager
@@ -98,11 +97,4 @@ def ray_head(env: dict[str, str], log: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield address
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_group(proc)

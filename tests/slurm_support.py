@@ -21,7 +21,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pg_support import die_with_parent, free_port
+from pg_support import die_with_parent, enter_or_skip, free_port, stop_group
 
 START_TIMEOUT_S = 60.0
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
@@ -133,16 +132,8 @@ def _start(cmd: list[str], root: Path, name: str) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    if proc.poll() is None:
+        stop_group(proc)
 
 
 @contextlib.contextmanager
@@ -202,10 +193,4 @@ def slurm() -> Iterator[SlurmCluster]:
     """One SLURM controller and node for a test module. Skipped with the reason when SLURM cannot
     run here, except under CI (``CI`` set), where that is an error."""
     with contextlib.ExitStack() as stack:
-        try:
-            cluster = stack.enter_context(slurm_cluster())
-        except SlurmUnavailable as e:
-            if os.environ.get("CI"):
-                pytest.fail(str(e))
-            pytest.skip(str(e))
-        yield cluster
+        yield enter_or_skip(stack, slurm_cluster(), SlurmUnavailable)
