@@ -133,10 +133,14 @@ def read_timings(path: Path = TIMINGS) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows", nargs="*", choices=list(ROWS), help="rows to measure now (none: print the table)")
+    # no argparse `choices` here: Python 3.11's argparse refuses an empty list against them
+    parser.add_argument("rows", nargs="*", help=f"rows to measure now, of {', '.join(ROWS)} (none: print the table)")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports into DIR/<row>/")
     args = parser.parse_args(argv)
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
     timings = read_timings()
     for row in args.rows:
         timings[row] = measure(row, args.keep)

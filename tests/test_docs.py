@@ -10,6 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +43,15 @@ def test_readme_timings_are_the_table_the_script_prints():
            "`python3 scripts/measure-timings.py sweep` | | |" in rows
 
 
+def test_the_script_with_no_row_prints_the_table_and_names_an_unknown_row(capsys):
+    mt = _timings_script()
+    assert mt.main([]) == 0
+    assert mt.table(mt.read_timings()) in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mt.main(["sweeps"])
+    assert "unknown row(s) sweeps: choose from sweep, install, train" in capsys.readouterr().err
+
+
 def test_readme_quotes_the_speed_table_and_memory_of_docs_performance():
     perf = (ROOT / "docs" / "performance.md").read_text()
     start = perf.index("| variant | tok/s (run 1, 2, 3) |")
@@ -70,3 +80,19 @@ def test_readme_and_docker_readme_agree_that_a_cpu_image_was_built_and_run():
     assert "A CPU build of the image was built and run here with Podman" in docker
     assert "a CPU build of the image was built and run with Podman" in _flat(README)
     assert "has not been built" not in README
+
+
+def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_them(monkeypatch):
+    from cemlab.sweeps.spec import load_sweep
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(ROOT / "sweeps"))
+    trials = load_sweep("recursion_ablation").expand("tiny")
+    cells = {(t.variant, t.size) for t in trials}
+    lrs = {t.config.train.lr for t in trials}
+    seeds = {t.config.train.seed for t in trials}
+    text = _flat(README)
+    m = re.search(r"at its `tiny` scale: (\d+) small models \((\d+) cells x (\d+) learning rates x (\d+) seeds", text)
+    assert m, "the README's paragraph on the main job no longer counts its models"
+    n, n_cells, n_lrs, n_seeds = map(int, m.groups())
+    assert (n, n_cells, n_lrs, n_seeds) == (len(trials), len(cells), len(lrs), len(seeds))
+    assert f"at scale tiny: {len(trials)} finished" in text

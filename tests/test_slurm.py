@@ -267,7 +267,6 @@ def one_finished_run_per_trial(url: str, sweep: str, n_trials: int):
 
 
 @pytest.mark.slow
-@pytest.mark.beyond_budget  # about 5 minutes (controller, a real job with its data step, Ray and a trial)
 def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_lines_settings(slurm_site, tmp_path):
     cluster, url, _, _ = slurm_site
     runs = tmp_path / "runs"  # does not exist yet: `cemlab slurm` makes the job's log folder
@@ -306,10 +305,6 @@ def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_li
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(run=False, reason=(  # not run: 4.5 min of CI for a known failure
-    "found: the job is requeued and comes back, but SLURM's SIGTERM reaches the job's Ray (GCS, raylet) "
-    "together with the sweep's driver; the driver, its Ray gone, prints nothing more until SIGKILL after "
-    "KillWait, and the trial's run is left running instead of interrupted"))
 def test_slurm_requeue_mid_sweep_stops_cleanly_and_the_job_resumes_its_trial(slurm_site, tmp_path):
     from cemlab.tracking import schema
 

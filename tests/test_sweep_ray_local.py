@@ -70,3 +70,33 @@ def test_telemetry_stays_on_when_the_user_opts_in(monkeypatch):
     assert telemetry_off() == {} and not any(k in os.environ for k in TELEMETRY_OFF)
     monkeypatch.delenv("CEMLAB_TELEMETRY")
     assert telemetry_off() == TELEMETRY_OFF and all(os.environ[k] == v for k, v in TELEMETRY_OFF.items())
+
+
+def test_a_stopping_driver_does_not_wait_on_a_ray_whose_head_is_gone(monkeypatch):
+    """After SLURM's SIGTERM the job's GCS is gone with the driver's stop under way, and
+    ``ray.shutdown()`` waits on it (seen under a real controller: the driver was SIGKILLed with its
+    runs unmarked). The stop gives it ``RAY_SHUTDOWN_WAIT_S`` and goes on; the interpreter's exit
+    is not left to wait on it again. The real case: tests/test_slurm.py's requeue test."""
+    import atexit
+    import threading
+    import time
+
+    import ray
+
+    from cemlab.sweeps import runner
+
+    release = threading.Event()
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **k: release.wait(60))
+    monkeypatch.setattr(runner, "RAY_SHUTDOWN_WAIT_S", 0.5)
+    unregistered = []
+    monkeypatch.setattr(atexit, "unregister", unregistered.append)
+    t0 = time.monotonic()
+    runner._shutdown_ray()
+    assert time.monotonic() - t0 < 5
+    assert unregistered == [ray._private.worker.shutdown]
+    release.set()
+
+    unregistered.clear()                                   # a shutdown that returns: nothing more
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **k: None)
+    runner._shutdown_ray()
+    assert unregistered == []

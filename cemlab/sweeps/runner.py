@@ -40,7 +40,10 @@ once it is back); 130 interrupted (rerun to resume).
 
 from __future__ import annotations
 
+import atexit
+import logging
 import shlex
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +62,11 @@ from cemlab.sweeps.trial_job import faults_from_env
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+#: Seconds a stopping driver gives ``ray.shutdown()`` before it goes on without it.
+RAY_SHUTDOWN_WAIT_S = 15.0
+
+log = logging.getLogger("cemlab.sweeps")
 
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
@@ -93,7 +101,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         interrupted, lost = _run_trials(inv, trials, console, live, interval)
         if interrupted or lost:
-            ray.shutdown()  # ends every trial process of this driver before their runs are marked
+            _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
             if lost:
                 record.mark_store_lost(inv, lost)
@@ -105,9 +113,22 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         if driver_lock is not None:
             driver_lock.release()
         if owns_ray:
-            ray.shutdown()
+            _shutdown_ray()
     pg.print_end(result, console)
     return result
+
+
+def _shutdown_ray() -> None:
+    """``ray.shutdown()``, given ``RAY_SHUTDOWN_WAIT_S``. A SIGTERM from SLURM (requeue, preemption,
+    scancel) reaches the job's Ray together with the driver; a shutdown that waits on a GCS that is
+    gone would hold the driver past SLURM's KillWait with its runs still marked running."""
+    worker = threading.Thread(target=ray.shutdown, name="cemlab-ray-shutdown", daemon=True)
+    worker.start()
+    worker.join(RAY_SHUTDOWN_WAIT_S)
+    if worker.is_alive():
+        log.warning("Ray did not shut down within %.0f s (its head is gone?); going on without it",
+                    RAY_SHUTDOWN_WAIT_S)
+        atexit.unregister(ray._private.worker.shutdown)  # the interpreter's exit would wait on it again
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
