@@ -8,7 +8,9 @@ running ``run_sweep`` again, as a requeued job does, finds the trial's result an
 
 The whole script also runs under a real one-node SLURM (``slurm_support.slurm``, one controller for
 the module): ``sbatch`` on a runs folder that does not exist yet, beside another Ray, from a shell
-exporting other settings; and ``scontrol requeue`` mid-trial (an expected failure, see its reason).
+exporting other settings; and ``scontrol requeue`` mid-trial: the driver stops cleanly although
+SLURM's SIGTERM ends the job's Ray with it (runs marked interrupted), and the requeued job resumes
+the trial in the same run.
 """
 
 from __future__ import annotations
