@@ -39,7 +39,7 @@ test: $(STAMP) ## Run the test suite (installs what it needs first; the few chec
 	@bash scripts/test-prereqs.sh
 	$(PY) -m pytest -m "not beyond_budget" $(PYTEST_ARGS)
 
-test-all: $(STAMP) ## Run every test, also the long end-to-end check marked beyond_budget (MLflow's dashboard in a browser)
+test-all: $(STAMP) ## Run every test, also any long end-to-end check marked beyond_budget
 	@bash scripts/test-prereqs.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -299,6 +299,11 @@ def test_one_sign_convention_in_every_comparison(scenario):
     # the page states the convention once, and shows comparisons and the forest plot
     html = (scenario["out"] / "recursion_ablation" / "index.html").read_text()
     assert html.count("Sign convention:") == 1 and 'id="comparisons"' in html and "forest.png" in html
+    # the claims table points to those rows instead of repeating them as text in one cell
+    claims_table = html[html.index('id="claims"'):html.index("</table>", html.index('id="claims"'))]
+    n = comp[comp["id"] == "t2-beats-t1"].groupby("condition").size()
+    assert f"<td>{n.iloc[0]} rows in &#x27;Every comparison behind the claims&#x27; below</td>" in claims_table
+    assert "% CI [" not in claims_table and "<th>numbers</th>" not in claims_table
 
 
 def test_report_logged_to_the_sweeps_parent_run(scenario):

@@ -104,7 +104,6 @@ def test_report_page_renders(browser, tmp_path, monkeypatch):
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
 
 
-@pytest.mark.beyond_budget  # 2-4 minutes (a server, 40 runs written through it, the MLflow UI in Chromium)
 def test_mlflow_dashboard_lists_the_sweeps_runs(browser, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
     from selenium.webdriver.common.by import By

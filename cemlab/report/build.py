@@ -229,9 +229,13 @@ def _run_link(uri: str, run) -> str:
     return run.run_id
 
 
-def _claims_frame(verdicts) -> pd.DataFrame:
-    """The claims table of the page: the verdict, its interval and its regime next to the paper's."""
+def _claims_frame(verdicts, where: str = "in its sweep's report") -> pd.DataFrame:
+    """The claims table of the page: the verdict, its interval and its regime next to the paper's.
+    A claim's comparisons are rows of their own (``where``); its ``numbers`` text (claims.csv)
+    stands on the page only for a claim without comparisons."""
     df = verdict_frame(verdicts)
+    df["comparisons"] = [f"{int(r['n_comparisons'])} {where}" if r["n_comparisons"] else r["numbers"]
+                         for _, r in df.iterrows()]
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
     df["verdict at a shared lr"] = [r["verdict_shared_lr"] + (f" (lr {r['shared_lr']:.3g})" if np.isfinite(
@@ -239,7 +243,7 @@ def _claims_frame(verdicts) -> pd.DataFrame:
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
     df["effect, % [CI]"] = df.pop("effect (95% CI)")
     return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
-               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "numbers", "missing",
+               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "comparisons", "missing",
                "rule"]]
 
 
@@ -318,7 +322,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     made = [s.id for s in sections]
     verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
                         ctx.grids.claim_sweeps())
-    claims_df = _claims_frame(verdicts)
+    claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
