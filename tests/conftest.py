@@ -1,8 +1,10 @@
-"""Shared test fixtures."""
+"""Shared test fixtures: an isolated runs folder, one token cache for the sweep tests, a local Ray
+per module, and the guards every test runs under."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,3 +37,24 @@ def _default_dtype_is_restored():
     before = torch.get_default_dtype()
     yield
     assert torch.get_default_dtype() == before, "the test left torch's default dtype changed"
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory) -> Path:
+    """One token cache for every sweep test (and the resume test's subprocesses)."""
+    return tmp_path_factory.getbasetemp() / "sweep-data-cache"
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """Local Ray with 2 CPUs for the whole module (the runner uses an initialised Ray as is)."""
+    import logging
+
+    import ray
+
+    from cemlab.sweeps.execute import quiet_tune
+
+    quiet_tune()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield ray
+    ray.shutdown()

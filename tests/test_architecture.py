@@ -124,3 +124,17 @@ def test_only_the_config_compares_task_names():
                 found.append(f"{mod}:{node.lineno}")
     outside = [f for f in found if not f.startswith("cemlab.config:")]
     assert not outside, outside
+
+
+def test_no_test_module_imports_another():
+    """What tests share (fixtures, helpers, servers) lives in conftest.py and the ``*_support.py``
+    modules; a test module importing another would run that module's fixtures under two names
+    and tie the two files' edits together."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders, offenders

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from cemlab.tracking import schema
-from test_postgres_mlflow import mlflow_server
+from mlflow_support import mlflow_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -13,19 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from cemlab.tracking import schema
 from cemlab.train.callbacks import ProgressBar
 from cemlab.train.trainer import quiet_lightning
-
-
-class Linear(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(3, 1)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+from train_support import Linear
 
 
 class LatestStep(L.Callback):

@@ -8,41 +8,11 @@ The trial count of each plan is checked against the grid computed here from the 
 from __future__ import annotations
 
 import json
-import math
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
-
-REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
-SWEEP_FILES = sorted(p for p in REPO_SWEEPS.glob("*.yaml") if p.name != "scales.yaml")
-SCALES_YAML = yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text())
-SCALES = list(SCALES_YAML)
-
-
-def expected_grid(path: Path, scale: str) -> tuple[int, int]:
-    """(rows of the plan, runs they stand for) from the raw YAML: size x lr x seed x sum over
-    variants of the product of their own axes, each axis replaced by the file's override at
-    ``scale``; a ``search: optuna`` file has one row per cell standing for ``samples`` runs."""
-    d = yaml.safe_load(path.read_text())
-    per_scale = d.get("scales") or {}
-    like = SCALES_YAML[scale].get("like")  # a `like:` scale takes its parent's sweep overrides
-    over = per_scale.get(scale, per_scale.get(like, {}) if like else {})
-    axes = d.get("axes") or {}
-
-    def n(name: str, default: list) -> int:
-        return len(over.get(name, axes.get(name, default)))
-
-    searched = d.get("search") == "optuna"
-    top = n("size", [None]) * n("seed", [0]) * (1 if searched else n("lr", [None]))
-    cells = top * sum(math.prod(len(over.get(k, v)) for k, v in (var.get("axes") or {}).items())
-                      for var in d["variants"])
-    if not searched:
-        return cells, cells
-    samples = d["optuna"]["samples"]
-    return cells, cells * (samples.get(scale, samples.get(like)) if isinstance(samples, dict) else samples)
-
+from sweep_support import REPO_SWEEPS, SCALES, SWEEP_FILES, expected_grid
 
 def test_the_project_has_sweeps_and_scales():
     assert len(SWEEP_FILES) >= 10 and {"smoke", "tiny", "paper"} <= set(SCALES)

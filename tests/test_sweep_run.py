@@ -16,45 +16,21 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from cemlab.sweeps.spec import load_sweep
 from cemlab.tracking import schema
+from sweep_support import REPO_SWEEPS, all_runs, client_for, experiment_runs, linked_files, local_sweeps, run
 
 pytestmark = pytest.mark.slow
 
-REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 
 
 # ---------------------------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def data_cache(tmp_path_factory) -> Path:
-    """One token cache for every sweep test (and the resume test's subprocesses)."""
-    return tmp_path_factory.getbasetemp() / "sweep-data-cache"
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    """Local Ray with 2 CPUs for the whole module (the runner uses an initialised Ray as is)."""
-    import logging
-
-    import ray
-
-    from cemlab.sweeps.execute import quiet_tune
-
-    quiet_tune()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -67,51 +43,6 @@ def sweep_env(runs_dir, tmp_path, monkeypatch, ray_local):
     monkeypatch.delenv("CEMLAB_SWEEP_FAULTS", raising=False)
     yield runs_dir
     stop_server()
-
-
-def local_sweeps(tmp_path: Path, **files: str) -> Path:
-    """A sweep folder with the project's scales and the given test-only sweep files."""
-    d = tmp_path / "sweeps"
-    d.mkdir(exist_ok=True)
-    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
-    for name, text in files.items():
-        (d / f"{name}.yaml").write_text(textwrap.dedent(text))
-    return d
-
-
-def run(name: str, cache: Path, report: bool = True, **kw):
-    """``cemlab sweep NAME --scale smoke``: the sweep, then (``report``) its report, as the command does."""
-    from rich.console import Console
-
-    from cemlab.cli import report_after_sweep
-    from cemlab.sweeps.runner import run_sweep
-
-    console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress
-    result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
-    if report:
-        report_after_sweep(result, console, kw.get("overrides"))
-    return result
-
-
-def client_for(result):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(result.tracking_uri)
-
-
-def experiment_runs(client, sweep: str) -> list:
-    exp = client.get_experiment_by_name(f"cemlab/{sweep}")
-    assert exp is not None, f"no experiment cemlab/{sweep}"
-    return client.search_runs([exp.experiment_id], max_results=1000)
-
-
-def all_runs(client) -> list:
-    ids = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(ids, max_results=1000)
-
-
-def linked_files(index: Path) -> list[str]:
-    return re.findall(r'(?:src|href)="([^"#:]+)"', index.read_text())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_sweep_files import SWEEP_FILES, expected_grid
-from test_sweep_run import REPO_SWEEPS, client_for, data_cache, ray_local, run  # noqa: F401 (fixtures)
+from sweep_support import REPO_SWEEPS, SWEEP_FILES, client_for, expected_grid, run
 
 from cemlab.tracking import schema
 

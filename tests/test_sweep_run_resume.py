@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from cemlab.tracking import schema
+from sweep_support import REPO_SWEEPS, trial_state
 
 pytestmark = pytest.mark.slow
 
-REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 
 # A short Llama trial, a long CEM-attention trial (1024 steps) and a short CEM-MLP trial: with two
 # trials at a time, the Llama one finishes while the long one is still training.
@@ -39,18 +39,6 @@ variants:
   - {group: cem-mlp, label: cem-mlp, set: {model.mlp: cem}}
 """
 SHORT, LONG = "86m__llama__lr2e-3__s0", "86m__cem-attn_long__lr2e-3__s0"
-
-
-def _state(runs: Path, log_dir: Path, trial_id: str) -> dict:
-    """state.json of a trial's checkpoint folder, found through the config hash in its log."""
-    log = log_dir / f"{trial_id}.log"
-    if not log.is_file():
-        return {}
-    m = re.search(r"\(config ([0-9a-f]+)\)", log.read_text())
-    try:
-        return json.loads((runs / "checkpoints" / m.group(1) / "state.json").read_text()) if m else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _pids(log_dir: Path) -> set[int]:
@@ -88,7 +76,7 @@ def test_killed_driver_resumes_without_duplicates(runs_dir, tmp_path, tmp_path_f
         driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and driver.poll() is None:
-            short, long_ = _state(runs_dir, log_dir, SHORT), _state(runs_dir, log_dir, LONG)
+            short, long_ = trial_state(runs_dir, log_dir, SHORT), trial_state(runs_dir, log_dir, LONG)
             if short.get("status") == "finished" and long_.get("step", 0) >= 8 and long_.get("status") == "running":
                 break
             time.sleep(0.2)
@@ -111,7 +99,7 @@ def test_killed_driver_resumes_without_duplicates(runs_dir, tmp_path, tmp_path_f
                   if r.data.tags.get(schema.ROLE) == "trial"}
         assert before[SHORT].data.tags[schema.STATUS] == "finished"
         assert before[LONG].info.status == "RUNNING"   # killed hard: nobody could say otherwise
-        killed_at = _state(runs_dir, log_dir, LONG)["step"]
+        killed_at = trial_state(runs_dir, log_dir, LONG)["step"]
 
         rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from cemlab.tracking import schema
-from test_sweep_run_resume import _state  # state.json of a trial, through the config hash in its log
 from mlflow_support import sqlite_server
 from ray_support import listeners, non_loopback, private_ray_tmpdir, stale_ray_cluster_file
-from test_sweep_run import data_cache, local_sweeps, ray_local, run  # noqa: F401  (fixtures)
+from sweep_support import local_sweeps, run, trial_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +107,7 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and driver.poll() is None:
                 seen += listeners(driver.pid)
-                if _state(runs_dir, log_dir, SHORT).get("status") == "finished":
+                if trial_state(runs_dir, log_dir, SHORT).get("status") == "finished":
                     break
                 time.sleep(0.2)
             else:
@@ -198,7 +197,7 @@ def test_two_identical_sweeps_at_once_one_trains_the_other_says_it_waited(runs_d
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and first.poll() is None:   # both trials of the first train
-                if all(_state(runs_dir, log_dir, t).get("status") == "running" for t in ids):
+                if all(trial_state(runs_dir, log_dir, t).get("status") == "running" for t in ids):
                     break
                 time.sleep(0.2)
             else:

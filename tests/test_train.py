@@ -23,28 +23,9 @@ import yaml
 
 from cemlab.config import RunConfig, load_run_config
 from cemlab.tracking import schema
+from train_support import DEFAULT_YAML, env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
-
-DEFAULT_YAML = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    """A module-wide runs folder, token cache and MLflow store (created once: creating a sqlite
-    store costs seconds)."""
-    from cemlab.tracking.store import ensure_experiment, get_client
-
-    root = tmp_path_factory.mktemp("train")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CEMLAB_RUNS_DIR", str(root / "runs"))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        mp.delenv("CEMLAB_INJECT_NAN_STEP", raising=False)
-        uri = f"sqlite:///{root}/mlflow.db"
-        client = get_client(uri)
-        ensure_experiment("cemlab", client)
-        yield {"root": root, "uri": uri, "client": client, "cache": root / "cache"}
-
 
 def lm_config(env, *overrides: str) -> RunConfig:
     """``configs/default.yaml`` with the shared cache, one thread and the given overrides."""

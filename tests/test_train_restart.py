@@ -12,7 +12,7 @@ import hashlib
 import json
 
 import pytest
-from test_train import DEFAULT_YAML, env  # noqa: F401 (fixture)
+from train_support import DEFAULT_YAML, env  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnv
 from torch.utils.data import DataLoader, TensorDataset
 
 from cemlab.train.trainer import build_trainer, quiet_lightning
-from test_progress_bar import Linear
+from train_support import Linear
 
 
 def _trainer(tmp_path, fit: bool = False):

@@ -1,0 +1,100 @@
+"""What the sweep tests share: the project's sweep folder and files, a test-only sweep folder,
+running a sweep as ``cemlab sweep`` does, reading its runs back, the grid a sweep file plans
+(computed from the YAML itself, not through ``cemlab.sweeps.spec``) and a trial's checkpoint state.
+The fixtures (``data_cache``, ``ray_local``) are in conftest.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import yaml
+
+REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SWEEP_FILES = sorted(p for p in REPO_SWEEPS.glob("*.yaml") if p.name != "scales.yaml")
+SCALES_YAML = yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text())
+SCALES = list(SCALES_YAML)
+
+
+def expected_grid(path: Path, scale: str) -> tuple[int, int]:
+    """(rows of the plan, runs they stand for) from the raw YAML: size x lr x seed x sum over
+    variants of the product of their own axes, each axis replaced by the file's override at
+    ``scale``; a ``search: optuna`` file has one row per cell standing for ``samples`` runs."""
+    d = yaml.safe_load(path.read_text())
+    per_scale = d.get("scales") or {}
+    like = SCALES_YAML[scale].get("like")  # a `like:` scale takes its parent's sweep overrides
+    over = per_scale.get(scale, per_scale.get(like, {}) if like else {})
+    axes = d.get("axes") or {}
+
+    def n(name: str, default: list) -> int:
+        return len(over.get(name, axes.get(name, default)))
+
+    searched = d.get("search") == "optuna"
+    top = n("size", [None]) * n("seed", [0]) * (1 if searched else n("lr", [None]))
+    cells = top * sum(math.prod(len(over.get(k, v)) for k, v in (var.get("axes") or {}).items())
+                      for var in d["variants"])
+    if not searched:
+        return cells, cells
+    samples = d["optuna"]["samples"]
+    return cells, cells * (samples.get(scale, samples.get(like)) if isinstance(samples, dict) else samples)
+
+
+def local_sweeps(tmp_path: Path, **files: str) -> Path:
+    """A sweep folder with the project's scales and the given test-only sweep files."""
+    d = tmp_path / "sweeps"
+    d.mkdir(exist_ok=True)
+    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
+    for name, text in files.items():
+        (d / f"{name}.yaml").write_text(textwrap.dedent(text))
+    return d
+
+
+def run(name: str, cache: Path, report: bool = True, **kw):
+    """``cemlab sweep NAME --scale smoke``: the sweep, then (``report``) its report, as the command does."""
+    from rich.console import Console
+
+    from cemlab.cli import report_after_sweep
+    from cemlab.sweeps.runner import run_sweep
+
+    console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress
+    result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
+    if report:
+        report_after_sweep(result, console, kw.get("overrides"))
+    return result
+
+
+def client_for(result):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(result.tracking_uri)
+
+
+def experiment_runs(client, sweep: str) -> list:
+    exp = client.get_experiment_by_name(f"cemlab/{sweep}")
+    assert exp is not None, f"no experiment cemlab/{sweep}"
+    return client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def all_runs(client) -> list:
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(ids, max_results=1000)
+
+
+def linked_files(index: Path) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"#:]+)"', index.read_text())
+
+
+def trial_state(runs: Path, log_dir: Path, trial_id: str) -> dict:
+    """state.json of a trial's checkpoint folder, found through the config hash in its log."""
+    log = log_dir / f"{trial_id}.log"
+    if not log.is_file():
+        return {}
+    m = re.search(r"\(config ([0-9a-f]+)\)", log.read_text())
+    try:
+        return json.loads((runs / "checkpoints" / m.group(1) / "state.json").read_text()) if m else {}
+    except (OSError, ValueError):
+        return {}
