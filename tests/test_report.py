@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import report_support as rs  # noqa: E402
 from report_support import ATTN, GP, KQ, LR_OPT, MLP, ORDER, RECURSION, REUSE, populate  # noqa: E402
+from sweep_support import linked_files  # noqa: E402
 
 from cemlab.report.akima import akima_optimum  # noqa: E402
 from cemlab.tracking import schema  # noqa: E402
@@ -429,12 +430,6 @@ PAPER_FIGURE_FILES = {
     "lr_sweep": ["fig3a"], "lr_search": ["fig3a"], "kq_diagonal": ["fig3b"], "reuse_vs_recursion_mlp": ["fig3c"],
     "reuse_vs_recursion_attention": ["fig4"], "gp_recursion": ["table3"], "scale_256m": [], "x0_ablation": [],
 }
-
-
-def linked_files(index: Path) -> list[str]:
-    import re
-
-    return re.findall(r'(?:src|href)="([^"#:]+)"', index.read_text())
 
 
 def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template_db):
