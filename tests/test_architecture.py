@@ -138,3 +138,17 @@ def test_no_test_module_imports_another():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not offenders, offenders
+
+
+def test_one_module_spells_where_a_trial_lives_on_disk():
+    """A sweep trial's checkpoint folder and log are built by ``sweeps/trial_files.py`` alone: the
+    other sweep modules ask it instead of joining paths (or calling ``checkpoint_folder``) themselves."""
+    owner = "cemlab.sweeps.trial_files"
+    callers = sorted(m for m, deps in EDGES.items() if "cemlab.train.checkpoint" in deps and m.startswith("cemlab.sweeps")
+                     and any(isinstance(n, ast.alias) and n.name in ("checkpoint_folder", "read_state")
+                             for n in ast.walk(ast.parse(MODULES[m].read_text()))))
+    assert callers == [owner], callers
+    spelled = [f"{m}:{i}" for m, p in MODULES.items() if m.startswith("cemlab.sweeps") and m != owner
+               for i, line in enumerate(p.read_text().splitlines(), 1)
+               if '"faults"' in line or '.log"' in line or '"checkpoints"' in line]
+    assert not spelled, spelled

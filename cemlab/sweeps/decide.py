@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 from cemlab.sweeps import progress as pg
 from cemlab.sweeps.invocation import Invocation, SearchOutcome, TrialOutcome
 from cemlab.sweeps.schema import Trial
+from cemlab.sweeps.trial_files import TrialFiles
 from cemlab.sweeps.trial_job import prepare_config
 from cemlab.sweeps.trial_lock import lock_is_free, try_trial_lock
 from cemlab.sweeps.tune_report import RUN_ID_KEY
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.store import best_run, find_runs_by_hash, run_status, search_runs
 from cemlab.train import decide as dc
-from cemlab.train.checkpoint import checkpoint_folder, read_state
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -63,9 +63,9 @@ def decide_grid(state: Invocation, trials: list[Trial]) -> dict[str, Trial]:
     todo: dict[str, Trial] = {}
     for t in trials:
         runs = by_hash[t.config_hash]
-        folder = checkpoint_folder(state.runs_dir, t.config_hash)
+        folder = state.files.checkpoints(t)
         # The store decides (cemlab.train.decide); a folder another sweep is training in is its business.
-        local = read_state(folder) if folder.is_dir() and lock_is_free(folder) else None
+        local = state.files.state(t) if lock_is_free(folder) else None
         decision = dc.decide(state.client, t.config_hash, folder, local or {}, runs)
         if decision.action == dc.REUSE:
             _skip(state, t, decision.run)
@@ -80,7 +80,7 @@ def decide_grid(state: Invocation, trials: list[Trial]) -> dict[str, Trial]:
                     if decision.action == dc.RECORD:
                         _record(state, t, folder, decision.state)
                         continue
-        prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.runs_dir)
+        prepare_resume(state.client, t, runs, state.parent_run_id, state.experiment_id, state.files)
         todo[t.trial_id] = t
     return todo
 
@@ -126,15 +126,14 @@ def _parent_of(run: "Run") -> str | None:
 
 
 def prepare_resume(client: "MlflowClient", trial: Trial, runs: list["Run"], parent_run_id: str, experiment_id: str,
-                   runs_dir: Path) -> None:
+                   files: TrialFiles) -> None:
     """Before (re)running ``trial``: nest the MLflow run its checkpoint points at under this
     parent (same experiment), and delete this parent's other unfinished runs of the trial (a
     driver killed between creating a run and recording it leaves one). The trial finds that run
     again by asking the store (``cemlab.train.run``), whatever address the store has now."""
-    folder = checkpoint_folder(runs_dir, trial.config_hash)
-    if not lock_is_free(folder):
+    if not lock_is_free(files.checkpoints(trial)):
         return  # another sweep is training this config right now: the trial will wait for it
-    state = read_state(folder) if folder.is_dir() else None
+    state = files.state(trial)
     keep = None
     if state and state.get("run_id"):
         keep = next((r for r in runs if r.info.run_id == state["run_id"]), None)
@@ -171,7 +170,7 @@ def _record(state: Invocation, trial: Trial, folder: Path, local: dict) -> None:
     origin = f"run {str(local.get('run_id'))[:8]} of {(local.get('store') or {}).get('tracking_uri') or local.get('tracking_uri') or '?'}"
     result = dc.record_from_local(state.client, cfg, folder, local, state.uri, state.parent_run_id, "trial")
     note = f"recorded from local state ({origin}); not trained"
-    log_path = state.log_path(trial.trial_id)
+    log_path = state.files.log(trial.trial_id)
     with open(log_path, "a") as fh:
         fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}): "
                  f"{note}: the store {state.uri} lacked it; now run {result.run_id}\n")

@@ -135,18 +135,17 @@ def worker_main(config: dict[str, Any]) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     os.environ.update(job.env())
-    with tj.redirect_output(job.log_path(trial.trial_id)):
+    with tj.redirect_output(job.files.log(trial.trial_id)):
         try:
             nodes = _gather_nodes()
             print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} rank {rank}/{world} "
                   f"pid {os.getpid()} node {nodes[rank]}", flush=True)
             cfg = tj.prepare_config(trial, job)
-            folder = Path(cfg.train.checkpoint_dir)
+            folder = job.files.checkpoints(trial)
             fault = tj.set_fault(job, trial)
             reporter = None
             if rank == 0:
-                counter = Path(job.log_dir) / "faults" / f"{trial.trial_id}.count"
-                reporter = Reporter(trial, folder, fault, counter, deliver=lambda p: queue.put(("report", p)))
+                reporter = Reporter(trial, folder, fault, job.files.fault_counter(trial.trial_id), deliver=lambda p: queue.put(("report", p)))
             result = train(cfg, tracking_uri=job.tracking_uri, parent_run_id=job.parent_run_id, report=reporter,
                            resume=True, progress_bar=False, role="trial", ray_train=True)
             if rank == 0:

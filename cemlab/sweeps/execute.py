@@ -31,10 +31,7 @@ import logging
 import math
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
 
 import ray
 from ray import tune
@@ -51,7 +48,6 @@ from cemlab.sweeps.trainable import run_trial
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.store import run_status, telemetry_off
-from cemlab.train.checkpoint import checkpoint_folder, read_state
 from cemlab.train.plan import make_plan
 
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
@@ -247,7 +243,7 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     """One ``Tuner.fit`` over ``job``'s trials; records every trial's outcome. ``concurrency``:
     at most this many trials at once (default: what the cluster holds, for searches and multi-worker
     trials)."""
-    callback = pg.TuneCallback(state.progress, job.resolve, str(state.log_dir))
+    callback = pg.TuneCallback(state.progress, job.resolve, state.files.log)
     distributed = resources.workers > 1
     # A multi-worker trial's Tune process only waits for its Ray Train workers, which ask for the
     # CPUs and GPUs themselves (cemlab.sweeps.distributed): the process asks for memory only (Tune
@@ -286,9 +282,8 @@ def _tune_outcome(state: Invocation, trial: Trial, result, row: pg.Row, error_fi
     failed when the trial errored outside ``train`` (or its process died), stopped when ASHA
     stopped it."""
     metrics = dict(result.metrics or {})
-    run_id = metrics.get(rk.RUN_ID_KEY) or (read_state(checkpoint_folder(state.runs_dir, trial.config_hash))
-                                            or {}).get("run_id")
-    log_path = str(state.log_path(trial.trial_id))
+    run_id = metrics.get(rk.RUN_ID_KEY) or state.files.run_id(trial)
+    log_path = str(state.files.log(trial.trial_id))
     values = {k: float(v) for k, v in metrics.items() if "/" in k and isinstance(v, (int, float))}
     o = TrialOutcome(trial, schema.STATUS_FAILED, run_id, values, seconds=metrics.get(rk.SECONDS_KEY),
                      wall=row.elapsed, attempts=row.attempts, resumed=bool(metrics.get(rk.RESUMED_KEY)),

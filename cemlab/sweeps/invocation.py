@@ -18,6 +18,7 @@ from cemlab.sweeps import progress as pg
 from cemlab.sweeps.files import sweeps_dir
 from cemlab.sweeps.schema import Trial
 from cemlab.sweeps.spec import SweepSpec
+from cemlab.sweeps.trial_files import TrialFiles
 from cemlab.sweeps.trial_job import TrialJob
 from cemlab.tracking import schema
 from cemlab.tracking.conventions import run_url
@@ -142,8 +143,10 @@ class Invocation:
                         log_dir=str(self.log_dir), trials=trials or {}, cell=cell, cache_dir=self.cache_dir,
                         faults=self.faults)
 
-    def log_path(self, trial_id: str) -> Path:
-        return self.log_dir / f"{trial_id}.log"
+    @property
+    def files(self) -> TrialFiles:
+        """Where the trials' checkpoints and logs are."""
+        return TrialFiles(self.runs_dir, self.log_dir)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

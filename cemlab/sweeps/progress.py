@@ -393,13 +393,13 @@ class TuneCallback(Callback):
     """Tune events -> table rows (runs in the driver). ``resolve`` maps a Tune config to its
     cemlab trial. Tune pickles its callbacks with the experiment state: the copy is inert."""
 
-    def __init__(self, progress: SweepProgress, resolve: Callable[[dict], Any], log_dir: str = ""):
-        self.progress, self.resolve, self.log_dir = progress, resolve, log_dir
+    def __init__(self, progress: SweepProgress, resolve: Callable[[dict], Any], log_of: Callable[[str], Any] = str):
+        self.progress, self.resolve, self.log_of = progress, resolve, log_of
         self.by_tune_id: dict[str, str] = {}
         self.errors: dict[str, str] = {}      # cemlab trial id -> Tune's error file
 
     def __getstate__(self) -> dict:
-        return {"progress": None, "resolve": None, "log_dir": "", "by_tune_id": {}, "errors": {}}
+        return {"progress": None, "resolve": None, "log_of": str, "by_tune_id": {}, "errors": {}}
 
     def _id(self, trial) -> str | None:
         if self.progress is None:
@@ -432,7 +432,7 @@ class TuneCallback(Callback):
         tid = self._id(trial)
         if tid is not None:
             self.errors[tid] = str(getattr(trial, "error_file", "") or "")
-            self.progress.set_status(tid, schema.STATUS_FAILED, note=f"log {self.log_dir}/{tid}.log")
+            self.progress.set_status(tid, schema.STATUS_FAILED, note=f"log {self.log_of(tid)}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         tid = self._id(trial)

@@ -42,7 +42,6 @@ from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
 from cemlab.tracking.store import ensure_experiment, get_client, run_status, search_runs
-from cemlab.train.checkpoint import checkpoint_folder, read_state
 from cemlab.train.decide import is_connection_error
 
 if TYPE_CHECKING:
@@ -122,13 +121,13 @@ def mark_interrupted(state: Invocation) -> None:
         if tid in state.outcomes:
             continue
         trial = state.progress.trials[tid]
-        log_path = str(state.log_path(tid))
+        log_path = str(state.files.log(tid))
         if row.status not in (pg.RUNNING, pg.RETRYING):
             metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts, log_path=log_path)
             continue
-        run_id = row.run_id or (read_state(checkpoint_folder(state.runs_dir, trial.config_hash)) or {}).get("run_id")
+        run_id = row.run_id or state.files.run_id(trial)
         wait_for_exit(trial_pid(Path(log_path)), STOP_WAIT_S)  # it may still be saying how it ended
         if run_id:
             try:
@@ -159,11 +158,11 @@ def mark_store_lost(state: Invocation, message: str) -> None:
             metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts,
-                                               log_path=str(state.log_path(tid)))
+                                               log_path=str(state.files.log(tid)))
             continue
         state.progress.set_status(tid, schema.STATUS_INTERRUPTED, note="MLflow store not answering")
         state.outcomes[tid] = TrialOutcome(trial, schema.STATUS_INTERRUPTED, row.run_id or None, wall=row.elapsed,
-                                           attempts=row.attempts, log_path=str(state.log_path(tid)),
+                                           attempts=row.attempts, log_path=str(state.files.log(tid)),
                                            error=message)
 
 

@@ -51,7 +51,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -70,7 +69,7 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
     """The Tune function trainable of a sweep (see the module docstring)."""
     trial = job.resolve(config)
     os.environ.update(job.env())
-    with redirect_output(job.log_path(trial.trial_id)):
+    with redirect_output(job.files.log(trial.trial_id)):
         try:
             _run(trial, job)
         except TrialStopped:
@@ -87,7 +86,7 @@ def _run(trial: Trial, job: TrialJob) -> None:
     print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}) "
           f"pid {os.getpid()} node {node}", flush=True)
     cfg = prepare_config(trial, job)
-    folder = Path(cfg.train.checkpoint_dir)
+    folder = job.files.checkpoints(trial)
     t0 = time.perf_counter()
     with trial_lock(folder) as waited:
         if trial.resources.workers > 1:
@@ -95,7 +94,7 @@ def _run(trial: Trial, job: TrialJob) -> None:
             reporter = Reporter(trial, folder, None, None)
         else:
             fault = set_fault(job, trial)
-            reporter = Reporter(trial, folder, fault, Path(job.log_dir) / "faults" / f"{trial.trial_id}.count")
+            reporter = Reporter(trial, folder, fault, job.files.fault_counter(trial.trial_id))
             result = train(cfg, tracking_uri=job.tracking_uri, parent_run_id=job.parent_run_id, report=reporter,
                            resume=True, progress_bar=False, role="trial")
             nodes = [node]

@@ -26,8 +26,8 @@ from typing import Any
 from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.expand import trial_with_lr
 from cemlab.sweeps.schema import Trial, round_lr
+from cemlab.sweeps.trial_files import TrialFiles
 from cemlab.tracking.store import configure_http
-from cemlab.train.checkpoint import checkpoint_folder
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.
 FAULTS_ENV = "CEMLAB_SWEEP_FAULTS"
@@ -55,8 +55,10 @@ class TrialJob:
             return trial_with_lr(self.cell, round_lr(float(config["lr"])))
         return self.trials[config["trial_id"]]
 
-    def log_path(self, trial_id: str) -> Path:
-        return Path(self.log_dir) / f"{trial_id}.log"
+    @property
+    def files(self) -> TrialFiles:
+        """Where the trials' checkpoints and logs are."""
+        return TrialFiles(Path(self.runs_dir), Path(self.log_dir))
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
@@ -72,7 +74,7 @@ def prepare_config(trial: Trial, job: TrialJob):
     cfg.train.num_threads = max(1, int(res.cpus_per_worker))
     cfg.train.progress_bar = False
     cfg.train.accelerator = "gpu" if res.gpus_per_worker > 0 else "cpu"
-    cfg.train.checkpoint_dir = str(checkpoint_folder(job.runs_dir, trial.config_hash))
+    cfg.train.checkpoint_dir = str(job.files.checkpoints(trial))
     if job.cache_dir:
         cfg.data.cache_dir = job.cache_dir
     if cfg.hash() != trial.config_hash:  # a field that is in the hash was touched: a bug here
