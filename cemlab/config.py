@@ -12,7 +12,7 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from cemlab.data.config import DataConfig
 from cemlab.gp.config import GPConfig
 from cemlab.models.config import PRESETS, ModelConfig, StrictModel
+from cemlab.task_registry import TASKS
 from cemlab.train.config import TrainConfig
 
 
@@ -41,7 +42,8 @@ class TrackingConfig(StrictModel):
 class RunConfig(StrictModel):
     """One training run: model + data + training + tracking. This is what ``cemlab train`` reads."""
 
-    task: Literal["lm", "gp"] = Field(default="lm", description="'lm': language model; 'gp': GP regression (Table 3).")
+    task: str = Field(default="lm", description="The task, by name (cemlab.task_registry): 'lm': language model; "
+                      "'gp': GP regression (Table 3); or a task a plugin registers.")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -60,12 +62,28 @@ class RunConfig(StrictModel):
             return {**PRESETS[name], "name": name, **v}
         return v
 
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        TASKS.get(v)  # an unknown name fails naming the tasks there are
+        return v
+
     @model_validator(mode="after")
     def _task_settings(self) -> "RunConfig":
-        if self.task == "gp" and self.gp is None:
-            raise ValueError("task='gp' needs a gp: section (kernel, latent_dim, steps, ...; see cemlab.gp.config.GPConfig)")
-        if self.task == "lm" and self.gp is not None:
-            raise ValueError("a gp: section needs task='gp' (it is ignored by language-model runs)")
+        """A task's own section (``Task.section``, e.g. ``gp:``) is given exactly when the task is run.
+        The optional sections (default None) are kept in every config's payload: ``gp: null``."""
+        own = TASKS.get(self.task).section
+        for name, f in type(self).model_fields.items():
+            if f.default is not None or name == own and getattr(self, name) is not None:
+                continue
+            if name == own:
+                section = f.annotation.__args__[0] if hasattr(f.annotation, "__args__") else f.annotation
+                raise ValueError(f"task={self.task!r} needs a {name}: section ({', '.join(list(section.model_fields)[:3])}, "
+                                 f"...; see {section.__module__}.{section.__name__})")
+            if getattr(self, name) is not None:
+                users = [t for t, task in TASKS.items() if task.section == name]
+                raise ValueError(f"a {name}: section needs task={(users[0] if len(users) == 1 else users)!r}"
+                                 f"{'' if len(users) == 1 else ' (one of them)'}; task={self.task!r} ignores it: remove it")
         return self
 
     def hash(self) -> str:

@@ -152,3 +152,21 @@ def test_one_module_spells_where_a_trial_lives_on_disk():
                for i, line in enumerate(p.read_text().splitlines(), 1)
                if '"faults"' in line or '.log"' in line or '"checkpoints"' in line]
     assert not spelled, spelled
+
+
+#: Modules that docs/architecture.md puts in the run config's layer, though they sit in another package.
+CONFIG_LAYER = {"cemlab.train.config", "cemlab.data.config"}
+
+
+def _package(module: str) -> str:
+    """``cemlab.tasks.lm`` -> ``tasks``; a top-level module is its own package (``config``); the
+    modules of ``CONFIG_LAYER`` count as ``config``."""
+    return "config" if module in CONFIG_LAYER else module.split(".")[1] if module.count(".") else module
+
+
+def test_no_two_packages_import_each_other():
+    """Between cemlab's packages imports go one way only (module-level or inside a function, as
+    EDGES counts them): a pair that imports each other has no layer order."""
+    imports = {(_package(m), _package(d)) for m, deps in EDGES.items() for d in deps if _package(m) != _package(d)}
+    mutual = sorted(f"{a} <-> {b}" for a, b in imports if (b, a) in imports and a < b)
+    assert not mutual, mutual

@@ -57,10 +57,10 @@ def test_tune_events_become_rows(trials):
     rows = progress.rows
     assert rows[trials[0].trial_id].status == pg.REUSED
     r1 = rows[trials[1].trial_id]
-    assert (r1.status, r1.step, r1.total, r1.loss, r1.val_ppl, r1.run_id) == ("running", 8, 16, 5.25, 190.5, "r1")
+    assert (r1.status, r1.step, r1.total, r1.loss, r1.val, r1.run_id) == ("running", 8, 16, 5.25, 190.5, "r1")
     r2 = rows[trials[2].trial_id]
     assert r2.status == "failed" and r2.attempts == 2 and r2.note == f"log /runs/logs/x/{trials[2].trial_id}.log"
-    assert rows[trials[3].trial_id].status == "finished" and rows[trials[3].trial_id].test_ppl == 150.25
+    assert rows[trials[3].trial_id].status == "finished" and rows[trials[3].trial_id].test == 150.25
     assert rows[trials[4].trial_id].status == "stopped"
     assert all(r.status == pg.QUEUED for r in list(rows.values())[5:])
     assert progress.counts() == {"reused": 1, "running": 1, "failed": 1, "finished": 1, "stopped": 1,
@@ -129,7 +129,7 @@ def test_gp_sweeps_show_rmse(monkeypatch):
     progress.set_status(first, "running")
     progress.update(first, {tr.STEP_KEY: 3, tr.TOTAL_KEY: 20, schema.TRAIN_LOSS: 0.5,
                             schema.VAL_RMSE: 0.4321, schema.VAL_PPL: 999.0})
-    assert progress.rows[first].val_ppl == pytest.approx(0.4321)
+    assert progress.rows[first].val == pytest.approx(0.4321)
     assert "val rmse 0.4321" in progress.running_lines()[0]
     out = io.StringIO()
     Console(file=out, width=200).print(progress.view(200))

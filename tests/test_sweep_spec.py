@@ -123,10 +123,10 @@ def test_trial_config_is_the_layered_settings():
     t = trials_by_id(load_sweep("recursion_ablation").expand("tiny"))["86m__cem-mlp_T2_dplr_eta-0.5__lr2e-3__s1"]
     size = tiny.sizes["86m"]
     by_hand = RunConfig.model_validate({
-        "model": {**tiny.lm.base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr",
+        "model": {**tiny.section("lm").base["model"], **size.model, "mlp": "cem", "mlp_steps": 2, "mlp_precond": "dplr",
                   "mlp_eta": 0.5},
-        "data": tiny.lm.base["data"],
-        "train": {**tiny.lm.base["train"], **size.train, "lr": 2e-3, "seed": 1},
+        "data": tiny.section("lm").base["data"],
+        "train": {**tiny.section("lm").base["train"], **size.train, "lr": 2e-3, "seed": 1},
     })
     assert t.config_hash == by_hand.hash()
     assert t.axes == {"size": "86m", "group": "cem-mlp", "variant": "cem-mlp T2 dplr eta=0.5", "lr": 2e-3,

@@ -2,8 +2,7 @@
 every task the config accepts is registered, each owns its facts, and the facts agree with an
 independent computation (parameters counted on real tensors, metric keys written by training)."""
 
-import typing
-
+import pydantic
 import pytest
 
 from cemlab.config import RunConfig
@@ -12,15 +11,25 @@ from cemlab.tracking import outcomes, schema
 
 
 def test_the_config_accepts_exactly_the_registered_tasks():
-    accepted = set(typing.get_args(RunConfig.model_fields["task"].annotation))
-    assert accepted == set(TASKS)
+    assert {"lm", "gp"} <= set(TASKS)
     for name, task in TASKS.items():
         assert task.name == name
         assert task.section in RunConfig.model_fields, f"{name}: section {task.section!r} is not a RunConfig field"
+        own = {task.section: {}} if RunConfig.model_fields[task.section].default is None else {}
+        assert RunConfig.model_validate({"task": name, **own}).task == name
+    with pytest.raises(pydantic.ValidationError, match=r"task\n.*task='nope' is unknown; choose one of \['gp', 'lm'\]"):
+        RunConfig(task="nope")
+
+
+def test_a_task_section_goes_with_its_task():
+    with pytest.raises(pydantic.ValidationError, match=r"task='gp' needs a gp: section"):
+        RunConfig(task="gp")
+    with pytest.raises(pydantic.ValidationError, match=r"a gp: section needs task='gp'; task='lm' ignores it"):
+        RunConfig(task="lm", gp={})
 
 
 def test_an_unknown_task_names_the_choices():
-    with pytest.raises(ValueError, match=r"task='nope' is unknown; choose one of \['gp', 'lm'\]"):
+    with pytest.raises(ValueError, match=r"task='nope' is unknown; choose one of \['gp', 'lm'\] .*CEMLAB_PLUGINS"):
         get_task("nope")
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.plotting import MAX_CURVE_POINTS, Figure, legend_outside, line_styles, subplots
+from cemlab.tasks import Task, get_task
 from cemlab.tracking import outcomes, schema
 
 
@@ -105,7 +106,7 @@ def test_time(ctx) -> Figure | None:
     rows = []
     for _, t in trials[trials["status"] == schema.STATUS_FINISHED].iterrows():
         keys = ctx.metric_keys(t["run_id"])
-        for key in (schema.TEST_PPL_AT_STEPS, schema.TEST_RMSE_AT_STEPS):
+        for key in (_task(t).test_metric_at_steps,):
             if key in keys:
                 for steps, value in ctx.history(t["run_id"], key):
                     rows.append(dict(cell=t["cell"], variant=t["variant"], size=t["size"], lr=t["lr"], seed=t["seed"],
@@ -140,6 +141,17 @@ def test_time(ctx) -> Figure | None:
         {"test_time_recursion": data.drop(columns=["cell"])}, fig)
 
 
+def _task(trial) -> Task:
+    """The task of a trial (a row of ``ctx.trials()``), which names its metrics."""
+    return get_task(trial["task"])
+
+
+def _metric_words(tasks) -> str:
+    """``perplexity on a log axis``, ``RMSE``: the validation metrics of ``tasks`` as the caption names them."""
+    return ", ".join(f"{t.metric_label}{' on a log axis' if t.metric_log_axis else ''}"
+                     for t in {t.name: t for t in tasks}.values())
+
+
 def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
     if len(points) <= limit:
         return points
@@ -152,7 +164,7 @@ def training(ctx) -> Figure | None:
     rows = []
     for _, t in trials[trials["status"].isin(outcomes.SEARCH_RESULTS)].iterrows():
         keys = ctx.metric_keys(t["run_id"])
-        for key in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE):
+        for key in (schema.TRAIN_LOSS, _task(t).val_metric):
             if key not in keys:
                 continue
             for step, value in _thin(ctx.history(t["run_id"], key), MAX_CURVE_POINTS):
@@ -161,7 +173,8 @@ def training(ctx) -> Figure | None:
     if not rows:
         return None
     data = pd.DataFrame(rows)
-    metrics = [m for m in (schema.TRAIN_LOSS, schema.VAL_PPL, schema.VAL_RMSE) if m in set(data["metric"])]
+    tasks = {task.val_metric: task for task in map(_task, (t for _, t in trials.iterrows()))}
+    metrics = [m for m in (schema.TRAIN_LOSS, *tasks) if m in set(data["metric"])]
     from matplotlib.ticker import FuncFormatter
 
     fig, panels = _panels(metrics, 6.4)
@@ -173,7 +186,7 @@ def training(ctx) -> Figure | None:
             ax.plot(curve.index, curve.values, ls=style.ls, lw=1, color=style.color, label=label)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(metric + " (mean over seeds)")
-        if metric == schema.VAL_PPL:  # perplexity falls by orders of magnitude early on: log, ticks in plain numbers
+        if metric in tasks and tasks[metric].metric_log_axis:  # e.g. perplexity falls by orders of magnitude early on: log, ticks in plain numbers
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -181,7 +194,7 @@ def training(ctx) -> Figure | None:
         _legend(ax, d)
     fig.suptitle("Training curves")
     return Figure("training", "Training curves", (
-        "Training loss (linear axis) and validation metric (perplexity on a log axis) against optimizer steps, mean "
+        f"Training loss (linear axis) and validation metric ({_metric_words(tasks.values())}) against optimizer steps, mean "
         "over seeds per cell (bands: lowest to highest seed) "
         f"(at most {MAX_CURVE_POINTS} points per run are kept); runs ASHA stopped early end where it stopped them."), {"training": data.drop(columns=["cell"])}, fig)
 

@@ -96,7 +96,7 @@ def _expand(spec, scale_name: str, scale: ScaleSpec,
     src = spec.source
     scales_src = str(_scales_path_for(spec._path))
     overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
-    task_scale: TaskScale = getattr(scale, spec.task)
+    task_scale: TaskScale = scale.section(spec.task)
     top = {k: list(overrides.get(k, v)) for k, v in spec.top_axes().items()}
     if get_task(spec.task).sized:
         for s in top["size"]:

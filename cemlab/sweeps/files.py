@@ -18,6 +18,7 @@ from cemlab.config import RunConfig
 from cemlab.sweeps.errors import format_validation_error
 from cemlab.sweeps.layers import merge_dicts, nest
 from cemlab.sweeps.schema import TOP_AXES, Axes, ScaleSpec, SweepError
+from cemlab.tasks import TASKS
 
 
 def sweeps_dir() -> Path:
@@ -117,19 +118,36 @@ def load_scales(path: str | Path | None = None) -> dict[str, ScaleSpec]:
         data[name] = merge_dicts(data[parent], raw)
     scales: dict[str, ScaleSpec] = {}
     for name, raw in data.items():
+        _check_task_sections(p, name, raw)
         try:
             scales[name] = ScaleSpec.model_validate(raw)
         except ValidationError as e:
             raise SweepError(format_validation_error(e, f"{p}", prefix=(name,), model=ScaleSpec)) from None
+        sized = [task for task, t in TASKS.items() if t.sized]  # the tasks whose sweeps list sizes
         for size, spec in scales[name].sizes.items():
-            cfg = merge_dicts(nest(scales[name].lm.base, f"{p}: {name}.lm.base"),
-                               {"model": {**spec.model, "name": size}, "train": spec.train})
-            try:
-                RunConfig.model_validate(cfg)
-            except ValidationError as e:
-                raise SweepError(format_validation_error(e, f"{p}", prefix=(name, "sizes", size),
-                                                  model=RunConfig)) from None
+            for task in sized:
+                cfg = merge_dicts(nest(scales[name].section(task).base, f"{p}: {name}.{task}.base"),
+                                  {"model": {**spec.model, "name": size}, "train": spec.train})
+                try:
+                    RunConfig.model_validate(cfg)
+                except ValidationError as e:
+                    raise SweepError(format_validation_error(e, f"{p}", prefix=(name, "sizes", size),
+                                                             model=RunConfig)) from None
     return scales
+
+
+def _check_task_sections(path: Path, scale: str, raw: Any) -> None:
+    """Each task's section of a scale against the model its task names (``Task.scale_model``), so
+    that an error names the key as the file has it (``tiny.gp.resources.workers``)."""
+    if not isinstance(raw, dict):
+        return
+    for key, section in raw.items():
+        if key not in ScaleSpec.model_fields and key in TASKS:
+            model = TASKS.get(key).scale_model
+            try:
+                model.model_validate(section if section is not None else {})
+            except ValidationError as e:
+                raise SweepError(format_validation_error(e, f"{path}", prefix=(scale, key), model=model)) from None
 
 
 def check_scale_overrides(spec, scales: dict[str, ScaleSpec]) -> None:

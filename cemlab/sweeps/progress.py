@@ -67,8 +67,9 @@ class Row:
     step: int = 0
     total: int = 0
     loss: float = math.nan
-    val_ppl: float = math.nan
-    test_ppl: float = math.nan
+    metric: str = ""                  # the task's headline metric (``ppl``, ``rmse``): what val and test hold
+    val: float = math.nan             # its latest validation value
+    test: float = math.nan            # its test value
     run_id: str = ""
     attempts: int = 0
     started: float | None = None
@@ -107,17 +108,18 @@ class SweepProgress:
         self.lock = threading.Lock()
         self.events: list[str] = []          # status changes not yet printed (plain mode)
         self.started = time.time()
-        # The metric shown: perplexity for language models, RMSE for the GP study (set from the
-        # trials' task; the row fields val_ppl/test_ppl hold whichever it is).
-        self.metric = "ppl"
-        self.metric_keys = (schema.VAL_PPL, schema.TEST_PPL)
+        # The metric shown: the headline metric of the trials' task (``Task.metric``), set as they are added.
+        self.task = get_task("lm")
         #: search: optuna cells -> [samples still to be drawn, FLOPs of one] (rows appear as they start)
         self.expected: dict[str, list] = {}
         self._eta: tuple[float, float, float] | None = None  # (first estimate, last, time left shown): eta()
 
     def _use_task(self, name: str) -> None:
-        task = get_task(name)
-        self.metric, self.metric_keys = task.metric, (task.val_metric, task.test_metric)
+        self.task = get_task(name)
+
+    @property
+    def metric(self) -> str:
+        return self.task.metric
 
     # -- updates ------------------------------------------------------------------------------
     def add(self, trial, flops: float | None = None) -> Row:
@@ -135,7 +137,7 @@ class SweepProgress:
                 if trial.trial_id in self.rows:
                     continue
                 self._use_task(getattr(trial, "task", "lm"))
-                row = Row(trial.trial_id, trial.variant, trial.size or "-")
+                row = Row(trial.trial_id, trial.variant, trial.size or "-", metric=self.task.metric)
                 row.flops = counted[trial.trial_id]
                 self.rows[trial.trial_id] = row
                 self.trials[trial.trial_id] = trial
@@ -184,8 +186,8 @@ class SweepProgress:
             row.step = int(result.get(tr.STEP_KEY, row.step) or row.step)
             row.total = int(result.get(tr.TOTAL_KEY, row.total) or row.total)
             row.run_id = str(result.get(tr.RUN_ID_KEY) or row.run_id)
-            val_key, test_key = self.metric_keys
-            for attr, key in (("loss", schema.TRAIN_LOSS), ("val_ppl", val_key), ("test_ppl", test_key)):
+            val_key, test_key = self.task.val_metric, self.task.test_metric
+            for attr, key in (("loss", schema.TRAIN_LOSS), ("val", val_key), ("test", test_key)):
                 if isinstance(result.get(key), (int, float)):
                     setattr(row, attr, float(result[key]))
             if isinstance(result.get(tr.SECONDS_KEY), (int, float)):
@@ -196,7 +198,7 @@ class SweepProgress:
         if validated:
             line = (f"{time.strftime('%H:%M:%S')}  {'validated':<11}  {row.label or row.trial_id}  step "
                     f"{row.step}/{row.total or '?'}  loss {_num(row.loss)}  val {self.metric} "
-                    f"{_num(row.val_ppl, self._fmt)}  [{self.summary(short=True)}]")
+                    f"{_num(row.val, self._fmt)}  [{self.summary(short=True)}]")
             with self.lock:
                 self.events.append(line)
 
@@ -210,8 +212,8 @@ class SweepProgress:
     # -- rendering ----------------------------------------------------------------------------
     def _event_line(self, row: Row) -> str:
         parts = [time.strftime("%H:%M:%S"), f"{row.status:<11}", row.trial_id]
-        if row.status in (schema.STATUS_FINISHED,) + NOT_TRAINED and not math.isnan(row.test_ppl):
-            parts.append(f"test {self.metric} {row.test_ppl:{'.2f' if self.metric == 'ppl' else '.4f'}}")
+        if row.status in (schema.STATUS_FINISHED,) + NOT_TRAINED and not math.isnan(row.test):
+            parts.append(f"test {self.metric} {self.task.format_metric(row.test)}")
         if row.status in FINAL and row.elapsed is not None and row.status not in (REUSED, DONE, RECORDED):
             parts.append(f"in {_duration(row.elapsed)}")
         if row.note:
@@ -261,7 +263,7 @@ class SweepProgress:
 
     @property
     def _fmt(self) -> str:
-        return "{:.2f}" if self.metric == "ppl" else "{:.4f}"
+        return "{:" + self.task.metric_format + "}"
 
     def summary(self, short: bool = False) -> str:
         """The progress line: trials ended of all (queued, and samples still to be drawn, included),
@@ -285,7 +287,7 @@ class SweepProgress:
     def running_lines(self) -> list[str]:
         with self.lock:
             return [f"  {r.label or r.trial_id}: step {r.step}/{r.total or '?'} loss {_num(r.loss)} val {self.metric} "
-                    f"{_num(r.val_ppl, self._fmt)}" for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
+                    f"{_num(r.val, self._fmt)}" for r in self.rows.values() if r.status in (RUNNING, RETRYING)]
 
     def _columns(self) -> list[Column]:
         """The table's columns in display order, each with its priority (see ``progress_view``)."""
@@ -300,8 +302,8 @@ class SweepProgress:
         return [Column("trial", "left", lambda r: r.label or r.trial_id, 0),
                 Column("status", "left", status, 1), Column("step", "right", step, 2),
                 Column("loss", "right", lambda r: _num(r.loss), 6),
-                Column(f"val {m}", "right", lambda r: _num(r.val_ppl, fmt), 4),
-                Column(f"test {m}", "right", lambda r: _num(r.test_ppl, fmt), 3),
+                Column(f"val {m}", "right", lambda r: _num(r.val, fmt), 4),
+                Column(f"test {m}", "right", lambda r: _num(r.test, fmt), 3),
                 Column("time", "right", lambda r: _duration(r.elapsed), 5),
                 Column("trial id (log name)", "left", lambda r: r.trial_id, 7)]
 

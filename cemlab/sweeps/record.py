@@ -38,6 +38,7 @@ from cemlab.sweeps.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_ex
 from cemlab.sweeps.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
 from cemlab.sweeps.spec import SweepSpec
 from cemlab.sweeps.tune_report import STEP_KEY
+from cemlab.tasks import get_task
 from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
@@ -123,7 +124,7 @@ def mark_interrupted(state: Invocation) -> None:
         trial = state.progress.trials[tid]
         log_path = str(state.files.log(tid))
         if row.status not in (pg.RUNNING, pg.RETRYING):
-            metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
+            metrics = _row_metrics(trial, row)
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts, log_path=log_path)
             continue
@@ -146,6 +147,11 @@ def mark_interrupted(state: Invocation) -> None:
                                            attempts=row.attempts, log_path=log_path)
 
 
+def _row_metrics(trial, row: pg.Row) -> dict[str, float]:
+    """The test metric the table saw for a trial, under its task's key (``test/ppl``, ``test/rmse``)."""
+    return {} if math.isnan(row.test) else {get_task(trial.task).test_metric: row.test}
+
+
 def mark_store_lost(state: Invocation, message: str) -> None:
     """The store went away (trial processes already ended): every trial without an outcome is
     interrupted with ``message`` (its checkpoint is kept; nothing is written to the store, which
@@ -155,7 +161,7 @@ def mark_store_lost(state: Invocation, message: str) -> None:
             continue
         trial = state.progress.trials[tid]
         if row.status in SEARCH_RESULTS + pg.NOT_TRAINED:
-            metrics = {k: v for k, v in ((schema.TEST_PPL, row.test_ppl),) if not math.isnan(v)}
+            metrics = _row_metrics(trial, row)
             state.outcomes[tid] = TrialOutcome(trial, row.status, row.run_id or None, metrics, seconds=row.seconds,
                                                wall=row.elapsed, attempts=row.attempts,
                                                log_path=str(state.files.log(tid)))
@@ -254,6 +260,12 @@ def _finish_parent_run(state: Invocation, result: SweepResult) -> None:
                       {"cemlab.trial_counts": json.dumps(result.counts(), sort_keys=True)})
 
 
+def _test_metric(o: TrialOutcome) -> dict[str, Any]:
+    """A trial's test metric in the summary, under its task's key (``test_ppl``, ``test_rmse``)."""
+    task = get_task(o.trial.task)
+    return {task.summary_key: o.metrics.get(task.test_metric)}
+
+
 def _write_summary(log_dir: Path, result: SweepResult) -> None:
     """``summary-<parent run id>.json`` and ``summary.json`` (the latest) in the sweep's log folder."""
     summary = {
@@ -263,7 +275,7 @@ def _write_summary(log_dir: Path, result: SweepResult) -> None:
         "waited_on_parent_runs": result.concurrent_with, "store_error": result.store_error,
         "trials": [{"trial_id": o.trial.trial_id, "status": o.status, "run_id": o.run_id,
                     "train_seconds": o.seconds, "wall_seconds": o.wall, "attempts": o.attempts,
-                    "test_ppl": o.metrics.get(schema.TEST_PPL), "error": o.error, "note": o.note,
+                    **_test_metric(o), "error": o.error, "note": o.note,
                     "nodes": o.nodes}
                    for o in result.outcomes],
         "searches": [s.__dict__ for s in result.searches],

@@ -13,9 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from cemlab.config import RunConfig
+from cemlab.tasks import TASKS
+from cemlab.tasks.scale import Resources, TaskScale  # noqa: F401  (a trial's resources; a task's scale section)
 from cemlab.train.config import MAX_LR
 
 #: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
@@ -36,23 +38,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 
-class Resources(_Strict):
-    """What one trial asks the scheduler for: ``workers`` processes (DDP ranks), each with
-    ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
-
-    workers: int = Field(default=1, ge=1, le=4096, description="Training processes per trial (DDP ranks).")
-    cpus_per_worker: float = Field(default=1, gt=0, le=1024, description="CPUs per worker (also its torch threads).")
-    gpus_per_worker: float = Field(default=0, ge=0, le=64, description="GPUs per worker.")
-
-    @property
-    def cpus(self) -> float:
-        return self.workers * self.cpus_per_worker
-
-    @property
-    def gpus(self) -> float:
-        return self.workers * self.gpus_per_worker
-
-
 class SizeSpec(_Strict):
     """What a size name (``86m`` ...) means at one scale: model fields (or ``{preset: 86m}``) and
     optional per-size training settings (typically ``tokens``)."""
@@ -61,25 +46,41 @@ class SizeSpec(_Strict):
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields for this size.")
 
 
-class TaskScale(_Strict):
-    """Settings of one task (``lm`` or ``gp``) at one scale."""
-
-    resources: Resources = Field(default_factory=Resources)
-    base: dict[str, Any] = Field(default_factory=dict, description="RunConfig fields of every trial of this task.")
-
-
 class ScaleSpec(_Strict):
     """One scale: the concrete meaning of the size names, and per-task settings and resources.
 
     ``like: <scale>`` makes a variant of another scale (e.g. the same models on another corpus): it
     starts from that scale's settings, merged key by key under its own, and takes the sweep files'
-    per-scale axis values of that scale unless a sweep file names this one."""
+    per-scale axis values of that scale unless a sweep file names this one.
+
+    Every other key of a scale is a task's section, named by the task (``lm:``, ``gp:``, or a
+    plugin's task) and checked by the model that task names (``Task.scale_model``); they are kept
+    in ``tasks`` by task name, and :meth:`section` gives a task's (its defaults where the scale has
+    none)."""
 
     like: str | None = Field(default=None, description="A scale this one is a variant of (one level).")
     description: str = ""
     sizes: dict[str, SizeSpec] = Field(default_factory=dict)
-    lm: TaskScale = Field(default_factory=TaskScale)
-    gp: TaskScale = Field(default_factory=TaskScale)
+    tasks: dict[str, SerializeAsAny[TaskScale]] = Field(default_factory=dict,
+                                                        description="The tasks' sections, by task name.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_sections(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "tasks" in data:
+            return data
+        own = {k: v for k, v in data.items() if k in cls.model_fields}
+        sections = {k: v for k, v in data.items() if k not in cls.model_fields}
+        unknown = [k for k in sections if k not in TASKS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is neither a scale setting ({', '.join(n for n in cls.model_fields if n != 'tasks')}) "
+                             f"nor a task; a task's section is named by the task: {', '.join(TASKS.names())}")
+        return {**own, "tasks": {name: TASKS.get(name).scale_model.model_validate(raw if raw is not None else {})
+                                 for name, raw in sections.items()}}
+
+    def section(self, task: str) -> TaskScale:
+        """The scale's settings of ``task`` (the task's defaults where the scale has no section for it)."""
+        return self.tasks.get(task) or TASKS.get(task).scale_model()
 
 
 class Axes(_Strict):

@@ -14,7 +14,7 @@ Sweep file schema (every mapping forbids unknown keys)::
     figures: [fig2c, fig2d]         # the report's figures drawn from its runs (ids: cemlab.paper.FIGURES)
     claims: [t2-beats-t1]           # the claims its runs judge (ids: cemlab.paper.CLAIMS)
     description: ...
-    task: lm                        # lm | gp
+    task: lm                        # lm | gp | a task a plugin registers
     base: {model: {...}, train: {...}}   # RunConfig fields shared by every trial (nested or dotted keys)
     axes:                           # the grid axes shared by every variant
       size: [86m, 108m]             # lm only: size names of the scale (model dims, tokens)
@@ -86,7 +86,7 @@ class SweepSpec(_Strict):
     figures: list[str] = Field(default_factory=list, description="Report figures drawn from its runs, e.g. [fig2a].")
     claims: list[str] = Field(default_factory=list, description="Claims its runs judge, e.g. [attn-small-cost].")
     description: str = ""
-    task: Literal["lm", "gp"] = "lm"
+    task: str = Field(default="lm", description="The task, by name: lm, gp, or one a plugin registers.")
     base: dict[str, Any] = Field(default_factory=dict)
     axes: Axes = Field(default_factory=Axes)
     variants: list[Variant] = Field(min_length=1)
@@ -107,6 +107,12 @@ class SweepSpec(_Strict):
                 raise ValueError(f"unknown {info.field_name[:-1]} id {x!r}{hint}; choose among {', '.join(valid)}")
         if len(set(v)) != len(v):
             raise ValueError(f"values repeat in {v}; list each id once")
+        return v
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        get_task(v)  # an unknown name fails naming the tasks there are
         return v
 
     @model_validator(mode="after")

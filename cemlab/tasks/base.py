@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
+from cemlab.tasks.scale import TaskScale
+
 if TYPE_CHECKING:  # pragma: no cover
     from cemlab.config import RunConfig
 
@@ -66,8 +68,16 @@ class Task:
     title: ClassVar[str]           # for people: "language modelling"
     section: ClassVar[str]         # the RunConfig section that holds the model: ``model`` / ``gp``
     unit: ClassVar[str]            # what the budget counts: ``tokens`` / ``examples``
-    metric: ClassVar[str]          # headline metric (lower is better): ``ppl`` / ``rmse``
+    #: The headline metric, logged as ``val/<metric>`` and ``test/<metric>``: ``ppl`` / ``rmse``.
+    #: Progress rows, ``summary.json`` (``test_<metric>``), the store check, the report and
+    #: ``cemlab train`` read it, with the three facts below, from the task.
+    metric: ClassVar[str]
+    metric_label: ClassVar[str]               # for people: "perplexity", "RMSE"
+    metric_format: ClassVar[str] = ".4f"      # how a value of it is printed (format spec)
+    metric_log_axis: ClassVar[bool] = False   # plotted on a log axis (it falls by orders of magnitude)
     lower_is_better: ClassVar[bool] = True
+    #: The model of the task's section of a sweep scale (``scales.yaml``: ``<scale>.<name>``).
+    scale_model: ClassVar[type[TaskScale]] = TaskScale
     sized: ClassVar[bool]          # sweeps list model sizes (``axes.size``), defined per scale
     prepared_data: ClassVar[bool]  # data is a corpus prepared ahead (False: generated when trained)
     #: Validation metrics worth quoting for a run that did not finish, best first.
@@ -83,6 +93,15 @@ class Task:
     @property
     def test_metric(self) -> str:
         return f"test/{self.metric}"
+
+    @property
+    def summary_key(self) -> str:
+        """The key of the test metric in a sweep's ``summary.json`` (``test_ppl``, ``test_rmse``)."""
+        return f"test_{self.metric}"
+
+    def format_metric(self, value: float) -> str:
+        """A value of the headline metric as the task prints it."""
+        return format(value, self.metric_format)
 
     def __repr__(self) -> str:
         return f"<task {self.name}: {self.title}>"

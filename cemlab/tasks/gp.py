@@ -17,7 +17,7 @@ from cemlab.gp import make_gp_data
 from cemlab.gp.data import TensorPairs
 from cemlab.models.gp import build_gp_model, count_parameters, flops_per_example
 from cemlab.tasks.base import Task, TaskData, format_lr, parameter_count
-from cemlab.tracking import schema
+import cemlab.tasks.metric_names as schema
 
 
 class GPRegression(Task):
@@ -26,6 +26,8 @@ class GPRegression(Task):
     section = "gp"
     unit = "examples"
     metric = "rmse"
+    metric_label = "RMSE"
+    metric_format = ".4f"
     sized = False
     prepared_data = False
     val_metrics = (schema.VAL_RMSE,)

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from cemlab.tasks import TASKS
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking import store as tracking_store
 
@@ -37,12 +38,20 @@ class RunRecord:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def _test_metrics(task: str | None) -> list[str]:
+    """The test metric of the task a run is tagged with (``cemlab.task``); of every task there is
+    for a run without the tag or of a task this process does not know (its plugin not loaded)."""
+    if task is not None and task in TASKS:
+        return [TASKS.get(task).test_metric]
+    return list(dict.fromkeys(t.test_metric for _, t in TASKS.items()))
+
+
 def _record(run) -> RunRecord:
     status = tracking_store.run_status(run)
     metrics = {k: float(v) for k, v in run.data.metrics.items()}
-    # A run tagged finished whose main metric is not finite diverged at the very end.
+    # A run tagged finished whose main metric (its task's test metric) is not finite diverged at the very end.
     if status == schema.STATUS_FINISHED and any(
-        k in metrics and not math.isfinite(metrics[k]) for k in (schema.TEST_PPL, schema.TEST_RMSE)
+        k in metrics and not math.isfinite(metrics[k]) for k in _test_metrics(run.data.tags.get(schema.TASK))
     ):
         status = schema.STATUS_DIVERGED
     return RunRecord(run_id=run.info.run_id, run_name=run.info.run_name or "", experiment_id=run.info.experiment_id,

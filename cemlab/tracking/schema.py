@@ -54,26 +54,13 @@ from cemlab.tracking.outcomes import INTERRUPTED as STATUS_INTERRUPTED  # noqa: 
 from cemlab.tracking.outcomes import RUNNING as STATUS_RUNNING  # noqa: E402
 from cemlab.tracking.outcomes import STOPPED as STATUS_STOPPED  # noqa: E402
 
-# --- metrics (history over ``step`` = optimizer step) ------------------------------------------
-TRAIN_LOSS = "train/loss"
-LR = "train/lr"
-TOKENS_SEEN = "train/tokens"
-TOKENS_PER_S = "train/tokens_per_s"
-FLOPS_PER_S = "train/model_flops_per_s"
-MFU = "train/mfu"
-GRAD_NORM = "train/grad_norm"             # gradient norm before clipping
-EXAMPLES_SEEN = "train/examples"          # GP study: examples seen (LM runs count tokens)
-EXAMPLES_PER_S = "train/examples_per_s"
-VAL_LOSS = "val/loss"
-VAL_PPL = "val/ppl"
-TEST_LOSS = "test/loss"
-TEST_PPL = "test/ppl"                     # the paper's main metric
-TEST_RMSE = "test/rmse"                   # GP study (Table 3)
-VAL_RMSE = "val/rmse"
-# Test-time recursion curve: test perplexity with the recursion steps changed at evaluation only;
-# logged as TEST_PPL_AT_STEPS with ``step`` = the number of recursion steps T'.
-TEST_PPL_AT_STEPS = "test/ppl_at_steps"
-TEST_RMSE_AT_STEPS = "test/rmse_at_steps"  # GP study: the same curve for RMSE
+# --- metrics (history over ``step`` = optimizer step): named with the tasks, see cemlab.tasks.metric_names
+from cemlab.tasks.metric_names import (  # noqa: E402,F401
+    TRAIN_LOSS, LR, TOKENS_SEEN, TOKENS_PER_S, FLOPS_PER_S, MFU, GRAD_NORM, EXAMPLES_SEEN,
+    EXAMPLES_PER_S, VAL_LOSS, VAL_PPL, TEST_LOSS, TEST_PPL, TEST_RMSE, VAL_RMSE, TEST_PPL_AT_STEPS,
+    TEST_RMSE_AT_STEPS, PARAMS_TOTAL, PARAMS_ATTENTION, PARAMS_MLP, PARAMS_EMBEDDING, PARAMS_HEAD,
+    FLOPS_PER_TOKEN, FLOPS_PER_EXAMPLE, TOKEN_BUDGET, TOTAL_STEPS, DATA_TRAIN_TOKENS,
+)
 
 
 def energy_metric(sublayer: str, layer: int) -> str:
@@ -100,18 +87,6 @@ def total_step_metric(sublayer: str, layer: int) -> str:
     """sum_t eta_t of a CEM sublayer at the end of training (T * eta for a fixed step size)."""
     return f"eta/{sublayer}/L{layer}/total"
 
-
-# Static model facts, logged once (step 0).
-PARAMS_TOTAL = "model/params_total"
-PARAMS_ATTENTION = "model/params_attention"
-PARAMS_MLP = "model/params_mlp"
-PARAMS_EMBEDDING = "model/params_embedding"
-PARAMS_HEAD = "model/params_head"
-FLOPS_PER_TOKEN = "model/flops_per_token"         # training FLOPs (fwd+bwd) per token
-FLOPS_PER_EXAMPLE = "model/flops_per_example"     # GP study (Table 3): forward FLOPs per example
-TOKEN_BUDGET = "train/token_budget"
-TOTAL_STEPS = "train/total_steps"                 # optimizer steps the budget asks for
-DATA_TRAIN_TOKENS = "data/train_tokens"           # size of the training split (tokens; GP: examples)
 
 # --- artifacts ---------------------------------------------------------------------------------
 CONFIG_ARTIFACT = "config.yaml"           # the resolved RunConfig

@@ -172,8 +172,7 @@ class ProgressLines(L.Callback):
         if latest.get(schema.TRAIN_LOSS) is not None:
             parts.append(f"loss {latest[schema.TRAIN_LOSS]:.3f}")
         if task.val_metric in latest:
-            name = task.val_metric.split("/", 1)[-1]
-            parts.append(f"val {name} {latest[task.val_metric]:{'.2f' if name == 'ppl' else '.4f'}}")
+            parts.append(f"val {task.metric} {task.format_metric(latest[task.val_metric])}")
         if task.rate_metric in latest:
             parts.append(f"{latest[task.rate_metric]:,.0f} {task.rate_metric.split('/')[-1].replace('_per_', '/')}")
         left = elapsed / (step - step0) * (total - step) if step > step0 else None

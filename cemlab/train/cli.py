@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     except NoSpaceError as e:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_NO_SPACE
-    return _report(result, args.json)
+    return _report(result, args.json, cfg)
 
 
 def _dry_run(cfg) -> int:
@@ -142,8 +142,11 @@ def _load_config(args: argparse.Namespace):
     return cfg
 
 
-def _report(result, as_json: bool) -> int:
-    """Print the result (one line on stderr; JSON on stdout with ``--json``); its exit code."""
+def _report(result, as_json: bool, cfg) -> int:
+    """Print the result (one line on stderr; JSON on stdout with ``--json``); its exit code. The
+    headline names the metrics of the run's task (``Task.test_metric``, ``Task.val_metric``)."""
+    from cemlab.tasks import task_of
+
     if result.run_id is None:  # a DDP rank other than zero: rank zero reports
         return EXIT_DIVERGED if result.diverged else EXIT_OK
     if as_json:
@@ -153,8 +156,8 @@ def _report(result, as_json: bool) -> int:
               f"nothing trained, nothing deleted; --restart trains it anew (the old files are kept aside)",
               file=sys.stderr)
     m = result.metrics
-    headline = " ".join(f"{k}={m[k]:.4g}" for k in ("test/ppl", "test/rmse", "val/ppl", "val/rmse", "train/loss")
-                        if k in m)
+    task = task_of(cfg)
+    headline = " ".join(f"{k}={m[k]:.4g}" for k in (task.test_metric, task.val_metric, "train/loss") if k in m)
     size = f" ({result.params:,} parameters)" if result.params else ""
     if result.outcome == "trained":
         what = f"{result.status} after {result.steps}/{result.total_steps} steps in {result.seconds:.0f}s"
