@@ -7,10 +7,12 @@ report draws each figure with the function of the same name in ``cemlab.report.p
 and judges each claim with the rule its entry names in ``cemlab.report.claim_rules`` (bound in
 ``cemlab.report.claims``, which fails on import when a rule is missing); a test keeps them in step.
 
-Adding a claim: its entry in ``CLAIM_ENTRIES`` here, its rule function in
-``cemlab.report.claim_rules``, and its id in the ``claims:`` of the sweep files whose runs judge it.
-Adding a figure: its builder in ``cemlab.report.paper_figures``, its id in ``FIGURES`` here, and the
-id in the ``figures:`` of the sweep files it is drawn from.
+Adding a claim: its entry in ``CLAIM_ENTRIES`` here (with the sweeps that judge it), its rule
+function in ``cemlab.report.claim_rules``, and its id in the ``claims:`` of those sweep files.
+Adding a figure: its builder in ``cemlab.report.paper_figures``, its entry in ``FIGURE_ENTRIES``
+here (with the sweeps that feed it), and the id in the ``figures:`` of those sweep files. A test
+keeps the entries' sweeps and the files' lists in step; a plugin registers figures and claims of
+its own through ``cemlab.report.registry``.
 """
 
 from __future__ import annotations
