@@ -110,3 +110,19 @@ def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
         sweeps_of = SweepGrids().claim_sweeps()
     assert set(sweeps_of) == set(paper.CLAIMS)
     assert sweeps_of["mlp-loses-more"] == ["mlp_replacement", "attention_replacement"]
+    # the sweeps a claim reads are its entry's, in the order the files list it (its own sweep first)
+    assert sweeps_of == {c.id: list(c.sweeps) for c in CLAIMS}
+
+
+def test_entries_and_sweep_files_name_each_other():
+    """A figure's or a claim's entry (cemlab/paper.py) names the sweeps that feed it; each project
+    sweep file's ``figures:`` and ``claims:`` lists exactly the entries that name it, and every
+    sweep an entry names has a file. (The one list kept in two places: this test keeps them in step.)"""
+    from cemlab.sweeps import feeds
+
+    files = {p.stem: yaml.safe_load(p.read_text()) for p in SWEEP_FILES}
+    for key, registry in (("figures", feeds.FIGURES), ("claims", feeds.CLAIMS)):
+        for name, d in files.items():
+            assert sorted(d.get(key) or []) == sorted(feeds.sweeps_listing(registry, name)), (name, key)
+        for fid, entry in registry.items():
+            assert entry["sweeps"] and set(entry["sweeps"]) <= set(files), (fid, entry["sweeps"])

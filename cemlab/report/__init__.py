@@ -6,10 +6,12 @@ the entry point; ``cemlab report`` is its command line. Modules (the store is re
 ``figures`` (the figure registry) with ``plotting`` (shared figure kit), ``paper_figures`` and
 ``run_figures``; ``claims`` (the claims of ``cemlab.paper`` bound to their rules), ``claim_rules``
 (each claim's rule), ``stats`` and ``verdicts`` (intervals, verdicts, claims.csv); ``render``
-(HTML/Markdown page), ``build`` (putting it together). A sweep file names what it feeds
-(``figures:``, ``claims:``, ids in ``cemlab.paper``). Adding a claim: its entry in
-``cemlab.paper`` and its rule in ``claim_rules``; a figure: its builder in ``paper_figures`` and
-its id in ``cemlab.paper.FIGURES`` (and the ids in the sweep files that feed them).
+(HTML/Markdown page), ``build`` (putting it together), ``registry`` (figure builders and claim
+rules by id; ``register_figure`` / ``register_claim`` for plugins). A sweep file names what it feeds
+(``figures:``, ``claims:``, ids in ``cemlab.sweeps.feeds``). Adding a claim: its entry (with its
+sweeps) in ``cemlab.paper`` and its rule in ``claim_rules``; a figure: its builder in
+``paper_figures`` and its entry (with its sweeps) in ``cemlab.paper.FIGURE_ENTRIES`` (and the ids
+in those sweep files).
 
 Importing this package is cheap; pandas, scipy and matplotlib load on first use.
 """

@@ -35,7 +35,7 @@ import pandas as pd
 
 from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
-from cemlab.report.claims import CLAIMS, claims_for
+from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
@@ -291,7 +291,7 @@ def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Sect
 def _figure_sections(ctx: ReportContext, spec, out_dir: Path, written: set[str]) -> list[Section]:
     """The sweep's paper figures (its ``figures:``) and the generic ones, saved with their CSVs."""
     sections = []
-    builders = [figs.PAPER_FIGURES[i] for i in figs.PAPER_FIGURES if i in spec.figures]
+    builders = figs.paper_figures_for(spec.figures)
     for builder in builders + list(figs.GENERIC_FIGURES.values()):
         f = builder(ctx)
         if f is None:
@@ -320,8 +320,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
-                        ctx.grids.claim_sweeps())
+    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history)
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
@@ -439,12 +438,11 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
     scales = {r.sweep: r.scale for r in results}
     verdicts = []
     contexts: dict[str, ReportContext] = {}
-    sweeps_of = grids.claim_sweeps()
-    for claim in CLAIMS:
-        sweeps = sweeps_of.get(claim.id, [])
+    for claim in all_claims():
+        sweeps = list(claim.sweeps)
         s = scale or next((scales[n] for n in sweeps if n in scales), grids.default_scale)
         ctx = contexts.setdefault(s, ReportContext(sweeps[0] if sweeps else "", s, store, grids))
-        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history, sweeps_of)
+        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:

@@ -2,7 +2,8 @@
 comparisons (``Check``) that decide its verdict, and the cells it found missing.
 
 Each claim's entry in ``cemlab.paper`` names its rule here (a ``rule_*`` function of
-``ClaimData``); the tolerances the rules apply are defined there, next to the rule texts that
+``ClaimData``) and the sweeps it reads, which the rule takes from ``ClaimData.sweep(i)`` (its own
+sweep first) rather than by name; the tolerances the rules apply are defined there, next to the rule texts that
 quote them (``SMALL_COST``, ``NEGLIGIBLE``, ``MATCH_TOL``, ``CLOSE_TOL``).
 """
 
@@ -36,32 +37,36 @@ def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b:
             yield size, ra, rb
 
 
-def _attn_pairs(data: ClaimData, missing: list[str]) -> dict[str, tuple]:
-    cells = data.at_best_lr("attention_replacement", ["family", "variant", "size"])
+def _attn_pairs(data: ClaimData, missing: list[str], sweep: str) -> dict[str, tuple]:
+    """Llama and CEM attention cells per size of the attention-replacement sweep ``sweep``."""
+    cells = data.at_best_lr(sweep, ["family", "variant", "size"])
     return {size: (llama, cem) for size, llama, cem in _size_pairs(
-        cells, missing, ("attention_replacement {size} llama", dict(family="llama")),
-        ("attention_replacement {size} cem-attn", dict(family="cem-attn")))}
+        cells, missing, (sweep + " {size} llama", dict(family="llama")),
+        (sweep + " {size} cem-attn", dict(family="cem-attn")))}
 
 
 def rule_attn_small_cost(data: ClaimData):
     missing: list[str] = []
     checks = [compare(data, missing, size, [l, c], rel,
                       f"{size}: Llama {num(l['mean'])}, CEM attention {num(c['mean'])}", SMALL_COST, "below")
-              for size, (l, c) in _attn_pairs(data, missing).items()]
+              for size, (l, c) in _attn_pairs(data, missing, data.sweep(0)).items()]
     return checks, missing
 
 
 def _mlp_cells(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("mlp_replacement", ["family", "variant", "size", "param_matched"])
+    """The MLP-replacement cells: the claim's own sweep."""
+    return data.at_best_lr(data.sweep(0), ["family", "variant", "size", "param_matched"])
 
 
 def rule_mlp_loses_more(data: ClaimData):
+    """The MLP sweep (the entry's first) against the attention sweep (its second)."""
     missing: list[str] = []
-    attn = _attn_pairs(data, missing)
+    attn = _attn_pairs(data, missing, data.sweep(1))
     cells = _mlp_cells(data)
     checks = []
-    pairs = _size_pairs(cells, missing, ("mlp_replacement {size} llama", dict(family="llama")),
-                        ("mlp_replacement {size} cem-mlp", dict(family="cem-mlp", param_matched=False)))
+    mlp = data.sweep(0)
+    pairs = _size_pairs(cells, missing, (mlp + " {size} llama", dict(family="llama")),
+                        (mlp + " {size} cem-mlp", dict(family="cem-mlp", param_matched=False)))
     for size, llama, cem in pairs:
         if size not in attn:
             missing.append(f"{size}: no attention comparison")
@@ -88,14 +93,15 @@ def rule_param_matching_recovers(data: ClaimData):
 def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dict]]:
     """Akima optimum of each seed's learning-rate curve, per size and family (llama / cem): the rate
     chosen on the validation curve, the value read from the test curve at it (``chosen_on_validation``)."""
-    cells = data.cells("lr_sweep")
-    trials = data.trials("lr_sweep")
+    sweep = data.sweep(0)
+    cells = data.cells(sweep)
+    trials = data.trials(sweep)
     out: dict[str, dict[str, dict]] = {}
     for size in sizes_of(cells):
         for family in ("llama", "cem"):
             g = cells[(cells["size"] == size) & (cells["family"] == family)]
             if g.empty:
-                missing.append(f"lr_sweep {size} {family}: not in the grid")
+                missing.append(f"{sweep} {size} {family}: not in the grid")
                 continue
             t = trials[trials["cell"].isin(set(g["cell"]))] if len(trials) else trials
             per_seed = {}
@@ -104,7 +110,7 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
                 if opt.n_points:
                     per_seed[int(seed)] = (opt, float(g["lr"].min()), float(g["lr"].max()), g.iloc[0])
             if not per_seed:
-                missing.append(f"lr_sweep {size} {family}: no finished run")
+                missing.append(f"{sweep} {size} {family}: no finished run")
                 continue
             out.setdefault(size, {})[family] = per_seed
     return out
@@ -177,7 +183,7 @@ def rule_full_cem_higher_lr(data: ClaimData):
 
 def rule_256m(data: ClaimData):
     missing: list[str] = []
-    cells = data.at_best_lr("scale_256m", ["family", "variant", "size"])
+    cells = data.at_best_lr(data.sweep(0), ["family", "variant", "size"])
     pairs = _size_pairs(cells, missing, ("{size} llama", dict(family="llama")), ("{size} cem", dict(family="cem")))
     checks = [compare(data, missing, size, [llama, cem], rel,
                       f"{size}: Llama {num(llama['mean'])}, full CEM {num(cem['mean'])}", MATCH_TOL)
@@ -186,7 +192,7 @@ def rule_256m(data: ClaimData):
 
 
 def _kq(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("kq_diagonal", ["family", "variant", "size", "kq_diagonal"])
+    return data.at_best_lr(data.sweep(0), ["family", "variant", "size", "kq_diagonal"])
 
 
 def rule_kq_matters(data: ClaimData):
@@ -218,13 +224,13 @@ def rule_shared_close(data: ClaimData):
     return checks, missing
 
 
-def _reuse_rule(sweep: str, attention: bool):
+def _reuse_rule(attention: bool):
     """Per size and eta, relative change T=2 vs T=1 per seed: plain reuse's above -NEGLIGIBLE (it
     gains little or hurts), each CEM setting's below 0 and below plain reuse's. The CEM T=1 cell is
     the one at the T=2 cell's per-step eta where it was run, else at eta=1."""
     def rule(data: ClaimData):
         missing: list[str] = []
-        cells = data.cells(sweep)
+        cells = data.cells(data.sweep(0))
         if cells.empty:
             return [], missing
         cells = cells.copy()
@@ -269,12 +275,12 @@ def _reuse_rule(sweep: str, attention: bool):
     return rule
 
 
-rule_reuse_vs_recursion_mlp = _reuse_rule("reuse_vs_recursion_mlp", attention=False)
-rule_reuse_vs_recursion_attention = _reuse_rule("reuse_vs_recursion_attention", attention=True)
+rule_reuse_vs_recursion_mlp = _reuse_rule(attention=False)
+rule_reuse_vs_recursion_attention = _reuse_rule(attention=True)
 
 
 def _gp_cells(data: ClaimData) -> dict[str, dict[int, object]]:
-    cells = data.cells("gp_recursion")
+    cells = data.cells(data.sweep(0))
     out: dict[str, dict[int, object]] = {}
     if cells.empty:
         return out

@@ -71,7 +71,9 @@ class SweepGrids:
     def claim_sweeps(self) -> dict[str, list[str]]:
         """Claim id -> the sweeps whose files list it; a sweep that lists the claim earlier in its
         ``claims:`` comes first (the claim's own sweep before those it compares with), then by name.
-        A file that does not load lists nothing here (its own report fails naming it)."""
+        A file that does not load lists nothing here (its own report fails naming it). The report
+        reads each claim's sweeps from its entry (``Claim.sweeps``); tests/test_sweep_files.py
+        checks that this, the files' view, agrees with it."""
         listed = []
         for name in self.names():
             try:

@@ -1,4 +1,5 @@
-"""The rules of the recursion claims (``recursion_ablation``): recursion T crossed with the step size eta.
+"""The rules of the recursion claims (their entry's sweep: ``recursion_ablation``): recursion T crossed
+with the step size eta.
 
 A T=2 cell is compared with T=1 in two ways, each a condition of its own:
 
@@ -40,7 +41,7 @@ def eta_value(eta: str, T: int) -> float:
 
 
 def _recursion_cells(data: ClaimData) -> pd.DataFrame:
-    return data.at_best_lr("recursion_ablation", ["family", "variant", "size", "T", "precond", "eta"])
+    return data.at_best_lr(data.sweep(0), ["family", "variant", "size", "T", "precond", "eta"])
 
 
 def _cem(cells: pd.DataFrame) -> pd.DataFrame:

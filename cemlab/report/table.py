@@ -23,17 +23,18 @@ be the run's, so runs of an older version of the sweep file are not mixed in), s
 rate; every sampled rate is then a point of the cell's learning-rate curve (Fig. 3a, Akima). Such a
 cell is ``missing`` (one row, at the centre) only when it has no run at all.
 
-The columns that figures and claims select on (``family``, ``lr``, ``seed``, ``T``, ``precond``,
-``kq_diagonal``, ``kernel``, ``param_matched``) come from the trial's axes when the sweep names
-them, otherwise from its resolved ``RunConfig``; ``group`` and ``variant`` are the sweep file's
-own names (legend labels).
+The columns that figures and claims select on are declared once, in ``COLUMNS`` (name, default and
+type, where the value comes from): the trial's axis of that name when the sweep names it, else the
+task's ``table_fields`` (a subset), else the resolved ``RunConfig``, else the default; ``family``
+comes from the task; ``group`` and ``variant`` are the sweep file's own names (legend labels).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -65,9 +66,52 @@ MODEL_FACTS = {
     "train_tokens": schema.DATA_TRAIN_TOKENS,
 }
 
+@dataclass(frozen=True)
+class Column:
+    """A column figures and claims select on. Its value for a trial: the sweep's axis of the same
+    name (``axis``), else the task's ``table_fields`` (each task returns a subset), else
+    ``from_config`` of the resolved ``RunConfig``, else ``default``; then ``cast``."""
+
+    name: str
+    default: Any
+    cast: Callable[[Any], Any] = str
+    from_config: Callable[[Any], Any] | None = None
+    axis: bool = True          # a sweep axis of this name sets it
+    cell: bool = True          # part of what identifies a cell (``CELL_COLUMNS``)
+    axis_cast: Callable[[Any], Any] | None = None   # ``cast`` for an axis value, if it differs
+
+    def value(self, axes: dict, derived: dict, cfg) -> Any:
+        if self.axis and self.name in axes:
+            return (self.axis_cast or self.cast)(axes[self.name])
+        if self.name in derived:
+            return self.cast(derived[self.name])
+        return self.cast(self.from_config(cfg) if self.from_config is not None else self.default)
+
+
+#: The selection columns, declared once, in table order (after family, group, variant, size, task,
+#: metric): a figure selecting on a new axis needs a line here.
+COLUMNS: tuple[Column, ...] = (
+    Column("lr", math.nan, float, lambda cfg: cfg.train.lr),
+    Column("seed", 0, int, lambda cfg: cfg.train.seed, cell=False),
+    Column("T", 1, int),
+    Column("precond", ""),
+    Column("kq_diagonal", "", str, lambda cfg: cfg.model.kq_diagonal),
+    Column("kernel", ""),
+    Column("param_matched", False, bool, lambda cfg: cfg.model.mlp_param_matched),
+    Column("eta", "", str, axis_cast=format_eta),
+    Column("x0", ""),
+    Column("corpus", "", axis=False),
+    Column("score_only", False, bool, axis=False, cell=False),
+)
+#: The column that names the model family (from the task's ``table_fields``; '' if it gives none).
+FAMILY = Column("family", "", axis=False)
+
 #: Columns that identify a cell (with ``cell``, the JSON of the axes without the seed).
-CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size", "task", "metric", "lr", "T",
-                "precond", "kq_diagonal", "kernel", "param_matched", "eta", "x0", "corpus"]
+CELL_COLUMNS = ["sweep", "figure", "scale", "family", "group", "variant", "size", "task", "metric",
+                *(c.name for c in COLUMNS if c.cell)]
+#: Columns of the trials table before its run's columns.
+TRIAL_COLUMNS = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
+                 "task", "metric", "config_hash", *(c.name for c in COLUMNS), "cell"]
 
 
 def _scalar(v: Any) -> Any:
@@ -90,24 +134,14 @@ def trial_row(trial, order: int) -> dict[str, Any]:
         "figure": trial.figure,
         "scale": trial.scale,
         "trial_id": trial.trial_id,
-        "family": derived["family"],
+        "family": FAMILY.value(axes, derived, cfg),
         "group": group,
         "variant": trial.variant,
         "size": str(trial.size),
         "task": cfg.task,
         "metric": task.test_metric,
         "config_hash": trial.config_hash,
-        "lr": float(axes.get("lr", cfg.train.lr)),
-        "seed": int(axes.get("seed", cfg.train.seed)),
-        "T": int(axes.get("T", derived["T"])),
-        "precond": str(axes.get("precond", derived["precond"])),
-        "kq_diagonal": str(axes.get("kq_diagonal", cfg.model.kq_diagonal)),
-        "kernel": str(axes.get("kernel", derived["kernel"])),
-        "param_matched": bool(axes.get("param_matched", cfg.model.mlp_param_matched)),
-        "eta": format_eta(axes["eta"]) if "eta" in axes else derived["eta"],
-        "x0": str(axes.get("x0", derived["x0"])) if derived["x0"] else "",
-        "corpus": derived["corpus"],
-        "score_only": derived["score_only"],
+        **{c.name: c.value(axes, derived, cfg) for c in COLUMNS},
     }
     cell_axes = {k: v for k, v in axes.items() if k != "seed"}
     cell_axes.update(group=group, variant=row["variant"], size=row["size"], sweep=row["sweep"])
@@ -159,9 +193,7 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             for col, key in MODEL_FACTS.items():
                 row[col] = run.metrics.get(key, math.nan) if run else math.nan
             rows.append(row)
-    columns = ["order", "sweep", "figure", "scale", "trial_id", "search_cell", "family", "group", "variant", "size",
-               "task", "metric", "config_hash", "lr", "seed", "T", "precond", "kq_diagonal", "kernel", "param_matched",
-               "eta", "x0", "corpus", "score_only", "cell", "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "val", "detail",
+    columns = [*TRIAL_COLUMNS, "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "val", "detail",
                *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
 

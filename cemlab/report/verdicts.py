@@ -128,17 +128,19 @@ class Verdict:
 
 
 class ClaimData:
-    """Cells and per-seed values of the sweeps a claim reads, at one scale. With ``sweeps`` (the
-    sweeps whose files list the claim), any other sweep reads as one without runs."""
+    """Cells and per-seed values of the sweeps a claim reads, at one scale. ``own``: the sweeps its
+    entry names, in its order, which its rule reads by position (``sweep(i)``); with ``sweeps``,
+    any other sweep reads as one without runs."""
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
-                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned"):
+                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = ()):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
         self.sweeps = sweeps
+        self.own = tuple(own)
         self.margin = margin
         self.k = k  # comparisons in the claim's family (Bonferroni)
         self.lr_mode = lr_mode  # "tuned": each cell at its own best lr; "shared": one lr for all
@@ -147,6 +149,10 @@ class ClaimData:
 
     def level(self, equivalence: bool = False) -> float:
         return bonferroni_level(self.k, LEVEL, equivalence)
+
+    def sweep(self, i: int = 0) -> str:
+        """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
+        return self.own[i] if i < len(self.own) else ""
 
     def _listed(self, sweep: str) -> bool:
         return self.sweeps is None or sweep in self.sweeps
@@ -340,19 +346,20 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              sweeps: dict[str, list[str]] | None = None) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim, or one per step-size condition for the claims
-    judged per eta. ``sweeps``: claim id -> the sweeps whose files list it (``SweepGrids.claim_sweeps``);
-    a claim reads only those. None: every sweep, and no sweeps named in the verdicts.
+    judged per eta. A claim reads the sweeps its entry names (``Claim.sweeps``) and no other;
+    ``sweeps`` (claim id -> sweeps) narrows that to the sweeps given for it.
 
     Each verdict is made twice where a sweep has several learning rates: with every cell at its
     own validation-chosen rate (``verdict``, tuned) and with all at one shared rate
     (``verdict_shared_lr``)."""
     out = []
     for c in claims:
-        mine_sweeps = None if sweeps is None else sweeps.get(c.id, [])
+        own = tuple(getattr(c, "sweeps", ()))
+        mine_sweeps = (list(own) or None) if sweeps is None else sweeps.get(c.id, [])
         by_mode = {}
         for mode in ("tuned", "shared"):
             def data_of(k, mode=mode):
-                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode)
+                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode, own)
                 by_mode[mode + "_data"] = d
                 return d
             by_mode[mode] = _judged(c, data_of)

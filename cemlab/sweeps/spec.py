@@ -11,8 +11,8 @@ Sweep file schema (every mapping forbids unknown keys)::
 
     name: recursion_ablation        # optional; must equal the file name when given
     figure: "Fig 2c+2d"             # the paper figure or table it reproduces (a label)
-    figures: [fig2c, fig2d]         # the report's figures drawn from its runs (ids: cemlab.paper.FIGURES)
-    claims: [t2-beats-t1]           # the claims its runs judge (ids: cemlab.paper.CLAIMS)
+    figures: [fig2c, fig2d]         # the report's figures drawn from its runs (ids: cemlab.sweeps.feeds.FIGURES)
+    claims: [t2-beats-t1]           # the claims its runs judge (ids: cemlab.sweeps.feeds.CLAIMS)
     description: ...
     task: lm                        # lm | gp | a task a plugin registers
     base: {model: {...}, train: {...}}   # RunConfig fields shared by every trial (nested or dotted keys)
@@ -68,8 +68,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from cemlab import paper
 from cemlab.sweeps.errors import format_validation_error
+from cemlab.sweeps import feeds
 from cemlab.sweeps.expand import _expand, _with_overrides
 from cemlab.sweeps.files import _scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
 from cemlab.sweeps.layers import leaves, nest, template_names
@@ -99,9 +99,10 @@ class SweepSpec(_Strict):
     @field_validator("figures", "claims")
     @classmethod
     def _known_ids(cls, v: list[str], info) -> list[str]:
-        valid = paper.FIGURES if info.field_name == "figures" else paper.CLAIMS
+        registry = feeds.FIGURES if info.field_name == "figures" else feeds.CLAIMS
         for x in v:
-            if x not in valid:
+            if x not in registry:
+                valid = registry.names()
                 close = difflib.get_close_matches(x, valid, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"unknown {info.field_name[:-1]} id {x!r}{hint}; choose among {', '.join(valid)}")

@@ -1,0 +1,59 @@
+"""The report's figures and claims by id, and how a module outside cemlab adds one.
+
+Each figure id (``cemlab.sweeps.feeds.FIGURES``) has a builder here (``BUILDERS``: a function of
+the report context returning a ``Figure`` or None), each claim id (``cemlab.sweeps.feeds.CLAIMS``)
+a rule (``RULES``: a function of ``ClaimData`` returning its comparisons and what was missing). The
+paper's are bound by name: the builder of the same name in ``cemlab.report.paper_figures``, the
+rule its entry names (``function``) in ``cemlab.report.claim_rules``; ``cemlab.report.claims``
+binds them on import and fails naming a claim whose rule is missing.
+
+A plugin (``cemlab.models.registry``: a module named in ``CEMLAB_PLUGINS`` or in the entry-point
+group ``cemlab.plugins``) registers on import::
+
+    from cemlab.report.registry import register_claim, register_figure
+
+    register_figure("fig9", my_builder, sweeps=["my_sweep"])
+    register_claim(dict(id="my-claim", paper="...", claim="...", rule="...", sweeps=["my_sweep"]), my_rule)
+
+and lists the ids in its sweep file's ``figures:`` and ``claims:``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from cemlab import paper
+from cemlab.models.registry import Registry
+from cemlab.sweeps import feeds
+
+#: Figure id -> builder (``(ReportContext) -> Figure | None``).
+BUILDERS: Registry[Callable] = Registry("figure builder", "figures")
+#: Claim id -> rule (``(ClaimData) -> (list[Check], list[str] missing)``).
+RULES: Registry[Callable] = Registry("claim rule", "claims")
+
+#: Keys of a claim entry and their defaults (``cemlab.paper._claim``); the others are required.
+CLAIM_DEFAULTS = dict(paper_regime="not in the paper", primary="", margin=paper.SESOI, combine="all")
+CLAIM_REQUIRED = ("id", "paper", "claim", "rule", "sweeps")
+
+
+def register_figure(fid: str, builder: Callable, sweeps: Iterable[str]) -> Callable:
+    """Add figure ``fid``, drawn by ``builder`` from the runs of ``sweeps`` (whose files list
+    ``fid`` under ``figures:``). An id already taken is an error (``Registry.register``)."""
+    entry = dict(id=fid, sweeps=tuple(sweeps))
+    feeds.FIGURES.register(fid, entry)
+    BUILDERS.register(fid, builder)
+    return builder
+
+
+def register_claim(entry: dict, rule: Callable) -> Callable:
+    """Add the claim of ``entry`` (the keys of ``cemlab.paper._claim``: ``id``, ``paper``, ``claim``,
+    ``rule`` in words and ``sweeps`` required; ``paper_regime``, ``primary``, ``margin``, ``combine``
+    optional), judged by ``rule`` from the cells of its ``sweeps``."""
+    lacking = [k for k in CLAIM_REQUIRED if k not in entry]
+    if lacking:
+        raise ValueError(f"claim entry {entry.get('id', '?')!r} lacks {', '.join(lacking)} (keys: "
+                         f"{', '.join(CLAIM_REQUIRED)}, optional {', '.join(CLAIM_DEFAULTS)})")
+    full = {**CLAIM_DEFAULTS, "function": getattr(rule, "__name__", ""), **entry, "sweeps": tuple(entry["sweeps"])}
+    feeds.CLAIMS.register(full["id"], full)
+    RULES.register(full["id"], rule)
+    return rule
