@@ -28,7 +28,6 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (
     BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator,
 )
-from pydantic_core import InitErrorDetails
 
 from cemlab.models.preconditioners import PRECONDITIONERS, preconditioner_kind
 
@@ -211,8 +210,8 @@ class ModelConfig(StrictModel):
             return handler(cls._nest(data) if isinstance(data, dict) else data)
         except ValidationError as e:
             raise ValidationError.from_exception_data(e.title, [
-                InitErrorDetails(type=err["type"], loc=_flat_loc(err["loc"]), input=err["input"],
-                                 ctx=err.get("ctx", {})) for err in e.errors()]) from None
+                {"type": err["type"], "loc": _flat_loc(err["loc"]), "input": err["input"], "ctx": err.get("ctx", {})}
+                for err in e.errors()]) from None
 
     @classmethod
     def _nest(cls, data: dict[str, Any]) -> dict[str, Any]:
