@@ -142,13 +142,19 @@ variants:
 """
 
 
+@pytest.fixture(scope="module")
+def plugin_for_workers():
+    """Set before Ray starts (module scope, requested before ``ray_local``), so the workers inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEMLAB_PLUGINS", PLUGIN)
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        yield
+
+
 @pytest.fixture
 def plugin_env(monkeypatch, tmp_path, runs_dir):
-    """Set before Ray starts (``ray_local`` comes after it), so that the workers inherit it."""
     from sweep_support import local_sweeps
 
-    monkeypatch.setenv("CEMLAB_PLUGINS", PLUGIN)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, scalar=SCALAR_SWEEP)))
     monkeypatch.delenv("CEMLAB_SWEEP_FAULTS", raising=False)
@@ -156,7 +162,7 @@ def plugin_env(monkeypatch, tmp_path, runs_dir):
 
 
 @pytest.mark.slow
-def test_a_sweep_and_its_report_run_with_the_plugin(plugin_env, ray_local, data_cache):
+def test_a_sweep_and_its_report_run_with_the_plugin(plugin_for_workers, ray_local, plugin_env, data_cache):
     from sweep_support import client_for, experiment_runs, run
 
     from cemlab.tracking.server import stop_server
@@ -164,11 +170,12 @@ def test_a_sweep_and_its_report_run_with_the_plugin(plugin_env, ray_local, data_
     try:
         result = run("scalar", data_cache)
         runs = [r for r in experiment_runs(client_for(result), "scalar") if "model.attn_precond" in r.data.params]
-        assert len(runs) == 1
+        assert len(runs) == 1, f"the trial did not record a run: {result}"
         params = runs[0].data.params
         assert (params["model.attn_precond"], params["model.mlp_precond"]) == ("scalar", "scalar")
         assert runs[0].info.status == "FINISHED"
         assert math.isfinite(runs[0].data.metrics["val/loss"])
-        assert any((plugin_env / "reports").rglob("index.html"))
+        assert result.report is not None and result.report_error is None, result.report_error
+        assert "scalar" in (result.report.parent / "trials.csv").read_text()
     finally:
         stop_server()
