@@ -251,7 +251,7 @@ BROKEN = {
     "model_key_typo": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
                        "model.attn_stepz: 2}}\n", ["model.attn_stepz", "did you mean 'attn_steps'"]),
     "bad_value": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
-                  "model.attn_precond: full}}\n", ["model.attn_precond", "'none', 'diag' or 'dplr'"]),
+                  "model.attn_precond: full}}\n", ["model.attn_precond", "unknown preconditioner kind; choose one of ['none', 'diag', 'dplr'"]),
     "set_conflicts_with_axis": (GOOD_HEAD + "variants:\n  - {group: x, label: x, set: {train.lr: 0.1}}\n",
                                 ["set.train.lr", "conflicts with the top-level 'lr' axis"]),
     "unknown_size": ("figure: x\naxes: {size: [86m, 999m]}\n" + LLAMA, ["axes.size", "'999m'", "scales.yaml"]),

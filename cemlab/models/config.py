@@ -221,12 +221,12 @@ class ModelConfig(StrictModel):
             if key in SUBLAYERS and isinstance(value, (dict, SublayerConfig)):
                 nested = value.model_dump() if isinstance(value, SublayerConfig) else value
                 for name, v in nested.items():
-                    if subs[key].get(name, v) != v:
+                    if name in subs[key] and subs[key][name] != v:
                         raise ValueError(f"{SUBLAYERS[key].FLAT.get(name, name)} is given twice, with two values")
                     subs[key][name] = v
             elif isinstance(cls.FLAT.get(key), tuple):
                 sub, name = cls.FLAT[key]
-                if subs[sub].get(name, value) != value:
+                if name in subs[sub] and subs[sub][name] != value:
                     raise ValueError(f"{key} is given twice (flat and nested), with two values")
                 subs[sub][name] = value
             else:
