@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from cemlab.data.config import DataConfig
 from cemlab.gp.config import GPConfig
-from cemlab.models.config import PRESETS, ModelConfig, StrictModel
+from cemlab.models.config import NOT_IDENTITY, PRESETS, ModelConfig, StrictModel, identity_of, input_keys
 from cemlab.task_registry import TASKS
 from cemlab.train.config import TrainConfig
 
@@ -47,7 +47,7 @@ class RunConfig(StrictModel):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, json_schema_extra=NOT_IDENTITY)
     gp: GPConfig | None = Field(default=None, description="GP study settings (task='gp'), see cemlab.gp.config.")
 
     @field_validator("model", mode="before")
@@ -94,33 +94,23 @@ class RunConfig(StrictModel):
 # Hashing, flattening, YAML and overrides
 # ---------------------------------------------------------------------------------------------
 
-#: Fields that do not change what a run computes, left out of the config hash, so that the same
-#: trial started from two sweeps (or with another run name) is recognised as the same.
-HASH_EXCLUDE = {"tracking", ("model", "name"), ("model", "checkpoint_recursion"), ("model", "attn_kernel"), ("train", "progress_bar"),
-                ("train", "compile"), ("train", "checkpoint_dir"), ("train", "val_interval"),
-                ("train", "checkpoint_every"), ("train", "num_threads"), ("train", "test_recursion_steps"),
-                ("train", "devices"), ("train", "accelerator"),
-                ("data", "cache_dir")}
-
-
-#: Fields added after runs were made, left out of the hash while at these defaults, so that the
-#: runs made before they existed (which computed exactly that) still match their grid cells.
-HASH_OMIT_AT_DEFAULT = {("model", "cem_x0"): "h"}
-
-
 def _hashable_dict(cfg: BaseModel) -> dict[str, Any]:
-    d = cfg.model_dump(mode="json")
-    for (sec, key), default in HASH_OMIT_AT_DEFAULT.items():
-        if isinstance(d.get(sec), dict) and d[sec].get(key, default) == default:
-            d[sec].pop(key, None)
-    for item in HASH_EXCLUDE:
-        if isinstance(item, str):
-            d.pop(item, None)
-        else:
-            sec, key = item
-            if isinstance(d.get(sec), dict):
-                d[sec].pop(key, None)
-    return d
+    """The config as JSON with what is not the run's identity left out: each field says so where it is
+    declared (``NOT_IDENTITY``, ``OMIT_AT_DEFAULT`` in ``cemlab.models.config``)."""
+    return _identity(cfg, cfg.model_dump(mode="json"))
+
+
+def _identity(cfg: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    fields = cfg.serialized_fields() if hasattr(cfg, "serialized_fields") else type(cfg).model_fields
+    out: dict[str, Any] = {}
+    for key, value in dumped.items():
+        field = fields.get(key)
+        mark = identity_of(field) if field is not None else True
+        if mark is False or (mark == "omit_at_default" and value == field.default):
+            continue
+        section = getattr(cfg, key, None)
+        out[key] = _identity(section, value) if isinstance(section, BaseModel) and isinstance(value, dict) else value
+    return out
 
 
 def config_hash(cfg: BaseModel, length: int = 12) -> str:
@@ -221,7 +211,7 @@ def _valid_keys(loc: tuple[str, ...]) -> list[str]:
                     None)
         if node is None:
             return []
-    return list(getattr(node, "model_fields", {}))
+    return input_keys(node) if node is not None else []
 
 
 def config_sections() -> list[tuple[str, str]]:

@@ -216,7 +216,7 @@ def lr_curve(group: str, lr: float, seed: int) -> float:
 def params_of(trial) -> float:
     # a made-up but distinct parameter count per size and family
     return {"s1": 1.0e6, "s2": 2.0e6, "": 5e4}[trial.size] * {"cem-attn": 0.9, "cem-mlp": 0.8, "cem": 0.7}.get(
-        trial.group, 1.0) * (1.2 if trial.config.model.mlp_param_matched else 1.0)
+        trial.group, 1.0) * (1.2 if trial.config.model.mlp.param_matched else 1.0)
 
 
 def seeded(value: float, size: str, seed: int, label: str) -> float:

@@ -92,7 +92,7 @@ def test_train_prints_its_resolved_config_and_hints_misspelt_keys(capsys, tmp_pa
     printed = tmp_path / "printed.yaml"
     printed.write_text(capsys.readouterr().out)
     assert load_run_config(printed) == load_run_config(ROOT / "configs" / "default.yaml", ["model.attention=cem"])
-    assert load_run_config(printed).model.attention == "cem"
+    assert load_run_config(printed).model.attention.kind == "cem"
 
     assert main(["train", "train.tokns=5", "model.atention=cem"]) == 2
     err = capsys.readouterr().err

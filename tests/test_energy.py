@@ -69,10 +69,10 @@ def reference_attention_energy(layer: CEMAttention, h: torch.Tensor, u: torch.Te
     i = torch.arange(S)
     dist = (i[:, None] - i[None, :]).double()
     bias = torch.zeros(K, S, S)
-    if cfg.alibi:
-        m = torch.tensor([2.0 ** (-cfg.alibi_max_bias * (k + 1) / K) for k in range(K)])
+    if cfg.attention.alibi:
+        m = torch.tensor([2.0 ** (-cfg.attention.alibi_max_bias * (k + 1) / K) for k in range(K)])
         bias = bias - m[:, None, None] * dist.abs()
-    if cfg.self_other_bias:
+    if cfg.attention.self_other_bias:
         bias = bias + layer.self_bias[:, None, None] * torch.eye(S)
     bias = bias.masked_fill(dist < 0, float("-inf"))
     s = s + bias
@@ -99,12 +99,12 @@ def test_attention_step_is_preconditioned_energy_gradient(opts):
 
     E_k, _, _ = reference_attention_energy(layer, h, u, cfg)
     grads = [torch.autograd.grad(E_k[:, k].sum(), u, retain_graph=True)[0] for k in range(K)]
-    P = _dense_P(layer.precond, D) if layer.precond is not None else torch.eye(D).expand(K, D, D)
-    expected = u - cfg.attn_eta * sum(grads[k] @ P[k].T for k in range(K))
+    P = _dense_P(layer.precond, D) if layer.precond.kind != "none" else torch.eye(D).expand(K, D, D)
+    expected = u - cfg.attention.eta * sum(grads[k] @ P[k].T for k in range(K))
 
-    pos = Positions(seq_len=S, alibi=causal_alibi(S, alibi_slopes(K, cfg.alibi_max_bias), dtype=torch.float64))
+    pos = Positions(seq_len=S, alibi=causal_alibi(S, alibi_slopes(K, cfg.attention.alibi_max_bias), dtype=torch.float64))
     cache = layer.prepare(h, pos)
-    step = u + cfg.attn_eta * layer.direction(u, cache)
+    step = u + cfg.attention.eta * layer.direction(u, cache)
     torch.testing.assert_close(step, expected, atol=1e-8, rtol=0)
     # The layer's own explicit energy is the same function.
     torch.testing.assert_close(layer.energy(u, cache), E_k.sum(1), atol=1e-8, rtol=0)
@@ -124,15 +124,15 @@ def test_paper_score_only_diagonal_is_not_the_gradient(diag, precond):
     h, u = torch.randn(B, S, D, generator=g), torch.randn(B, S, D, generator=g, requires_grad=True)
     E_k, alpha, hn = reference_attention_energy(layer, h, u, cfg)
     grads = [torch.autograd.grad(E_k[:, k].sum(), u, retain_graph=True)[0] for k in range(K)]
-    P = _dense_P(layer.precond, D) if layer.precond is not None else torch.eye(D).expand(K, D, D)
-    exact_step = u - cfg.attn_eta * sum(grads[k] @ P[k].T for k in range(K))
+    P = _dense_P(layer.precond, D) if layer.precond.kind != "none" else torch.eye(D).expand(K, D, D)
+    exact_step = u - cfg.attention.eta * sum(grads[k] @ P[k].T for k in range(K))
     d = layer.kq_diag.expand(K, D)
     diag_term = torch.einsum("bkij,bjd->bkid", alpha, hn) * d[None, :, None, :]  # d_k * sum_j alpha hn_j
     missing = sum(diag_term[:, k] @ P[k].T for k in range(K))
 
-    pos = Positions(seq_len=S, alibi=causal_alibi(S, alibi_slopes(K, cfg.alibi_max_bias), dtype=torch.float64))
-    paper_step = u + cfg.attn_eta * layer.direction(u, layer.prepare(h, pos))
-    torch.testing.assert_close(paper_step, exact_step - cfg.attn_eta * missing, atol=1e-8, rtol=0)
+    pos = Positions(seq_len=S, alibi=causal_alibi(S, alibi_slopes(K, cfg.attention.alibi_max_bias), dtype=torch.float64))
+    paper_step = u + cfg.attention.eta * layer.direction(u, layer.prepare(h, pos))
+    torch.testing.assert_close(paper_step, exact_step - cfg.attention.eta * missing, atol=1e-8, rtol=0)
     assert (paper_step - exact_step).abs().max() > 1e-3  # really not the gradient when d != 0
 
 
@@ -170,7 +170,7 @@ def test_mlp_step_is_preconditioned_energy_gradient(precond, eta):
     gamma = hn @ layer.W.weight.T
     xi = -(gamma * phi_reference(u @ layer.V.weight.T)).sum()  # eq. 7
     (grad,) = torch.autograd.grad(xi, u)
-    P = _dense_P(layer.precond, D)[0] if layer.precond is not None else torch.eye(D)
+    P = _dense_P(layer.precond, D)[0] if layer.precond.kind != "none" else torch.eye(D)
     expected = u - eta * grad @ P.T
     cache = layer.prepare(h)
     torch.testing.assert_close(u + eta * layer.direction(u, cache), expected, atol=1e-8, rtol=0)

@@ -310,7 +310,7 @@ def test_alibi_bias_exact_in_float64_after_double():
     K, S = 3, 7
     cfg = ModelConfig(**{**NANO, "d_model": 24, "n_heads": K}, attention="cem")
     model = build_model(cfg).double()
-    expected = torch.tensor([[[-math.pow(2.0, -cfg.alibi_max_bias * k / K) * (i - j) if j <= i else -math.inf
+    expected = torch.tensor([[[-math.pow(2.0, -cfg.attention.alibi_max_bias * k / K) * (i - j) if j <= i else -math.inf
                                for j in range(S)] for i in range(S)] for k in range(1, K + 1)], dtype=torch.float64)
     bias = model.positions(S, torch.device("cpu"), torch.float64).alibi
     assert bias.dtype == torch.float64

@@ -181,8 +181,8 @@ def test_llama_baselines_are_shared_across_sweeps(scale):
     llama_hashes: dict[tuple, set[str]] = {}
     for name in list_sweeps():
         for t in load_sweep(name).expand(scale):
-            if t.task == "lm" and t.config.model.kind == "llama" and t.config.model.attn_reuse == 1 \
-                    and t.config.model.mlp_reuse == 1:
+            if t.task == "lm" and t.config.model.kind == "llama" and t.config.model.attention.reuse == 1 \
+                    and t.config.model.mlp.reuse == 1:
                 llama_hashes.setdefault((t.size, t.axes["lr"], t.axes["seed"]), set()).add(t.config_hash)
     assert llama_hashes and all(len(h) == 1 for h in llama_hashes.values()), llama_hashes
 
@@ -242,7 +242,7 @@ BROKEN = {
     "model_key_typo": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
                        "model.attn_stepz: 2}}\n", ["model.attn_stepz", "did you mean 'attn_steps'"]),
     "bad_value": (GOOD_HEAD + "variants:\n  - {group: cem, label: cem, set: {model.attention: cem, "
-                  "model.attn_precond: full}}\n", ["model.attn_precond", "'none', 'diag' or 'dplr'"]),
+                  "model.attn_precond: full}}\n", ["model.attn_precond", "unknown preconditioner kind; choose one of ['none', 'diag', 'dplr'"]),
     "set_conflicts_with_axis": (GOOD_HEAD + "variants:\n  - {group: x, label: x, set: {train.lr: 0.1}}\n",
                                 ["set.train.lr", "conflicts with the top-level 'lr' axis"]),
     "unknown_size": ("figure: x\naxes: {size: [86m, 999m]}\n" + LLAMA, ["axes.size", "'999m'", "scales.yaml"]),
@@ -332,7 +332,7 @@ def test_templates_keep_types_and_format_strings(sweep_dir):
         """))
     trials = load_sweep(sweep_dir / "tmpl.yaml").expand("tiny")
     assert [t.trial_id for t in trials] == ["86m__attn_T1_eta_0.5__lr2e-3__s0", "86m__attn_T3_eta_0.5__lr2e-3__s0"]
-    assert [t.config.model.attn_steps for t in trials] == [1, 3] and trials[1].config.model.attn_eta == 0.5
+    assert [t.config.model.attention.steps for t in trials] == [1, 3] and trials[1].config.model.attention.eta == 0.5
     assert trials[1].config.tracking.tags["note"] == "T=3 at 86m"
 
 

@@ -71,7 +71,8 @@ class DataConfig(BaseModel):
     test_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of documents for test.")
     split_seed: int = Field(default=0, description="Seed of the deterministic split by document.")
     seq_len: int | None = Field(default=None, ge=2, description="Packed sequence length; defaults to model.context_length.")
-    cache_dir: str | None = Field(default=None, description="Token cache folder; defaults to <runs>/cache.")
+    # not part of the run identity (see NOT_IDENTITY in cemlab.models.config; data/ imports no other cemlab package)
+    cache_dir: str | None = Field(json_schema_extra={"identity": False}, default=None, description="Token cache folder; defaults to <runs>/cache.")
 
     @field_validator("path", "cache_dir")
     @classmethod

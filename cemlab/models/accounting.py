@@ -6,7 +6,8 @@ the query *and* the output projection), and a weight applied in each of T recurs
 T matmuls. Conventions (as in PaLM / torchtitan MFU accounting): 2 FLOPs per multiply-add,
 matmuls only, attention scores over the full sequence length S (no causal discount), training
 = 3 x forward (backward = 2 x forward), activation recomputation not counted. The embedding
-lookup is free; the output head is a matmul.
+lookup is free; the output head is a matmul. A preconditioner's FLOPs are its kind's
+(``Preconditioner.apply_flops`` / ``output_flops`` in ``cemlab.models.preconditioners``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import defaultdict
 from torch import nn
 
 from cemlab.models.config import ModelConfig
+from cemlab.models.preconditioners import PRECONDITIONERS
 
 _PROJECTIONS = {"qkv.weight", "o.weight", "Wq.weight", "Wk.weight", "gate_up.weight", "down.weight",
                 "W.weight", "V.weight"}
@@ -62,30 +64,29 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> dict[str, f
     and preconditioners), ``attention_scores`` (QK^T and alpha V), ``mlp`` and ``head``."""
     S = seq_len or cfg.context_length
     D, K, L = cfg.d_model, cfg.n_heads, cfg.n_layers
+    a, m = cfg.attention, cfg.mlp
     attn = scores = mlp = 0.0
-    if cfg.attention == "llama":
-        attn = cfg.attn_reuse * (2 * D * 3 * D + 2 * D * D)          # Wq, Wk, Wv, Wo
-        scores = cfg.attn_reuse * (2 * S * D + 2 * S * D)
+    if a.kind == "llama":
+        attn = a.reuse * (2 * D * 3 * D + 2 * D * D)                  # Wq, Wk, Wv, Wo
+        scores = a.reuse * (2 * S * D + 2 * S * D)
     else:
-        diag = cfg.kq_diagonal != "none"
-        exact = diag and cfg.exact_energy_gradient
-        R = cfg.attn_precond_rank
+        diag = a.kq_diagonal != "none"
+        exact = diag and a.exact_energy_gradient
+        P = PRECONDITIONERS.get(a.precond)
         per_step = 2 * D * D + 2 * D * D                              # Wq for queries and (tied) as Wo
-        if cfg.attn_precond == "dplr":
-            per_step += 4 * D * R + 4 * K * R * D                     # folded low-rank terms
-            if exact:
-                per_step += 8 * K * D * R                             # P_k on the diagonal's gradient term
+        per_step += P.output_flops(K, D, a.precond_rank)              # P_k in the output projection
+        if exact:
+            per_step += P.apply_flops(K, D, a.precond_rank)           # P_k on the diagonal's gradient term
         step_scores = 2 * S * (D + K * D * diag) + 2 * S * (D + K * D * exact)
-        attn = cfg.attn_reuse * (2 * D * D + cfg.attn_steps * per_step)  # Wk once per pass (values = keys)
-        scores = cfg.attn_reuse * cfg.attn_steps * step_scores
-    if cfg.mlp == "llama":
-        mlp = cfg.mlp_reuse * (2 * D * 2 * cfg.d_mlp + 2 * cfg.d_mlp * D)
+        attn = a.reuse * (2 * D * D + a.steps * per_step)             # Wk once per pass (values = keys)
+        scores = a.reuse * a.steps * step_scores
+    if m.kind == "llama":
+        mlp = m.reuse * (2 * D * 2 * cfg.d_mlp + 2 * cfg.d_mlp * D)
     else:
         Dv = cfg.cem_mlp_width
         per_step = 2 * D * Dv + 2 * Dv * D                            # V u and V^T g
-        if cfg.mlp_precond == "dplr":
-            per_step += 8 * D * cfg.mlp_precond_rank
-        mlp = cfg.mlp_reuse * (2 * D * Dv + cfg.mlp_steps * per_step)  # gamma = W h once per pass
+        per_step += PRECONDITIONERS.get(m.precond).apply_flops(1, D, m.precond_rank)  # P (eq. 13)
+        mlp = m.reuse * (2 * D * Dv + m.steps * per_step)             # gamma = W h once per pass
     head = 2 * D * cfg.vocab_size
     forward = L * (attn + scores + mlp) + head
     return {"forward": float(forward), "train": 3.0 * forward, "attention": float(L * attn),

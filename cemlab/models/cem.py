@@ -30,10 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cemlab.models.common import (
-    AlibiSlopes, Positions, Preconditioner, RMSNorm, causal_alibi, causal_mask, silu_integral,
-)
+from cemlab.models.common import AlibiSlopes, Positions, RMSNorm, causal_alibi, causal_mask, silu_integral
 from cemlab.models.config import ModelConfig
+from cemlab.models.preconditioners import make_preconditioner
 from cemlab.models.kernels import attention_path, causal_block_mask, flash_attention, flex
 
 
@@ -146,31 +145,30 @@ class CEMAttention(CEMSublayer):
     self/other bias as a ``score_mod`` and causality as a block mask, so no [K, S, S] tensor
     exists; a ``shared`` diagonal is one [B, S, S] score term per step (one matmul instead of K
     widened heads), read by the ``score_mod``; a ``per_head`` one keeps the D extra channels. Both
-    paths fold the preconditioners into the output projection (no D x D matrix is formed).
+    paths leave the output projection y = sum_k P_k Wq_k^T o_k to the preconditioner
+    (``Preconditioner.fold`` / ``output``: diag and dplr fold into it, no D x D matrix is formed).
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        a = cfg.attention
         D, K = cfg.d_model, cfg.n_heads
         self.d_model, self.n_heads, self.head_dim = D, K, D // K
         self.tau = math.sqrt(self.head_dim)
         self.norm = RMSNorm(D, cfg.norm_eps)
         self.Wq = nn.Linear(D, D, bias=False)  # W^Q_k stacked by head; also W^O (eq. 5)
         self.Wk = nn.Linear(D, D, bias=False)  # W^K_k stacked by head; also W^V (eq. 5)
-        n_diag = {"none": 0, "shared": 1, "per_head": K}[cfg.kq_diagonal]
+        n_diag = {"none": 0, "shared": 1, "per_head": K}[a.kq_diagonal]
         self.kq_diag = nn.Parameter(torch.zeros(n_diag, D)) if n_diag else None  # d_k (sec. 2.3)
-        self.exact = cfg.exact_energy_gradient
-        self.use_alibi = cfg.alibi
-        self.self_bias = nn.Parameter(torch.zeros(K)) if cfg.self_other_bias else None
-        self.precond = (
-            Preconditioner(K, D, cfg.attn_precond, cfg.attn_precond_rank, cfg.init_std)
-            if cfg.attn_precond != "none" else None
-        )
-        self.steps, self.reuse = cfg.attn_steps, cfg.attn_reuse
-        self._set_step_size(cfg.attn_eta, cfg.cem_x0)
+        self.exact = a.exact_energy_gradient
+        self.use_alibi = a.alibi
+        self.self_bias = nn.Parameter(torch.zeros(K)) if a.self_other_bias else None
+        self.precond = make_preconditioner(a.precond, K, D, a.precond_rank, cfg.init_std)  # P_k (eq. 12)
+        self.steps, self.reuse = a.steps, a.reuse
+        self._set_step_size(a.eta, cfg.cem_x0)
         self.checkpointed = cfg.checkpoint_recursion
-        self._cfg, self._paths = cfg, {}  # attn_kernel's meaning per device type (``path``)
-        self.alibi_slopes = AlibiSlopes(K, cfg.alibi_max_bias)
+        self._cfg, self._paths = cfg, {}  # attention.kernel's meaning per device type (``path``)
+        self.alibi_slopes = AlibiSlopes(K, a.alibi_max_bias)
 
     # -- pieces ---------------------------------------------------------------------------------
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -201,24 +199,9 @@ class CEMAttention(CEMSublayer):
         return self._paths[kind]
 
     def output_weights(self) -> tuple:
-        """The output projection with the preconditioners folded in, computed once per layer.
-
-        y = sum_k P_k Wq_k^T o_k with P_k = diag(s_k) + U_k V_k^T + V_k U_k^T is
-          o @ (Wq * s)                       (diagonal: scales the columns of each head's block)
-        + sum_k U_k ((Wq_k V_k)^T o_k)       (low rank: [Dh, R] matrices, never D x D)
-        + sum_k V_k ((Wq_k U_k)^T o_k)."""
-        W = self.Wq.weight  # [K*Dh, D]: rows of head k are Wq_k
-        if self.precond is None:
-            return (W, None, None)
-        K, Dh, D = self.n_heads, self.head_dim, self.d_model
-        s = self.precond.diagonal()  # [K, D]
-        W_diag = (W.view(K, Dh, D) * s[:, None, :]).reshape(K * Dh, D)
-        if self.precond.kind != "dplr":
-            return (W_diag, None, None)
-        Wh = W.view(K, Dh, D)
-        M_v = Wh @ self.precond.V  # [K, Dh, R] = Wq_k V_k
-        M_u = Wh @ self.precond.U  # [K, Dh, R] = Wq_k U_k
-        return (W_diag, M_v, M_u)
+        """The output projection y = sum_k P_k Wq_k^T o_k with the preconditioners folded in as their
+        kind does it (``Preconditioner.fold``), computed once per layer."""
+        return self.precond.fold(self.Wq.weight.view(self.n_heads, self.head_dim, self.d_model))
 
     # -- the CEM interface ----------------------------------------------------------------------
     def prepare(self, h: torch.Tensor, pos: Positions) -> tuple:
@@ -228,11 +211,11 @@ class CEMAttention(CEMSublayer):
         # flex: the causal block mask stands where the reference keeps its dense bias
         path = self.path(h.device)
         bias = causal_block_mask(pos, h.device) if path == "flex" else self.score_bias(pos, h.dtype, path == "flash")
-        return (hn, k, bias, *self.output_weights())
+        return (hn, k, bias, *self.output_weights())  # the folded output: as many tensors as the kind needs
 
     def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
         """sum_k P_k Wq_k^T o_k (eq. 12), plus the diagonal's gradient term when exact."""
-        hn, k, bias, W_out, M_v, M_u = cache
+        hn, k, bias, *folded = cache
         B, S, D = u.shape
         K, Dh = self.n_heads, self.head_dim
         q = self._heads(self.Wq(u))
@@ -256,16 +239,10 @@ class CEMAttention(CEMSublayer):
                 )
         if o.shape[-1] > Dh:
             o, o_hn = o.split([Dh, D], dim=-1)
-        o = o.transpose(1, 2)  # [B, S, K, Dh]
-        y = o.reshape(B, S, D) @ W_out
-        if M_v is not None:
-            y = y + torch.einsum("bskr,kdr->bsd", torch.einsum("bskc,kcr->bskr", o, M_v), self.precond.U)
-            y = y + torch.einsum("bskr,kdr->bsd", torch.einsum("bskc,kcr->bskr", o, M_u), self.precond.V)
+        y = self.precond.output(o.transpose(1, 2), tuple(folded))  # sum_k P_k Wq_k^T o_k, o: [B, S, K, Dh]
         if self.exact and self.kq_diag is not None:
             g = self.kq_diag * o_hn.transpose(1, 2)  # [B, S, K, D]: d_k * sum_j alpha_ijk hn_j
-            if self.precond is not None:
-                g = self.precond.apply(g)
-            y = y + g.sum(-2)
+            y = y + self.precond.apply(g).sum(-2)
         return y
 
     def flex_scores(self, u: torch.Tensor, hn: torch.Tensor, q: torch.Tensor, k: torch.Tensor, block_mask):
@@ -346,16 +323,16 @@ class CEMMLP(CEMSublayer):
         self.norm = RMSNorm(d_model, norm_eps)
         self.W = nn.Linear(d_model, d_hidden, bias=False)  # gamma = W hn (the "gate" of eq. 6, W^g)
         self.V = nn.Linear(d_model, d_hidden, bias=False)  # inside SiLU (W^u); V^T is the down projection
-        self.precond = Preconditioner(1, d_model, precond, precond_rank, init_std) if precond != "none" else None
+        self.precond = make_preconditioner(precond, 1, d_model, precond_rank, init_std)  # P_mlp (eq. 13)
         self.steps, self.reuse, self.checkpointed = steps, reuse, checkpointed
         self._set_step_size(eta, x0)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> "CEMMLP":
-        return cls(cfg.d_model, cfg.cem_mlp_width, steps=cfg.mlp_steps, eta=cfg.mlp_eta,
-                   precond=cfg.mlp_precond, precond_rank=cfg.mlp_precond_rank, norm_eps=cfg.norm_eps,
-                   reuse=cfg.mlp_reuse, checkpointed=cfg.checkpoint_recursion, init_std=cfg.init_std,
-                   x0=cfg.cem_x0)
+        m = cfg.mlp
+        return cls(cfg.d_model, cfg.cem_mlp_width, steps=m.steps, eta=m.eta, precond=m.precond,
+                   precond_rank=m.precond_rank, norm_eps=cfg.norm_eps, reuse=m.reuse,
+                   checkpointed=cfg.checkpoint_recursion, init_std=cfg.init_std, x0=cfg.cem_x0)
 
     def prepare(self, h: torch.Tensor, pos: Positions | None = None) -> tuple:
         return (self.W(self.norm(h)),)
@@ -363,9 +340,7 @@ class CEMMLP(CEMSublayer):
     def direction(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
         (gamma,) = cache
         y = (gamma * F.silu(self.V(u))) @ self.V.weight  # V^T (gamma * phi'(V u)), eq. 8
-        if self.precond is not None:
-            y = self.precond.apply(y.unsqueeze(-2)).squeeze(-2)
-        return y
+        return self.precond.apply(y.unsqueeze(-2)).squeeze(-2)  # P V^T (...), eq. 13
 
     def energy(self, u: torch.Tensor, cache: tuple) -> torch.Tensor:
         """xi(u_i | h_i) for every position, [...] (eq. 7)."""

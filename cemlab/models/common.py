@@ -1,15 +1,16 @@
-"""Pieces shared by the Llama and CEM sublayers: RMSNorm, RoPE, ALiBi slopes, preconditioners,
-the SiLU integral phi, and the per-forward position context."""
+"""Pieces shared by the Llama and CEM sublayers: RMSNorm, RoPE, ALiBi slopes, the SiLU integral phi,
+and the per-forward position context (preconditioners: ``cemlab.models.preconditioners``)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from cemlab.models.preconditioners import Preconditioner
 
 
 class RMSNorm(nn.Module):
@@ -113,62 +114,6 @@ def causal_alibi(seq_len: int, slopes: torch.Tensor, device=None, dtype=torch.fl
 
 
 # ---------------------------------------------------------------------------------------------
-# Preconditioner  P = diag(softplus(d)) + U V^T + V U^T   (paper sec. 2.3, appendix C.4)
-# ---------------------------------------------------------------------------------------------
-
-
-class Preconditioner(nn.Module):
-    """``n`` preconditioners of size D x D in diagonal (``diag``) or diagonal-plus-low-rank
-    (``dplr``) form, never materialised as D x D in the forward pass.
-
-    Parameterisation (appendix C.4): ``d = sqrt(D) * p`` with ``p`` initialised to ``1/sqrt(D)``
-    (so d starts at 1 and P's diagonal at softplus(1)); ``U ~ N(0, 0.02)``, ``V = 0`` (as in LoRA).
-    ``n`` is the number of heads for attention (one P_k per head) and 1 for the MLP.
-    """
-
-    def __init__(self, n: int, dim: int, kind: str, rank: int = 4, init_std: float = 0.02):
-        super().__init__()
-        if kind not in ("diag", "dplr"):
-            raise ValueError(f"preconditioner kind must be 'diag' or 'dplr', got {kind!r}")
-        self.kind, self.n, self.dim, self.rank = kind, n, dim, rank
-        self.scale = math.sqrt(dim)
-        self.p = nn.Parameter(torch.full((n, dim), 1.0 / math.sqrt(dim)))
-        self.init_std = init_std
-        if kind == "dplr":
-            self.U = nn.Parameter(torch.randn(n, dim, rank) * init_std)
-            self.V = nn.Parameter(torch.zeros(n, dim, rank))
-        else:
-            self.register_parameter("U", None)
-            self.register_parameter("V", None)
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            self.p.fill_(1.0 / math.sqrt(self.dim))
-            if self.U is not None:
-                self.U.normal_(0.0, self.init_std)
-                self.V.zero_()
-
-    def diagonal(self) -> torch.Tensor:
-        """softplus(d), [n, D]."""
-        return F.softplus(self.scale * self.p)
-
-    def apply(self, y: torch.Tensor) -> torch.Tensor:
-        """P_k y_k for y of shape [..., n, D] (the head axis second to last)."""
-        out = self.diagonal() * y
-        if self.kind == "dplr":
-            out = out + torch.einsum("ndr,...nr->...nd", self.U, torch.einsum("ndr,...nd->...nr", self.V, y))
-            out = out + torch.einsum("ndr,...nr->...nd", self.V, torch.einsum("ndr,...nd->...nr", self.U, y))
-        return out
-
-    def dense(self) -> torch.Tensor:
-        """The matrices themselves, [n, D, D] (for tests and analysis only)."""
-        P = torch.diag_embed(self.diagonal())
-        if self.kind == "dplr":
-            P = P + self.U @ self.V.transpose(-1, -2) + self.V @ self.U.transpose(-1, -2)
-        return P
-
-
-# ---------------------------------------------------------------------------------------------
 # phi(z) = int_0^z SiLU(t) dt   (paper eq. 7 and 11: the element-wise energy's nonlinearity)
 # ---------------------------------------------------------------------------------------------
 
@@ -196,5 +141,5 @@ def init_linear_and_embedding(module: nn.Module, std: float) -> None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, RMSNorm):
             nn.init.ones_(m.weight)
-        elif isinstance(m, Preconditioner):
+        elif isinstance(m, Preconditioner):  # every kind resets its own parameters
             m.reset_parameters()

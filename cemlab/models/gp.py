@@ -22,6 +22,7 @@ from torch import nn
 from cemlab.models.cem import CEMMLP
 from cemlab.models.common import init_linear_and_embedding
 from cemlab.models.config import GPRegressorConfig
+from cemlab.models.preconditioners import PRECONDITIONERS
 
 
 class GPRegressor(nn.Module):
@@ -112,12 +113,12 @@ def flops_per_example(cfg: GPRegressorConfig, steps: int | None = None) -> dict[
     """Forward matmul FLOPs for one example (2 per multiply-add, as ``cemlab.models.accounting``):
 
     input ``2*n_in*D``; per layer ``2*D*Dv`` for gamma (once) plus, per recursion step, ``4*D*Dv``
-    (``V u`` and ``V^T g``) and ``8*D*R`` for a dplr preconditioner; read-out ``2*D``. Element-wise
+    (``V u`` and ``V^T g``) and the preconditioner's own (``apply_flops``: ``8*D*R`` for dplr); read-out ``2*D``. Element-wise
     work (norms, SiLU, biases, the diagonal of P) is not counted. ``steps`` overrides ``cfg.steps``
     (test-time recursion). Returns ``forward``, ``train`` (= 3 x forward), ``input``, ``cem``, ``readout``."""
     T = cfg.steps if steps is None else steps
     D, Dv = cfg.latent_dim, cfg.cem_hidden_dim
-    per_step = 4 * D * Dv + (8 * D * cfg.precond_rank if cfg.precond == "dplr" else 0)
+    per_step = 4 * D * Dv + PRECONDITIONERS.get(cfg.precond).apply_flops(1, D, cfg.precond_rank)
     cem = cfg.n_layers * (2 * D * Dv + T * per_step)
     inp, readout = 2 * cfg.n_inputs * D, 2 * D
     forward = inp + cem + readout

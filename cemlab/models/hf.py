@@ -17,10 +17,10 @@ from cemlab.models.model import CausalLM, build_model
 
 
 def _check_convertible(cfg: ModelConfig) -> None:
-    if cfg.kind != "llama" or cfg.attn_reuse != 1 or cfg.mlp_reuse != 1:
+    if cfg.kind != "llama" or cfg.attention.reuse != 1 or cfg.mlp.reuse != 1:
         raise ValueError(
             f"only Llama baselines convert to Hugging Face (model.attention='llama', model.mlp='llama', "
-            f"reuse 1); this model is {cfg.kind!r} with attn_reuse={cfg.attn_reuse}, mlp_reuse={cfg.mlp_reuse}"
+            f"reuse 1); this model is {cfg.kind!r} with attn_reuse={cfg.attention.reuse}, mlp_reuse={cfg.mlp.reuse}"
         )
 
 
@@ -32,7 +32,7 @@ def hf_config(cfg: ModelConfig):
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads,
         max_position_embeddings=cfg.context_length, rms_norm_eps=cfg.norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.attention.rope_theta},
         tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
         initializer_range=cfg.init_std,
     )

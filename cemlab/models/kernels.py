@@ -36,7 +36,7 @@ Path = Literal["reference", "flash", "flex"]
 
 
 def attention_path(cfg: ModelConfig, device: torch.device) -> Path:
-    """The kernel ``cfg.attn_kernel`` means on ``device``.
+    """The kernel ``cfg.attention.kernel`` (flat ``attn_kernel``) means on ``device``.
 
     'auto': on CUDA, flex without a ``per_head`` diagonal or the exact gradient form (those widen
     the heads by D channels, 756 at 86m, past the head widths up to 256 that flex's GPU kernel
@@ -45,15 +45,16 @@ def attention_path(cfg: ModelConfig, device: torch.device) -> Path:
     queries' D_h + D channels, which costs more than the math kernel it avoids: docs/performance.md),
     else reference; reference on any other device."""
     kind = torch.device(device).type
-    if cfg.attn_kernel == "auto":
+    a = cfg.attention
+    if a.kernel == "auto":
         if kind == "cuda":
-            narrow = cfg.kq_diagonal != "per_head" and not cfg.exact_energy_gradient
+            narrow = a.kq_diagonal != "per_head" and not a.exact_energy_gradient
             return "flex" if narrow else "reference"
-        return "flash" if kind == "cpu" and cfg.kq_diagonal == "none" else "reference"
-    if cfg.attn_kernel == "flash" and kind != "cpu":
+        return "flash" if kind == "cpu" and a.kq_diagonal == "none" else "reference"
+    if a.kernel == "flash" and kind != "cpu":
         raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {kind} use model.attn_kernel='auto' "
                          "(flex where it fits, else reference) or 'flex' / 'reference'")
-    return cfg.attn_kernel
+    return a.kernel
 
 
 class _FlashConstantMask(torch.autograd.Function):

@@ -43,7 +43,7 @@ class LlamaAttention(ReusedBlock):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)  # rows: [Wq; Wk; Wv]
         self.o = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.reuse = cfg.attn_reuse
+        self.reuse = cfg.attention.reuse
         self.checkpointed = cfg.checkpoint_recursion
 
     def block(self, h: torch.Tensor, pos: Positions) -> torch.Tensor:
@@ -77,7 +77,7 @@ class LlamaMLP(ReusedBlock):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_mlp, bias=False)  # rows: [W_gate; W_up]
         self.down = nn.Linear(cfg.d_mlp, cfg.d_model, bias=False)
-        self.reuse = cfg.mlp_reuse
+        self.reuse = cfg.mlp.reuse
         self.checkpointed = cfg.checkpoint_recursion
 
     def block(self, h: torch.Tensor, pos: Positions) -> torch.Tensor:

@@ -22,8 +22,8 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.attn = CEMAttention(cfg) if cfg.attention == "cem" else LlamaAttention(cfg)
-        self.mlp = CEMMLP.from_config(cfg) if cfg.mlp == "cem" else LlamaMLP(cfg)
+        self.attn = CEMAttention(cfg) if cfg.attention.kind == "cem" else LlamaAttention(cfg)
+        self.mlp = CEMMLP.from_config(cfg) if cfg.mlp.kind == "cem" else LlamaMLP(cfg)
 
     def forward(self, h: torch.Tensor, pos: Positions, traces: dict | None = None) -> torch.Tensor:
         for name in ("attn", "mlp"):
@@ -46,7 +46,7 @@ class CausalLM(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.alibi_slopes = AlibiSlopes(cfg.n_heads, cfg.alibi_max_bias)
+        self.alibi_slopes = AlibiSlopes(cfg.n_heads, cfg.attention.alibi_max_bias)
         self._pos_cache: dict = {}
         init_linear_and_embedding(self, cfg.init_std)
 
@@ -55,9 +55,10 @@ class CausalLM(nn.Module):
         key = (seq_len, device, dtype)
         if key not in self._pos_cache:
             pos = Positions(seq_len=seq_len, device=device)
-            if self.cfg.attention == "llama":
-                pos.cos, pos.sin = rope_cache(seq_len, self.cfg.head_dim, self.cfg.rope_theta, device, torch.float32)
-            elif self.cfg.alibi and attention_path(self.cfg, device) != "flex":  # flex: inside the kernel
+            a = self.cfg.attention
+            if a.kind == "llama":
+                pos.cos, pos.sin = rope_cache(seq_len, self.cfg.head_dim, a.rope_theta, device, torch.float32)
+            elif a.alibi and attention_path(self.cfg, device) != "flex":  # flex: inside the kernel
                 pos.alibi = causal_alibi(seq_len, self.alibi_slopes(device, dtype), device, dtype)
             self._pos_cache = {key: pos}  # keep only the latest length
         return self._pos_cache[key]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.report.table import best_lr
 
 #: Every colour a figure draws with and the word its caption uses for it: captions name colours
@@ -28,7 +29,8 @@ MATCHED_COLOR = "#ef8636"    # orange triangles (parameter-matched)
 T1_COLOR = "#ef8636"         # Fig. 3c/4: T=1 orange, T=2 blue
 T2_COLOR = "#3b75af"
 LR_LLAMA_COLOR = "#ef8636"   # Fig. 3a: Llama orange, CEM blue
-PRECOND_COLORS = {"none": "#7f7f7f", "diag": "#2ca02c", "dplr": "#9467bd"}
+#: By registry order (none, diag, dplr, then plugins); a kind beyond the palette gets a spare colour.
+PRECOND_COLORS = dict(zip(PRECONDITIONERS.names(), ["#7f7f7f", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22"]))
 SETTING_FILL = {"plain reuse": "#fbd7b5", "CEM dim-matched": "#c6dbef", "CEM": "#c6dbef",
                 "CEM param-matched": "#f4c6dc"}
 SIZE_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h"]

@@ -22,6 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
 from cemlab.report.stats import t_interval
 from cemlab.report.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
@@ -98,7 +99,7 @@ def rule_t2_beats_t1(data: ClaimData):
     return checks, missing
 
 
-PRECOND_ORDER = ["none", "diag", "dplr"]
+PRECOND_ORDER = PRECONDITIONERS  # registry order, simplest first: none, diag, dplr, then plugins (others: skipped)
 
 
 def _precond_pairs(cem: pd.DataFrame, missing: list[str], T: int, step: float) -> list[tuple]:

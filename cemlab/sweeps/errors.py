@@ -11,6 +11,7 @@ import re
 from pydantic import BaseModel, ValidationError
 
 from cemlab.config import RunConfig
+from cemlab.models.config import input_keys
 
 
 def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
@@ -24,7 +25,7 @@ def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
         ann = node.model_fields[part].annotation
         node = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)),
                     ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None)
-    return list(node.model_fields) if node is not None and hasattr(node, "model_fields") else []
+    return input_keys(node) if node is not None and hasattr(node, "model_fields") else []
 
 
 #: The fix of a value out of a field's bounds, from pydantic's error type and its context.

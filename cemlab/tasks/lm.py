@@ -102,25 +102,25 @@ class LanguageModelling(Task):
         m, t = cfg.model, cfg.train
         parts = [m.kind]
         steps = {}
-        if m.attention == "cem":
-            steps["a"] = m.attn_steps
-        if m.mlp == "cem":
-            steps["m"] = m.mlp_steps
+        if m.attention.kind == "cem":
+            steps["a"] = m.attention.steps
+        if m.mlp.kind == "cem":
+            steps["m"] = m.mlp.steps
         if len(set(steps.values())) == 1:
             parts.append(f"T{next(iter(steps.values()))}")
         elif steps:
             parts.append(" ".join(f"T{k}{v}" for k, v in steps.items()))
-        precs = {p for p, used in ((m.attn_precond, m.attention == "cem"), (m.mlp_precond, m.mlp == "cem")) if used}
+        precs = {p for p, used in ((m.attention.precond, m.attention.kind == "cem"), (m.mlp.precond, m.mlp.kind == "cem")) if used}
         precs.discard("none")
         parts += sorted(precs)
-        if m.kq_diagonal != "none":
-            parts.append(f"kq-{m.kq_diagonal}")
-        if m.exact_energy_gradient:
+        if m.attention.kq_diagonal != "none":
+            parts.append(f"kq-{m.attention.kq_diagonal}")
+        if m.attention.exact_energy_gradient:
             parts.append("exact")
-        reuse = max(m.attn_reuse, m.mlp_reuse)
+        reuse = max(m.attention.reuse, m.mlp.reuse)
         if reuse > 1:
             parts.append(f"reuse{reuse}")
-        if m.mlp_param_matched:
+        if m.mlp.param_matched:
             parts.append("pm")
         parts += [self.size_label(cfg), f"lr{format_lr(t.lr)}"]
         if t.seed:
@@ -131,10 +131,10 @@ class LanguageModelling(Task):
         m = cfg.model
         what = (f"A {self.model_kind(cfg)} language model, size {self.size_label(cfg)} (d_model {m.d_model}, "
                 f"{m.n_layers} layers, {m.n_heads} heads{f', {params / 1e6:.3g}M parameters' if params else ''}); "
-                "attention: " + _sublayer(m.attention, m.attn_steps, m.attn_eta, m.attn_precond, m.attn_reuse)
-                + "; MLP: " + _sublayer(m.mlp, m.mlp_steps, m.mlp_eta, m.mlp_precond, m.mlp_reuse))
-        if m.kq_diagonal != "none":
-            what += f"; KQ diagonal {m.kq_diagonal}"
+                "attention: " + _sublayer(m.attention.kind, m.attention.steps, m.attention.eta, m.attention.precond, m.attention.reuse)
+                + "; MLP: " + _sublayer(m.mlp.kind, m.mlp.steps, m.mlp.eta, m.mlp.precond, m.mlp.reuse))
+        if m.attention.kq_diagonal != "none":
+            what += f"; KQ diagonal {m.attention.kq_diagonal}"
         return what
 
     def budget_of(self, cfg: "RunConfig") -> str:
@@ -174,11 +174,11 @@ class LanguageModelling(Task):
     def table_fields(self, cfg: "RunConfig", group: str) -> dict[str, Any]:
         m = cfg.model
         return {"family": _family(m, group), "T": _derived_T(m, group), "precond": _derived_precond(m),
-                "eta": "/".join(dict.fromkeys(format_eta(e) for e, kind in ((m.attn_eta, m.attention),
-                                                                            (m.mlp_eta, m.mlp)) if kind == "cem")),
+                "eta": "/".join(dict.fromkeys(format_eta(e) for e, kind in ((m.attention.eta, m.attention.kind),
+                                                                            (m.mlp.eta, m.mlp.kind)) if kind == "cem")),
                 "kernel": "", "x0": str(getattr(m, "cem_x0", "h")), "corpus": self.corpus_label(cfg),
                 # Algorithm 1's KQ diagonal in the scores only: the attention step is not the energy's gradient
-                "score_only": bool(m.attention == "cem" and m.kq_diagonal != "none" and not m.exact_energy_gradient)}
+                "score_only": bool(m.attention.kind == "cem" and m.attention.kq_diagonal != "none" and not m.attention.exact_energy_gradient)}
 
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
@@ -200,30 +200,30 @@ def _family(m, group: str) -> str:
     e.g. ``cem-mlp-pm``): ``reuse-attn``/``reuse-mlp`` (plain reuse; at T=1 the config is Llama's,
     so the group tells), else ``llama``, ``cem-attn``, ``cem-mlp``, ``cem``."""
     if m.kind == "llama":
-        if m.attn_reuse > 1 or (group.startswith("reuse") and "attn" in group):
+        if m.attention.reuse > 1 or (group.startswith("reuse") and "attn" in group):
             return "reuse-attn"
-        if m.mlp_reuse > 1 or group.startswith("reuse"):
+        if m.mlp.reuse > 1 or group.startswith("reuse"):
             return "reuse-mlp"
     return m.kind
 
 
 def _derived_T(m, group: str) -> int:
     if group.startswith("reuse"):
-        return max(m.attn_reuse, m.mlp_reuse)
-    if m.attention == "cem" and m.mlp != "cem":
-        return m.attn_steps
-    if m.mlp == "cem" and m.attention != "cem":
-        return m.mlp_steps
-    return max(m.attn_steps, m.mlp_steps, m.attn_reuse, m.mlp_reuse)
+        return max(m.attention.reuse, m.mlp.reuse)
+    if m.attention.kind == "cem" and m.mlp.kind != "cem":
+        return m.attention.steps
+    if m.mlp.kind == "cem" and m.attention.kind != "cem":
+        return m.mlp.steps
+    return max(m.attention.steps, m.mlp.steps, m.attention.reuse, m.mlp.reuse)
 
 
 def _derived_precond(m) -> str:
-    if m.attention == "cem" and m.mlp == "cem":
-        return m.attn_precond if m.attn_precond == m.mlp_precond else f"{m.attn_precond}/{m.mlp_precond}"
-    if m.attention == "cem":
-        return m.attn_precond
-    if m.mlp == "cem":
-        return m.mlp_precond
+    if m.attention.kind == "cem" and m.mlp.kind == "cem":
+        return m.attention.precond if m.attention.precond == m.mlp.precond else f"{m.attention.precond}/{m.mlp.precond}"
+    if m.attention.kind == "cem":
+        return m.attention.precond
+    if m.mlp.kind == "cem":
+        return m.mlp.precond
     return "none"
 
 
@@ -270,14 +270,14 @@ class LanguageModelTraining:
     def recursion_T(self) -> int | None:
         """The training recursion steps T of the CEM sublayers (None for a model without any)."""
         m = self.cfg.model
-        steps = [s for s, kind in ((m.attn_steps, m.attention), (m.mlp_steps, m.mlp)) if kind == "cem"]
+        steps = [s for s, kind in ((m.attention.steps, m.attention.kind), (m.mlp.steps, m.mlp.kind)) if kind == "cem"]
         return max(steps) if steps else None
 
     @contextmanager
     def recursion_steps(self, steps: int):
         m = self.cfg.model
-        with self.model.recursion_steps(attn=steps if m.attention == "cem" else None,
-                                        mlp=steps if m.mlp == "cem" else None):
+        with self.model.recursion_steps(attn=steps if m.attention.kind == "cem" else None,
+                                        mlp=steps if m.mlp.kind == "cem" else None):
             yield
 
     def energy_trace(self, x: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
@@ -297,14 +297,14 @@ def step_description(m) -> str:
     """One line per CEM sublayer: steps, step size, total step, where the state starts, and whether
     the step is the gradient of the stated energy (a KQ diagonal in the scores only is not)."""
     lines = []
-    for sub, kind, T, eta in (("attention", m.attention, m.attn_steps, m.attn_eta), ("MLP", m.mlp, m.mlp_steps,
-                                                                                        m.mlp_eta)):
+    for sub, kind, T, eta in (("attention", m.attention.kind, m.attention.steps, m.attention.eta), ("MLP", m.mlp.kind, m.mlp.steps,
+                                                                                        m.mlp.eta)):
         if kind != "cem":
             continue
         total = {"1/T": "1", "learned": "learned, initialised to 1"}.get(eta) if isinstance(eta, str) else \
             f"{T * float(eta):g}"
         lines.append(f"CEM {sub}: T={T} steps of eta={eta} (total step T*eta = {total}), x0={m.cem_x0}.")
-    if m.attention == "cem" and m.kq_diagonal != "none" and not m.exact_energy_gradient:
+    if m.attention.kind == "cem" and m.attention.kq_diagonal != "none" and not m.attention.exact_energy_gradient:
         lines.append("Score-only KQ diagonal (Algorithm 1): the attention step is NOT the gradient of the stated "
                      "energy, so the energy need not fall along the recursion (exact_energy_gradient=true makes it so).")
     return " ".join(lines)

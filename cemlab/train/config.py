@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cemlab.models.config import MAX_STEPS  # test time tries up to twice the steps a model trains with
+from cemlab.models.config import MAX_STEPS, NOT_IDENTITY  # MAX_STEPS: test time tries up to twice the trained steps
 
 #: Upper bounds on the learning rate and the token budget a user may set: an AdamW peak rate
 #: above 1 or a budget above 10^13 tokens is a typo, not an experiment (the paper: 5e-4 to 8e-3, 10^9).
@@ -37,27 +37,27 @@ class TrainConfig(BaseModel):
     precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = Field(
         default="auto", description="'auto': bf16-mixed on GPU, fp32 on CPU."
     )
-    compile: Literal["auto"] | bool = Field(
+    compile: Literal["auto"] | bool = Field(json_schema_extra=NOT_IDENTITY,
         default="auto", description="torch.compile the model; 'auto': on a GPU only (on the CPU, compile time "
         "outweighs the gain at CPU sizes, and FlexAttention trains only on CUDA).")
 
     def compiles(self, accelerator: str) -> bool:
         """Whether ``compile`` means compiling on ``accelerator`` ('gpu' or 'cpu')."""
         return self.compile is True or (self.compile == "auto" and accelerator == "gpu")
-    val_interval: int = Field(default=50, ge=1, le=10**9, description="Validate every this many optimizer steps.")
+    val_interval: int = Field(json_schema_extra=NOT_IDENTITY, default=50, ge=1, le=10**9, description="Validate every this many optimizer steps.")
     val_batches: int = Field(default=8, ge=1, le=10**6, description="Validation batches per evaluation.")
     test_batches: int | None = Field(default=None, ge=1, le=10**6, description="Test batches at the end (None: the whole test split).")
-    test_recursion_steps: list[int] | None = Field(
+    test_recursion_steps: list[int] | None = Field(json_schema_extra=NOT_IDENTITY,
         default=None, description="Recursion steps tried at test time only (CEM); None: 1..2T."
     )
     # Also: the environment variable CEMLAB_INJECT_NAN_STEP=k makes the loss of optimizer step k
     # NaN (a test hook for divergence handling; not a field, so it never enters the config hash).
-    checkpoint_every: int = Field(default=100, ge=1, le=10**9, description="Save a checkpoint every this many optimizer steps.")
-    checkpoint_dir: str | None = Field(default=None, description="Checkpoint folder; defaults to <runs>/checkpoints/<hash>.")
-    num_threads: int | None = Field(default=None, ge=1, le=4096, description="torch CPU threads (None: leave as is).")
-    progress_bar: bool | None = Field(default=None, description="Show a progress bar (None: when interactive).")
-    accelerator: Literal["auto", "cpu", "gpu"] = Field(default="auto", description="Lightning accelerator.")
-    devices: int = Field(default=1, ge=1, le=4096, description="Devices (processes) for DDP.")
+    checkpoint_every: int = Field(json_schema_extra=NOT_IDENTITY, default=100, ge=1, le=10**9, description="Save a checkpoint every this many optimizer steps.")
+    checkpoint_dir: str | None = Field(json_schema_extra=NOT_IDENTITY, default=None, description="Checkpoint folder; defaults to <runs>/checkpoints/<hash>.")
+    num_threads: int | None = Field(json_schema_extra=NOT_IDENTITY, default=None, ge=1, le=4096, description="torch CPU threads (None: leave as is).")
+    progress_bar: bool | None = Field(json_schema_extra=NOT_IDENTITY, default=None, description="Show a progress bar (None: when interactive).")
+    accelerator: Literal["auto", "cpu", "gpu"] = Field(json_schema_extra=NOT_IDENTITY, default="auto", description="Lightning accelerator.")
+    devices: int = Field(json_schema_extra=NOT_IDENTITY, default=1, ge=1, le=4096, description="Devices (processes) for DDP.")
 
     @field_validator("test_recursion_steps")
     @classmethod

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from cemlab.config import ConfigError, RunConfig
 from cemlab.models.cem import CEMAttention
-from cemlab.models.common import Preconditioner, RMSNorm
+from cemlab.models.common import RMSNorm
+from cemlab.models.preconditioners import Preconditioner
 from cemlab.tasks import task_of
 from cemlab.tracking.mlflow_run import run_name
 
@@ -108,16 +109,18 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, final_factor: floa
 def decay_groups(model: "nn.Module") -> tuple[list[str], list[str]]:
     """Names of the parameters with and without weight decay.
 
-    Decay on weight matrices only (projections, embedding, head, the low-rank factors U, V of a
-    dplr preconditioner). No decay on RMSNorm weights, biases, preconditioner diagonals ``p``, KQ
-    diagonals ``kq_diag`` and the self-token biases ``self_bias`` (the last three are 2-D
-    parameters that are not matrices, so they are found by the module that owns them)."""
+    Decay on weight matrices only (projections, embedding, head, and what a preconditioner's kind
+    says in ``Preconditioner.decayed``: the low-rank factors U, V of dplr). No decay on RMSNorm
+    weights, biases, the rest of a preconditioner (the diagonal ``p``), KQ diagonals ``kq_diag``
+    and the self-token biases ``self_bias`` (2-D parameters that are not matrices, so they are
+    found by the module that owns them)."""
     exempt: set[int] = set()
     for mod in model.modules():
         if isinstance(mod, RMSNorm):
             exempt.add(id(mod.weight))
         elif isinstance(mod, Preconditioner):
-            exempt.add(id(mod.p))
+            decayed = {id(p) for p in mod.decayed()}
+            exempt.update(id(p) for p in mod.parameters() if id(p) not in decayed)
         elif isinstance(mod, CEMAttention):
             exempt.update(id(p) for p in (mod.kq_diag, mod.self_bias) if p is not None)
     decay, no_decay = [], []
