@@ -322,18 +322,6 @@ class ModelConfig(StrictModel):
         return cls(**{**PRESETS[name], "name": name, **overrides})
 
 
-def _flat_read(sub: str, name: str) -> property:
-    return property(lambda self: getattr(getattr(self, sub), name),
-                    doc=f"Read-only flat spelling of ``{sub}.{name}`` (for code written against the flat fields).")
-
-
-# ``cfg.kq_diagonal``, ``cfg.attn_steps``, ...: read-only, so code still reading the flat names gets
-# the nested value; assigning one is an error (assign ``cfg.attention.steps``).
-for _key, _path in ModelConfig.FLAT.items():
-    if isinstance(_path, tuple) and _key not in SUBLAYERS:
-        setattr(ModelConfig, _key, _flat_read(*_path))
-
-
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
