@@ -1,7 +1,7 @@
 """The paper's figures and claims that cemlab reproduces: what a sweep file's ``figures:`` and
 ``claims:`` keys may name, and each claim's definition.
 
-Plain data with no imports, so that loading a sweep file (``cemlab.sweeps.spec``) checks these ids
+Plain data with no imports, so that loading a sweep file (``cemlab.sweeps.spec.load``) checks these ids
 without loading the report (``cemlab.report``, which may not be imported by the sweep layer). The
 report draws each figure with the function of the same name in ``cemlab.report.paper_figures``
 and judges each claim with the rule its entry names in ``cemlab.report.claim_rules`` (bound in

@@ -52,7 +52,7 @@ def ray_local():
 
     import ray
 
-    from cemlab.sweeps.execute import quiet_tune
+    from cemlab.sweeps.stages.execute import quiet_tune
 
     quiet_tune()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)

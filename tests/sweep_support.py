@@ -1,6 +1,6 @@
 """What the sweep tests share: the project's sweep folder and files, a test-only sweep folder,
 running a sweep as ``cemlab sweep`` does, reading its runs back, the grid a sweep file plans
-(computed from the YAML itself, not through ``cemlab.sweeps.spec``) and a trial's checkpoint state.
+(computed from the YAML itself, not through ``cemlab.sweeps.spec.load``) and a trial's checkpoint state.
 The fixtures (``data_cache``, ``ray_local``) are in conftest.py."""
 
 from __future__ import annotations

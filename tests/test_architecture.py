@@ -141,9 +141,9 @@ def test_no_test_module_imports_another():
 
 
 def test_one_module_spells_where_a_trial_lives_on_disk():
-    """A sweep trial's checkpoint folder and log are built by ``sweeps/trial_files.py`` alone: the
+    """A sweep trial's checkpoint folder and log are built by ``sweeps/trial/files.py`` alone: the
     other sweep modules ask it instead of joining paths (or calling ``checkpoint_folder``) themselves."""
-    owner = "cemlab.sweeps.trial_files"
+    owner = "cemlab.sweeps.trial.files"
     callers = sorted(m for m, deps in EDGES.items() if "cemlab.train.checkpoint" in deps and m.startswith("cemlab.sweeps")
                      and any(isinstance(n, ast.alias) and n.name in ("checkpoint_folder", "read_state")
                              for n in ast.walk(ast.parse(MODULES[m].read_text()))))
@@ -154,14 +154,9 @@ def test_one_module_spells_where_a_trial_lives_on_disk():
     assert not spelled, spelled
 
 
-#: Modules that docs/architecture.md puts in the run config's layer, though they sit in another package.
-CONFIG_LAYER = {"cemlab.train.config", "cemlab.data.config"}
-
-
 def _package(module: str) -> str:
-    """``cemlab.tasks.lm`` -> ``tasks``; a top-level module is its own package (``config``); the
-    modules of ``CONFIG_LAYER`` count as ``config``."""
-    return "config" if module in CONFIG_LAYER else module.split(".")[1] if module.count(".") else module
+    """``cemlab.tasks.lm`` -> ``tasks``; a top-level module is its own package (``config``)."""
+    return module.split(".")[1] if module.count(".") else module
 
 
 def test_no_two_packages_import_each_other():
@@ -170,3 +165,19 @@ def test_no_two_packages_import_each_other():
     imports = {(_package(m), _package(d)) for m, deps in EDGES.items() for d in deps if _package(m) != _package(d)}
     mutual = sorted(f"{a} <-> {b}" for a, b in imports if (b, a) in imports and a < b)
     assert not mutual, mutual
+
+
+def _private_imports() -> list[str]:
+    """``from cemlab.x import _name``: a module reaching into another's private names."""
+    found = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cemlab") and not node.level:
+                found += [f"{mod}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    """What one module needs from another is public (no leading underscore) and documented there."""
+    assert not _private_imports(), _private_imports()

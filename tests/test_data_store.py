@@ -169,7 +169,7 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     from rich.console import Console
 
     import cemlab.sweeps.data_step as prepare_mod
-    from cemlab.sweeps.execute import quiet_tune
+    from cemlab.sweeps.stages.execute import quiet_tune
     from cemlab.sweeps.runner import run_sweep
     from cemlab.tracking.server import stop_server
 
@@ -235,7 +235,7 @@ def test_the_plan_counts_the_data_step_once_not_once_per_budget():
     """attention_replacement at the paper scale: one streamed data set, four token budgets (one per
     model size). Prepared once to the largest budget, instead of once per budget in 8-GPU trials."""
     from cemlab.sweeps.plan import data_prep_estimate
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
     from cemlab.tasks import task_of
 
     spec = load_sweep("attention_replacement")

@@ -83,7 +83,7 @@ def test_readme_and_docker_readme_agree_that_a_cpu_image_was_built_and_run():
 
 
 def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_them(monkeypatch):
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(ROOT / "sweeps"))
     trials = load_sweep("recursion_ablation").expand("tiny")

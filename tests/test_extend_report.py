@@ -48,7 +48,6 @@ def plugin(monkeypatch):
     from cemlab.models import registry as models_registry
     from cemlab.report import registry
     from cemlab.sweeps import feeds
-
     regs = (feeds.FIGURES, feeds.CLAIMS, registry.BUILDERS, registry.RULES)
     saved = [dict(r._items) for r in regs]
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
@@ -73,8 +72,8 @@ def sweep_env(runs_dir, tmp_path, monkeypatch, ray_local, plugin):
 
 def test_without_the_plugin_the_new_ids_are_unknown(tmp_path, monkeypatch):
     """The sweep file alone fails naming the figure id (the plugin is what makes it known)."""
-    from cemlab.sweeps.schema import SweepError
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.schema import SweepError
+    from cemlab.sweeps.spec.load import load_sweep
 
     monkeypatch.delenv("CEMLAB_PLUGINS", raising=False)
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, extra_attention=EXTRA_SWEEP)))
@@ -85,7 +84,6 @@ def test_without_the_plugin_the_new_ids_are_unknown(tmp_path, monkeypatch):
 def test_a_plugin_adds_a_figure_and_a_claim_to_a_sweeps_report(sweep_env, data_cache):
     from cemlab.report.claims import all_claims
     from cemlab.sweeps import feeds
-
     result = run("extra_attention", data_cache)
     assert result.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in result.outcomes]
     assert len(result.outcomes) == 4 and result.report is not None, getattr(result, "report_error", None)

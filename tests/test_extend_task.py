@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cemlab.sweeps import progress as pg
+from cemlab.sweeps.stages import progress as pg
 from sweep_support import client_for, experiment_runs, local_sweeps, run
 
 pytestmark = pytest.mark.slow
@@ -62,7 +62,7 @@ def plugin_ray():
 
         import ray
 
-        from cemlab.sweeps.execute import quiet_tune
+        from cemlab.sweeps.stages.execute import quiet_tune
 
         quiet_tune()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
@@ -141,7 +141,6 @@ def test_a_gp_trial_keeps_its_rmse_under_rmse_keys(sweep_env, data_cache):
     assert {"val/rmse", "test/rmse"} <= names and not {n for n in names if "ppl" in n}, names
 
     # Interrupted: the outcome keeps the test value the table saw under the task's key.
-    from cemlab.sweeps import record
-
+    from cemlab.sweeps.stages import record
     trial_obj = tables[-1].trials[row.trial_id]
     assert record._row_metrics(trial_obj, row) == {"test/rmse": row.test}

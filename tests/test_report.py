@@ -109,7 +109,7 @@ def _same(a, b) -> bool:
 
 
 def test_fig2a_csv_equals_seed_aggregates(scenario):
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CEMLAB_SWEEPS_DIR", str(scenario["root"] / "sweeps"))
@@ -196,7 +196,7 @@ def test_fig2cd_fig3c_table3_csvs(scenario):
 
 
 def grid(scenario, name):
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CEMLAB_SWEEPS_DIR", str(scenario["root"] / "sweeps"))
@@ -368,7 +368,7 @@ def test_second_build_is_byte_identical_and_overview_lists_every_claim(scenario)
 ])
 def test_attention_claim_verdicts(tmp_path, monkeypatch, template_db, cem_s2, expected):
     from cemlab.report.build import build
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps", ["attention_replacement"])))
     uri = rs.migrated_store(template_db, tmp_path / "m.db")
@@ -454,9 +454,9 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     from cemlab.report.build import SweepGrids, build
     from cemlab.report.claims import CLAIMS
     from cemlab.tracking.runs import RunStore
-    from cemlab.sweeps.expand import trial_with_lr
-    from cemlab.sweeps.files import list_sweeps
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.expand import trial_with_lr
+    from cemlab.sweeps.spec.files import list_sweeps
+    from cemlab.sweeps.spec.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     PAPER_FIGURE_FILES = paper_figure_files()

@@ -109,7 +109,7 @@ def test_mlflow_dashboard_lists_the_sweeps_runs(browser, tmp_path, monkeypatch):
     from selenium.webdriver.common.by import By
 
     from cemlab.report.build import build
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
     from cemlab.tracking import server
     from cemlab.tracking.conventions import describe_sweep_run, experiment_url, run_url
 

@@ -34,7 +34,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _write_some(uri: str, artifacts: Path, sweep: str, n: int) -> str:
     """A parent run and the first ``n`` trials of ``sweep`` (smoke) as finished runs; the parent's id."""
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     w = rs.RunWriter(uri, artifacts)
     parent = w.parent(sweep)

@@ -36,7 +36,7 @@ variants:
 
 
 def _write_many(uri: str, artifacts: Path) -> None:
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     w = rs.RunWriter(uri, artifacts)
     parent = w.parent("many")

@@ -85,8 +85,8 @@ def optuna_report(tmp_path_factory, template_db):
     another sweep with the same cell id, one of an older config of the cell (another hash)."""
     from cemlab.report.build import SweepGrids, build, count_runs
     from cemlab.tracking.runs import RunStore
-    from cemlab.sweeps.expand import trial_with_lr
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.expand import trial_with_lr
+    from cemlab.sweeps.spec.load import load_sweep
 
     root = tmp_path_factory.mktemp("optuna-report")
     sweeps = root / "sweeps"
@@ -249,7 +249,7 @@ def test_a_grid_sweep_lists_and_counts_interrupted_runs(tmp_path, monkeypatch, t
     """A grid trial whose run was interrupted (Ctrl-C, MLflow KILLED) is counted, noted in its
     cell and listed; it is neither finished nor missing."""
     from cemlab.report.build import build
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps", ["kq_diagonal"])))
     uri = rs.migrated_store(template_db, tmp_path / "m.db")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from cemlab import cli
 from cemlab.report.build import SweepGrids
-from cemlab.sweeps.spec import load_sweep
+from cemlab.sweeps.spec.load import load_sweep
 
 OVERRIDES = ["data.max_chars=200000"]
 

@@ -128,8 +128,7 @@ def sweep_cli(tmp_path, monkeypatch, capsys):
     """``cemlab sweep FILE --scale smoke OVERRIDES`` in-process; any step past validation (the
     pre-flight, Ray) fails the test. Returns a function giving (exit code, stderr)."""
     from cemlab.cli import main
-    from cemlab.sweeps import execute, preflight
-
+    from cemlab.sweeps.stages import execute, preflight
     def compute_started(*a, **k):
         raise AssertionError("a bad input reached the pre-flight or Ray")
 

@@ -2,7 +2,7 @@
 
 The trial count of each plan is checked against the grid computed here from the YAML itself
 (top-level axes times each variant's own axes, with the file's per-scale overrides), not through
-``cemlab.sweeps.spec``. Running every file end to end is in ``test_sweep_run_all.py``.
+``cemlab.sweeps.spec.load``. Running every file end to end is in ``test_sweep_run_all.py``.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
     assert [c.id for c in CLAIMS] == list(paper.CLAIMS) and len(set(paper.CLAIMS)) == len(CLAIMS) > 0
     assert [c.evaluate for c in CLAIMS] == [getattr(claim_rules, e["function"]) for e in paper.CLAIM_ENTRIES]
     assert {e["function"] for e in paper.CLAIM_ENTRIES} == {n for n in vars(claim_rules) if n.startswith("rule_")}
-    code = ("import sys; from cemlab.sweeps.files import list_sweeps; from cemlab.sweeps.spec import load_sweep; "
+    code = ("import sys; from cemlab.sweeps.spec.files import list_sweeps; from cemlab.sweeps.spec.load import load_sweep; "
             "specs = [load_sweep(n) for n in list_sweeps()]; "
             "print(sum(len(s.figures) + len(s.claims) for s in specs), "
             "sorted(m for m in sys.modules if m.startswith(('matplotlib', 'cemlab.report'))))")
@@ -119,7 +119,6 @@ def test_entries_and_sweep_files_name_each_other():
     sweep file's ``figures:`` and ``claims:`` lists exactly the entries that name it, and every
     sweep an entry names has a file. (The one list kept in two places: this test keeps them in step.)"""
     from cemlab.sweeps import feeds
-
     files = {p.stem: yaml.safe_load(p.read_text()) for p in SWEEP_FILES}
     for key, registry in (("figures", feeds.FIGURES), ("claims", feeds.CLAIMS)):
         for name, d in files.items():

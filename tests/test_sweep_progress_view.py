@@ -1,4 +1,4 @@
-"""The live sweep table fitted to a terminal (``cemlab.sweeps.progress_view``), the count from the
+"""The live sweep table fitted to a terminal (``cemlab.sweeps.stages.progress_view``), the count from the
 first line, the smoothed time left, and the plain lines of a run without a terminal: rendered
 through ``rich`` consoles of 80x24 and 160x60 and a non-terminal stream, asserted on the text."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps import tune_report as tr
-from cemlab.sweeps.spec import load_sweep
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.trial import tune_report as tr
+from cemlab.sweeps.spec.load import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -155,7 +155,7 @@ def test_labels_add_the_axes_that_vary_and_the_name_does_not_say():
     what the name already says (dplr, eta=1/T) does not repeat; sizes show when they vary."""
     from types import SimpleNamespace
 
-    from cemlab.sweeps.progress_view import trial_labels
+    from cemlab.sweeps.stages.progress_view import trial_labels
 
     def trial(size, variant, seed, lr, **axes):
         return SimpleNamespace(trial_id=f"{size}-{variant}-{seed}-{lr}-{axes}", size=size, variant=variant,

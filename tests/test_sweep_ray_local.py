@@ -2,7 +2,7 @@
 ``ray start`` (alive or dead) left on the machine, listening on loopback only, with MLflow's and
 Ray's usage telemetry off.
 
-Each check runs ``cemlab.sweeps.execute.connect_ray`` in a subprocess with a private
+Each check runs ``cemlab.sweeps.stages.execute.connect_ray`` in a subprocess with a private
 ``RAY_TMPDIR`` (tests/ray_support.py), so no other Ray on the machine is seen or disturbed.
 """
 
@@ -26,7 +26,7 @@ PROBE = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
     import ray
-    from cemlab.sweeps.execute import connect_ray
+    from cemlab.sweeps.stages.execute import connect_ray
     from ray_support import listeners
     assert connect_ray(1)
     ray.get(ray.remote(lambda: os.getpid()).remote())
@@ -84,7 +84,6 @@ def test_a_stopping_driver_does_not_wait_on_a_ray_whose_head_is_gone(monkeypatch
     import ray
 
     from cemlab.sweeps import runner
-
     release = threading.Event()
     monkeypatch.setattr(ray, "shutdown", lambda *a, **k: release.wait(60))
     monkeypatch.setattr(runner, "RAY_SHUTDOWN_WAIT_S", 0.5)

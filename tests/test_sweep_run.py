@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.sweeps.spec import load_sweep
+from cemlab.sweeps.spec.load import load_sweep
 from cemlab.tracking import schema
 from sweep_support import REPO_SWEEPS, all_runs, client_for, experiment_runs, linked_files, local_sweeps, run
 
@@ -138,7 +138,7 @@ variants:
 
 def test_failing_trials_retry_or_are_recorded_failed_and_divergence_is_a_result(sweep_env, data_cache, tmp_path,
                                                                                  monkeypatch):
-    from cemlab.sweeps.invocation import EXIT_FAILED
+    from cemlab.sweeps.stages.invocation import EXIT_FAILED
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, faulty=FAULTY)))
     # lr 1e-3 fails at its 2nd validation (step 16; the checkpoint of step 8 exists) on its first
@@ -201,7 +201,7 @@ optuna:
 
 
 def test_optuna_search_with_asha_runs_each_sample_once(sweep_env, data_cache, tmp_path, monkeypatch):
-    from cemlab.sweeps.execute import validation_reports
+    from cemlab.sweeps.stages.execute import validation_reports
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, lrsearch=LRSEARCH)))
     (cell,) = load_sweep("lrsearch").expand("smoke")
@@ -262,7 +262,7 @@ optuna:
 def test_searched_cells_run_at_once_when_the_cluster_holds_them(sweep_env, data_cache, tmp_path, monkeypatch):
     """Two searched cells on 2 CPUs (1 CPU per trial): each cell gets one slot and the two cells'
     Tuners run at the same time, which the runs' own start and end times in MLflow show."""
-    from cemlab.sweeps.execute import search_concurrency
+    from cemlab.sweeps.stages.execute import search_concurrency
 
     assert search_concurrency(2, 2) == (2, 1) and search_concurrency(3, 8) == (3, 2)
     assert search_concurrency(4, 1) == (1, 1)

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps import tune_report as tr
-from cemlab.sweeps.spec import load_sweep
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.trial import tune_report as tr
+from cemlab.sweeps.spec.load import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.sweeps import progress as pg
+from cemlab.sweeps.stages import progress as pg
 from cemlab.tracking import mlflow_run as mr, schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +37,8 @@ def store(module_store, runs_dir, monkeypatch):
 
 
 def _invocation(store, runs_dir: Path, trials):
-    from cemlab.sweeps.invocation import Invocation
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.stages.invocation import Invocation
+    from cemlab.sweeps.spec.load import load_sweep
 
     spec = load_sweep("attention_replacement")
     parent = mr.create_run(store["client"], store["exp"], "parent", {schema.ROLE: "sweep"})
@@ -64,8 +64,8 @@ def _trial_run(store, inv, trial, status: str | None) -> str:
 def test_a_trial_that_finishes_while_the_sweep_stops_is_finished(store, runs_dir):
     """The driver marks the trials of an interrupted sweep only once their processes are gone: a
     trial that says "finished" a second after Ctrl-C is finished, one that never does is interrupted."""
-    from cemlab.sweeps.record import mark_interrupted
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.stages.record import mark_interrupted
+    from cemlab.sweeps.spec.load import load_sweep
 
     trials = load_sweep("attention_replacement").expand("smoke")[:2]
     inv = _invocation(store, runs_dir, trials)
@@ -94,9 +94,9 @@ def test_a_trial_that_finishes_while_the_sweep_stops_is_finished(store, runs_dir
 
 
 def test_the_store_check_counts_a_stray_running_run_of_a_config_as_a_defect(store, runs_dir):
-    from cemlab.sweeps.invocation import TrialOutcome
-    from cemlab.sweeps.record import _check_against_store
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.stages.invocation import TrialOutcome
+    from cemlab.sweeps.stages.record import _check_against_store
+    from cemlab.sweeps.spec.load import load_sweep
 
     trials = load_sweep("attention_replacement").expand("smoke")[:2]
     inv = _invocation(store, runs_dir, trials)
@@ -143,8 +143,8 @@ def test_the_resume_command_is_the_command_line_with_its_overrides_and_flags(mon
     from rich.console import Console
 
     from cemlab.cli import build_parser, parse
-    from cemlab.sweeps.cli_sweep import resume_command
-    from cemlab.sweeps.invocation import SweepResult
+    from cemlab.sweeps.cli.sweep import resume_command
+    from cemlab.sweeps.stages.invocation import SweepResult
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO / "sweeps"))
     argv = ["sweep", "attention_replacement", "--plain", "train.tokens=65536", "--scale", "smoke", "--cpus", "2",

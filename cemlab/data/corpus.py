@@ -201,7 +201,7 @@ class JsonlCorpus(Corpus):
                 yield Document(text_id(text), text)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists()
 
 
@@ -213,7 +213,7 @@ class HFCorpus(Corpus):
 
     def __init__(self, name: str, config: str | None, split: str, text_field: str):
         self.name, self.config, self.split, self.text_field = name, config, split, text_field
-        self.local = Path(name).expanduser().resolve() if _looks_like_path(name) else None
+        self.local = Path(name).expanduser().resolve() if looks_like_path(name) else None
         if self.local is not None and not self.local.exists():
             raise DataError(
                 f"data.hf_dataset={name!r} looks like a local path but does not exist; give an existing "

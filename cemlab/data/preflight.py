@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from cemlab.data.config import DataConfig
-from cemlab.data.corpus import FileCorpus, _looks_like_path, open_corpus
+from cemlab.data.corpus import FileCorpus, looks_like_path, open_corpus
 from cemlab.data.errors import DataError
 
 
@@ -51,7 +51,7 @@ def _offline() -> bool:
 
 
 def _check_tokenizer(name: str) -> None:
-    if _looks_like_path(name):
+    if looks_like_path(name):
         if not Path(name).expanduser().exists():
             raise DataError(f"data.tokenizer={name!r} looks like a local path but does not exist; give a folder "
                             f"saved with save_pretrained, a tokenizer name on the hub, or 'bpe' to train one")

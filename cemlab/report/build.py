@@ -3,7 +3,7 @@
 ``build_report(sweep)`` is what ``cemlab sweep`` calls at the end of a sweep and what
 ``cemlab report`` calls for each sweep named. It
 
-1. expands the sweep's grid at the scale (``cemlab.sweeps.spec``) and matches every trial to a run
+1. expands the sweep's grid at the scale (``cemlab.sweeps.spec.load``) and matches every trial to a run
    in the MLflow store by config hash, or for a ``search: optuna`` sweep every grid cell to the
    runs of its sampled learning rates by the ``cemlab.search_cell`` tag (``cemlab.report.table``);
 2. draws the paper figures the sweep file lists (``figures:``), plus energy, training curves and
@@ -20,7 +20,7 @@ Output is deterministic: the same store gives byte-identical files (no dates in 
 order). A sweep without any run in the store still gets a page, which says so.
 
 matplotlib is imported only when a figure is saved, so ``cemlab report`` refuses a bad sweep name
-without loading it; ``cemlab.sweeps.spec`` is imported inside ``SweepGrids``, where a module-level
+without loading it; ``cemlab.sweeps.spec.load`` is imported inside ``SweepGrids``, where a module-level
 ``spec`` would be shadowed by the local ``spec`` of :func:`make_report` and by ``SweepGrids.spec``.
 """
 
@@ -420,7 +420,7 @@ def build_report(sweep: str, scale: str | None = None, out: str | Path | None = 
     the sweeps folder or the path of a ``.yaml`` sweep file (the report is then ``<out>/<file name>/``).
 
     ``scale`` defaults to the scale with the most runs of this sweep; ``tracking_uri`` to
-    ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.SweepError`` for
+    ``$MLFLOW_TRACKING_URI`` or the project's store. Raises ``cemlab.sweeps.spec.load.SweepError`` for
     an unknown sweep or scale."""
     result = build(sweep, scale, out, tracking_uri, overrides=overrides)
     if result.publish_error:

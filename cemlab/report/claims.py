@@ -20,7 +20,6 @@ from cemlab.paper import PAPER_REGIME
 from cemlab.report import claim_rules
 from cemlab.report.registry import RULES
 from cemlab.sweeps import feeds
-
 __all__ = ["Claim", "CLAIMS", "all_claims", "bind", "claims_for"]
 
 

@@ -103,7 +103,7 @@ def _store_problem(uri: str) -> str | None:
 def _report(args, uri: str, not_logged: str | None) -> int:
     from cemlab.report.build import (EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE, SweepGrids, build,
                                      build_overview, count_runs)
-    from cemlab.sweeps.spec import SweepError
+    from cemlab.sweeps.spec.load import SweepError
     from cemlab.tracking.runs import RunStore
 
     store = RunStore(uri)

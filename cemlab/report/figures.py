@@ -24,7 +24,6 @@ from cemlab.report.registry import BUILDERS
 from cemlab.report.plotting import Figure
 from cemlab.report.run_figures import energy, params, test_time, training
 from cemlab.sweeps import feeds
-
 __all__ = ["Figure", "PAPER_FIGURES", "GENERIC_FIGURES", "paper_figures_for"]
 
 #: Paper figures by id, in page order.

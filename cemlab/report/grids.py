@@ -1,5 +1,5 @@
 """The sweep files as the report reads them: names, scales, what each feeds (figures, claims) and
-their expanded grids, with the overrides a sweep ran with. ``cemlab.sweeps.spec`` is imported inside
+their expanded grids, with the overrides a sweep ran with. ``cemlab.sweeps.spec.load`` is imported inside
 ``SweepGrids`` so that ``cemlab report`` refuses a bad sweep name fast."""
 
 from __future__ import annotations
@@ -8,14 +8,13 @@ from pathlib import Path
 
 
 class SweepGrids:
-    """The sweep files (``cemlab.sweeps.spec``): names, scales, what each feeds (its figures and
+    """The sweep files (``cemlab.sweeps.spec.load``): names, scales, what each feeds (its figures and
     claims) and expanded grids (cached). ``overrides``: the ``key=value`` of ``cemlab sweep``, applied
     to every grid as the sweep applied them (a sweep they do not fit keeps its own grid), so that the
     report reads exactly the trials that ran."""
 
     def __init__(self, overrides: list[str] | None = None):
-        from cemlab.sweeps import spec
-
+        from cemlab.sweeps.spec import load as spec
         self._spec = spec
         self.overrides = list(overrides or [])
         self._cache: dict[tuple[str, str], list] = {}

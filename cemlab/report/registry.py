@@ -25,7 +25,6 @@ from typing import Callable, Iterable
 from cemlab import paper
 from cemlab.models.registry import Registry
 from cemlab.sweeps import feeds
-
 #: Figure id -> builder (``(ReportContext) -> Figure | None``).
 BUILDERS: Registry[Callable] = Registry("figure builder", "figures")
 #: Claim id -> rule (``(ClaimData) -> (list[Check], list[str] missing)``).

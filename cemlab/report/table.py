@@ -17,8 +17,8 @@ validation metric in ``detail``, but that is not a final result and enters no co
 
 ``search: optuna`` sweeps: ``expand`` gives one trial per grid cell at the centre of the learning
 rate range, but the runs sample learning rates inside each cell. Such a cell's trials are its runs,
-found by the tag ``cemlab.search_cell`` (``cemlab.sweeps.expand.sampled_trials``): one row per sampled
-learning rate (the trial ``cemlab.sweeps.expand.trial_with_lr`` makes for it, whose config hash must
+found by the tag ``cemlab.search_cell`` (``cemlab.sweeps.spec.expand.sampled_trials``): one row per sampled
+learning rate (the trial ``cemlab.sweeps.spec.expand.trial_with_lr`` makes for it, whose config hash must
 be the run's, so runs of an older version of the sweep file are not mixed in), sorted by learning
 rate; every sampled rate is then a point of the cell's learning-rate curve (Fig. 3a, Akima). Such a
 cell is ``missing`` (one row, at the centre) only when it has no run at all.
@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from cemlab.sweeps.expand import sampled_trials
+from cemlab.sweeps.spec.expand import sampled_trials
 from cemlab.tasks import format_eta, get_task, task_of
 from cemlab.tracking.runs import RunRecord, RunStore, pick_run
 from cemlab.tracking import schema
@@ -122,7 +122,7 @@ def _scalar(v: Any) -> Any:
 
 
 def trial_row(trial, order: int) -> dict[str, Any]:
-    """The columns of one grid trial (``cemlab.sweeps.schema.Trial`` or anything with its fields)."""
+    """The columns of one grid trial (``cemlab.sweeps.spec.schema.Trial`` or anything with its fields)."""
     cfg = trial.config
     axes = {k: _scalar(v) for k, v in dict(trial.axes or {}).items()}
     task = task_of(cfg)
@@ -171,7 +171,7 @@ def run_detail(run: RunRecord | None, task: str) -> str:
 
 def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
     """The grid's trials with the run that stands for each (``cemlab.tracking.runs.pick_run``); a
-    ``search: optuna`` cell gives one row per sampled learning rate (``cemlab.sweeps.expand.sampled_trials``)."""
+    ``search: optuna`` cell gives one row per sampled learning rate (``cemlab.sweeps.spec.expand.sampled_trials``)."""
     rows = []
     for cell in trials:
         searched = getattr(cell, "search", None) is not None

@@ -32,9 +32,9 @@ from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
 from cemlab.models import flops_per_token
 from cemlab.models.config import ModelConfig
-from cemlab.sweeps.expand import sampled_trials
-from cemlab.sweeps.schema import Trial
-from cemlab.sweeps.spec import SweepSpec, load_sweep
+from cemlab.sweeps.spec.expand import sampled_trials
+from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.spec.load import SweepSpec, load_sweep
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.runs import RunStore, pick_run

@@ -3,25 +3,25 @@
 ``run_sweep(name, scale)`` calls the stages in order; each is a module with one job, and a trial
 goes down them once:
 
-1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.spec``; every config error
+1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.spec.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
-   (``cemlab.sweeps.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``, the shared
+   (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``, the shared
    MLflow server; Ray starts; resources; the data is tokenised once;
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
-   (``cemlab.sweeps.record.open_invocation``);
+   (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run
-   (``cemlab.sweeps.decide``);
+   (``cemlab.sweeps.stages.decide``);
 4. **execute** the trials that need running on Ray Tune, one Tuner for a grid or one per searched
-   cell, and turn each Tune result into the trial's outcome (``cemlab.sweeps.execute``; inside a
-   trial: ``cemlab.sweeps.trainable``);
+   cell, and turn each Tune result into the trial's outcome (``cemlab.sweeps.stages.execute``; inside a
+   trial: ``cemlab.sweeps.trial.trainable``);
 5. **record** the outcomes: check them against the store, finish the parent run, write
-   ``<runs>/logs/<sweep>-<scale>/summary.json`` (``cemlab.sweeps.record.finish``);
+   ``<runs>/logs/<sweep>-<scale>/summary.json`` (``cemlab.sweeps.stages.record.finish``);
 6. **report progress** all along: one table while trials run, a summary at the end
-   (``cemlab.sweeps.progress``); trials log to ``<runs>/logs/<sweep>-<scale>/<trial>.log``.
+   (``cemlab.sweeps.stages.progress``); trials log to ``<runs>/logs/<sweep>-<scale>/<trial>.log``.
 
-While the trials run, ``cemlab.sweeps.guards`` keeps the invocation safe: one driver lock per
+While the trials run, ``cemlab.sweeps.stages.guards`` keeps the invocation safe: one driver lock per
 sweep and scale, a watch on the tracking store, SIGTERM handled as Ctrl-C. The state the stages
-share and the result are in ``cemlab.sweeps.invocation``. The sweep's report is not built here:
+share and the result are in ``cemlab.sweeps.stages.invocation``. The sweep's report is not built here:
 ``cemlab sweep`` (``cemlab.cli``) builds it after ``run_sweep`` returns.
 
 On a cluster (``$RAY_ADDRESS``): cemlab must be installed on every node, the runs folder
@@ -52,13 +52,13 @@ import ray
 from rich.console import Console
 
 from cemlab.paths import runs_dir
-from cemlab.sweeps import decide, execute, preflight, record
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps.guards import DriverLock, SigtermAsInterrupt, StoreWatch
-from cemlab.sweeps.invocation import Invocation, SweepResult
-from cemlab.sweeps.schema import DEFAULT_SCALE, SweepError, Trial
-from cemlab.sweeps.spec import load_sweep
-from cemlab.sweeps.trial_job import faults_from_env
+from cemlab.sweeps.stages import decide, execute, preflight, record
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
+from cemlab.sweeps.stages.invocation import Invocation, SweepResult
+from cemlab.sweeps.spec.schema import DEFAULT_SCALE, SweepError, Trial
+from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.trial.job import faults_from_env
 
 if TYPE_CHECKING:
     from rich.console import Console

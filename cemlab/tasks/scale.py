@@ -3,7 +3,7 @@ each trial and the run-config fields every trial of the task starts from.
 
 Each task names the model of its section (``Task.scale_model``, this :class:`TaskScale` unless the
 task needs more settings per scale: a subclass), so that a task added from outside cemlab brings
-its scale settings with it; ``cemlab.sweeps.schema.ScaleSpec`` holds the sections by task name.
+its scale settings with it; ``cemlab.sweeps.spec.schema.ScaleSpec`` holds the sections by task name.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Strict(BaseModel):
+class StrictSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 
-class Resources(_Strict):
+class Resources(StrictSpec):
     """What one trial asks the scheduler for: ``workers`` processes (DDP ranks), each with
     ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
 
@@ -34,7 +34,7 @@ class Resources(_Strict):
         return self.workers * self.gpus_per_worker
 
 
-class TaskScale(_Strict):
+class TaskScale(StrictSpec):
     """Settings of one task at one scale (its section of a scale, keyed by the task's name)."""
 
     resources: Resources = Field(default_factory=Resources)

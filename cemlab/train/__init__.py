@@ -10,10 +10,9 @@
 - :mod:`cemlab.train.data`: the task's datasets and the resumable data order.
 - :mod:`cemlab.train.module`: the LightningModule; :mod:`cemlab.train.callbacks`: metrics,
   validation, checkpoints, progress; :mod:`cemlab.train.checkpoint`: atomic checkpoint files.
-- ``TrainConfig`` (:mod:`cemlab.train.config`): the settings.
+- its settings are the ``train:`` section of the run config, ``TrainConfig`` in :mod:`cemlab.config`.
 
-Importing this package is cheap (``cemlab.config`` imports ``TrainConfig`` from it); torch and
-Lightning load when ``train`` is first used.
+Importing this package is cheap; torch and Lightning load when ``train`` is first used.
 """
 
 from __future__ import annotations

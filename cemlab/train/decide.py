@@ -3,7 +3,7 @@
 The store is the record; the checkpoint folder (``state.json``, ``last.ckpt``, ``metrics.jsonl``)
 is a cache of it. :func:`decide` is the one place that turns the two into an action, and both
 ``cemlab train --resume`` (``cemlab.train.run.train``) and the sweep driver
-(``cemlab.sweeps.decide``) call it:
+(``cemlab.sweeps.stages.decide``) call it:
 
 ``reuse``   the current store holds an active (not deleted) run with this config hash and a
             result (finished, or diverged): nothing runs; the run is that one.

@@ -34,7 +34,7 @@ Ctrl-C and SIGTERM mark it interrupted and raise ``KeyboardInterrupt`` (resumabl
 DDP: every rank calls ``train``; only global rank zero (``RANK`` in the environment) talks to
 MLflow, writes ``state.json`` and calls ``report``. Two ways to get the ranks: Lightning starts
 them itself (``train.devices`` > 1 on one machine), or Ray Train does (``ray_train=True``, a
-multi-worker sweep trial, see ``cemlab.sweeps.distributed``): each Ray Train worker is one rank,
+multi-worker sweep trial, see ``cemlab.sweeps.trial.distributed``): each Ray Train worker is one rank,
 Ray has set up the process group (gloo on CPU, NCCL on GPU) and ``RANK``/``WORLD_SIZE``/
 ``LOCAL_RANK``, and Lightning trains with Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``.
 Either way the data order and gradient accumulation make an optimizer step see the same

@@ -6,7 +6,7 @@ diverged run anywhere in the store is not run again (``done`` when that run is a
 parent, ``reused`` otherwise: the shared Llama baselines). A trial whose result the runs folder
 keeps but the store lacks (another server, a run deleted in the UI, a reset database) is
 ``recorded`` into the store under this parent, without training. Every other trial is handed to
-the next stage (``cemlab.sweeps.execute``) to run with ``train(resume=True)``: an interrupted or
+the next stage (``cemlab.sweeps.stages.execute``) to run with ``train(resume=True)``: an interrupted or
 failed one continues from its checkpoint in its own MLflow run. Runs of the trial under this
 parent that its checkpoint does not point to (a crash between creating a run and recording it)
 are deleted first (:func:`prepare_resume`), so MLflow holds each trial once.
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps.invocation import Invocation, SearchOutcome, TrialOutcome
-from cemlab.sweeps.schema import Trial
-from cemlab.sweeps.trial_files import TrialFiles
-from cemlab.sweeps.trial_job import prepare_config
-from cemlab.sweeps.trial_lock import lock_is_free, try_trial_lock
-from cemlab.sweeps.tune_report import RUN_ID_KEY
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.stages.invocation import Invocation, SearchOutcome, TrialOutcome
+from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.trial.files import TrialFiles
+from cemlab.sweeps.trial.job import prepare_config
+from cemlab.sweeps.trial.lock import lock_is_free, try_trial_lock
+from cemlab.sweeps.trial.tune_report import RUN_ID_KEY
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.store import best_run, find_runs_by_hash, run_status, search_runs
 from cemlab.train import decide as dc

@@ -1,6 +1,6 @@
 """The parts of a sweep file and of the scales file (pydantic models; every mapping forbids unknown
 keys), and the :class:`Trial` a sweep expands into. The sweep file itself is
-``cemlab.sweeps.spec.SweepSpec``, whose docstring shows the whole schema.
+``cemlab.sweeps.spec.load.SweepSpec``, whose docstring shows the whole schema.
 
 Optuna is imported inside :func:`make_sampler`, so ``cemlab --help`` and ``cemlab plan``, which
 import this module, do not load it.
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 from cemlab.config import RunConfig
 from cemlab.tasks import TASKS
 from cemlab.tasks.scale import Resources, TaskScale  # noqa: F401  (a trial's resources; a task's scale section)
-from cemlab.train.config import MAX_LR
+from cemlab.config import MAX_LR
 
 #: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
 DEFAULT_SCALE = "tiny"
@@ -34,11 +34,11 @@ class SweepError(ValueError):
     """A sweep file or the scales file is invalid; the message names the file, the key and the fix."""
 
 
-class _Strict(BaseModel):
+class StrictSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 
-class SizeSpec(_Strict):
+class SizeSpec(StrictSpec):
     """What a size name (``86m`` ...) means at one scale: model fields (or ``{preset: 86m}``) and
     optional per-size training settings (typically ``tokens``)."""
 
@@ -46,7 +46,7 @@ class SizeSpec(_Strict):
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig fields for this size.")
 
 
-class ScaleSpec(_Strict):
+class ScaleSpec(StrictSpec):
     """One scale: the concrete meaning of the size names, and per-task settings and resources.
 
     ``like: <scale>`` makes a variant of another scale (e.g. the same models on another corpus): it
@@ -83,7 +83,7 @@ class ScaleSpec(_Strict):
         return self.tasks.get(task) or TASKS.get(task).scale_model()
 
 
-class Axes(_Strict):
+class Axes(StrictSpec):
     """Top-level grid axes. ``size`` is required for language-model sweeps."""
 
     size: list[str] | None = Field(default=None, min_length=1, description="Size names (see scales.yaml).")
@@ -106,7 +106,7 @@ class Axes(_Strict):
         return v
 
 
-class Variant(_Strict):
+class Variant(StrictSpec):
     """A family of grid cells: ``set`` applied to the base config, multiplied by its own ``axes``."""
 
     group: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Variant family, e.g. cem-attn.")
@@ -129,7 +129,7 @@ class Variant(_Strict):
         return v
 
 
-class LrSearch(_Strict):
+class LrSearch(StrictSpec):
     """``search: optuna``: Optuna samples each grid cell's learning rate log-uniformly in ``lr``
     (``samples`` trials per cell), and Tune's ASHA scheduler stops the worse trials early, comparing
     ``metric`` at every validation."""

@@ -19,9 +19,9 @@ import argparse
 import json
 import sys
 
-from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
-from cemlab.sweeps.files import list_sweeps
-from cemlab.sweeps.schema import SweepError
+from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.spec.files import list_sweeps
+from cemlab.sweeps.spec.schema import SweepError
 
 _STATUS_STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "red",
                  "running": "cyan", "partial": "cyan", "todo": "dim"}
@@ -115,7 +115,7 @@ def _list_sweeps(scale: str, console) -> int:
     """Every sweep with its trial count at ``scale``; a broken file is listed with its error (exit code 2)."""
     from rich.table import Table
 
-    from cemlab.sweeps.spec import load_sweep
+    from cemlab.sweeps.spec.load import load_sweep
 
     table = Table(title=f"Sweeps (trials at scale {scale})")
     for col in ("sweep", "figure", "trials"):

@@ -1,8 +1,8 @@
 """What runs inside one Ray Tune trial: a single ``cemlab.train.run.train`` call, set up for a sweep
 (or, for a trial of several workers, a Ray Train run whose every worker makes that call:
-``cemlab.sweeps.distributed``).
+``cemlab.sweeps.trial.distributed``).
 
-The driver (``cemlab.sweeps.execute``) ships a ``TrialJob`` (``cemlab.sweeps.trial_job``) to every trial with
+The driver (``cemlab.sweeps.stages.execute``) ships a ``TrialJob`` (``cemlab.sweeps.trial.job``) to every trial with
 ``tune.with_parameters``; the Tune config of a trial only names it (``{"trial_id": ...}`` for a
 grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
 
@@ -16,7 +16,7 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    the trial's CPUs, no progress bar, the accelerator its resources ask for, the checkpoint and
    data cache folders), so the trial keeps the hash of its grid cell;
 4. holds an exclusive lock on the trial's checkpoint folder while training
-   (``cemlab.sweeps.trial_lock``), so that two sweeps
+   (``cemlab.sweeps.trial.lock``), so that two sweeps
    sharing a trial (the Llama baselines) never train it at the same time: the second waits, and
    ``train(resume=True)`` then returns the first one's result without training, reported as
    ``waited`` with the first sweep's parent run (``cemlab_waited_on``);
@@ -25,7 +25,7 @@ grid, ``{"lr": ...}`` for an Optuna-searched cell). :func:`run_trial` then
    With ``resources.workers > 1`` every Ray Train worker calls it (``distributed.fit_trial``);
    rank zero's reports reach Tune through this trial.
 
-Reports to Tune (``cemlab.sweeps.tune_report``): every validation before the last step (``training_iteration`` counts them; ASHA
+Reports to Tune (``cemlab.sweeps.trial.tune_report``): every validation before the last step (``training_iteration`` counts them; ASHA
 compares trials on them), then one final report with ``cemlab_status`` (finished | diverged), the
 run id, the test metrics and the Ray node of every rank (``cemlab_nodes``). When the scheduler
 stops a trial, Ray ends its reporting thread with ``SystemExit`` inside ``tune.report``;
@@ -55,11 +55,11 @@ from typing import Any
 
 import ray
 
-from cemlab.sweeps.distributed import fit_trial
-from cemlab.sweeps.schema import Trial
-from cemlab.sweeps.trial_job import TrialJob, prepare_config, redirect_output, set_fault
-from cemlab.sweeps.trial_lock import trial_lock
-from cemlab.sweeps.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,
+from cemlab.sweeps.trial.distributed import fit_trial
+from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault
+from cemlab.sweeps.trial.lock import trial_lock
+from cemlab.sweeps.trial.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,
                                        TrialStopped, send)
 from cemlab.tracking import schema
 from cemlab.tracking.store import get_client

@@ -1,9 +1,9 @@
 """Expanding a sweep file at a scale into its grid of fully resolved :class:`Trial`.
 
 ``SweepSpec.expand(scale)`` multiplies the sizes, variants and axes into a deterministic list of
-trials (:func:`_expand`), each with a validated ``RunConfig`` built from config layers, later wins:
+trials (:func:`expand_spec`), each with a validated ``RunConfig`` built from config layers, later wins:
 scale ``<task>.base`` < the size's ``model``/``train`` < sweep ``base`` < variant ``set`` < the axes
-(lr, seed) < command-line overrides (:func:`_with_overrides`) < tracking names. A trial's id is
+(lr, seed) < command-line overrides (:func:`with_overrides`) < tracking names. A trial's id is
 ``<size>__<label>__lr<lr>__s<seed>``; its config hash is its identity in the store.
 
 ``search: optuna``: a cell's sampled learning rate is :func:`trial_with_lr` (same naming, its own
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from cemlab.config import RunConfig, parse_override
-from cemlab.sweeps.errors import explain_config_error, format_validation_error
-from cemlab.sweeps.files import _scales_path_for, check_scale_overrides
-from cemlab.sweeps.layers import leaves, merge_dicts, nest, render
-from cemlab.sweeps.schema import (AXIS_TARGETS, TOP_AXES, Axes, LrSearch, ScaleSpec, SweepError, TaskScale, Trial,
+from cemlab.sweeps.spec.errors import explain_config_error, format_validation_error
+from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides
+from cemlab.sweeps.spec.layers import leaves, merge_dicts, nest, render
+from cemlab.sweeps.spec.schema import (AXIS_TARGETS, TOP_AXES, Axes, LrSearch, ScaleSpec, SweepError, TaskScale, Trial,
                                   Variant)
 from cemlab.tasks import format_lr, get_task
 from cemlab.tracking import schema
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 CLI_SOURCE = "command line"
 
 
-def _with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
+def with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
                     overrides: list[str]) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
     """For the sweep file ``spec`` (a ``SweepSpec``): split ``key=value`` overrides into axis values (a copy of ``spec`` whose ``scales[scale]``
     lists them) and config layers ``(text, nested dict)`` applied last to every trial."""
@@ -91,10 +91,10 @@ def _slug(text: str) -> str:
     return s.strip("_-") or "x"
 
 
-def _expand(spec, scale_name: str, scale: ScaleSpec,
+def expand_spec(spec, scale_name: str, scale: ScaleSpec,
             cli_layers: list[tuple[str, dict[str, Any]]] | None = None) -> list[Trial]:
     src = spec.source
-    scales_src = str(_scales_path_for(spec._path))
+    scales_src = str(scales_path_for(spec._path))
     overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
     task_scale: TaskScale = scale.section(spec.task)
     top = {k: list(overrides.get(k, v)) for k, v in spec.top_axes().items()}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from cemlab.config import _valid_keys
-from cemlab.sweeps.files import list_sweeps, scale_names
-from cemlab.sweeps.schema import DEFAULT_SCALE
+from cemlab.config import valid_keys
+from cemlab.sweeps.spec.files import list_sweeps, scale_names
+from cemlab.sweeps.spec.schema import DEFAULT_SCALE
 
 
 def _sweep_completer(**_):
@@ -34,8 +34,8 @@ def _override_completer(prefix: str = "", **_):
     """Config keys (``train.tokens=``) once a section is typed, else the sections."""
     section, dot, _ = prefix.partition(".")
     if dot:
-        return [f"{section}.{k}=" for k in _valid_keys((section,))]
-    return [f"{s}." if _valid_keys((s,)) else f"{s}=" for s in _valid_keys(())]
+        return [f"{section}.{k}=" for k in valid_keys((section,))]
+    return [f"{s}." if valid_keys((s,)) else f"{s}=" for s in valid_keys(())]
 
 
 def add_overrides_argument(parser: argparse.ArgumentParser) -> None:

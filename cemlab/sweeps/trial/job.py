@@ -1,6 +1,6 @@
 """What the sweep driver hands to every trial (:class:`TrialJob`), and what a trial process sets
 up from it: its config (:func:`prepare_config`), its log file (:func:`redirect_output`) and the
-test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trainable``).
+test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trial.trainable``).
 
 The driver ships the job to every trial with ``tune.with_parameters``; the Tune config of a trial
 only names it (``{"trial_id": ...}`` for a grid, ``{"lr": ...}`` for an Optuna-searched cell).
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from cemlab.data.store import READ_ONLY_ENV
-from cemlab.sweeps.expand import trial_with_lr
-from cemlab.sweeps.schema import Trial, round_lr
-from cemlab.sweeps.trial_files import TrialFiles
+from cemlab.sweeps.spec.expand import trial_with_lr
+from cemlab.sweeps.spec.schema import Trial, round_lr
+from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.tracking.store import configure_http
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.

@@ -9,7 +9,7 @@ import re
 import string
 from typing import Any
 
-from cemlab.sweeps.schema import SweepError
+from cemlab.sweeps.spec.schema import SweepError
 
 
 def nest(flat: dict[str, Any], where: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Multi-worker sweep trials: Lightning DDP on a Ray Train ``TorchTrainer`` inside the Tune trial.
 
 A trial whose scale gives it ``resources.workers > 1`` runs as Ray's Train V2 pattern
-(docs/cluster.md): the Tune function trainable (``cemlab.sweeps.trainable.run_trial``)
+(docs/cluster.md): the Tune function trainable (``cemlab.sweeps.trial.trainable.run_trial``)
 builds a ``ray.train.torch.TorchTrainer`` with one Train worker per DDP rank and fits it
 (:func:`fit_trial`). Passing a ``TorchTrainer`` to a ``Tuner`` is deprecated; this is its
 replacement.
@@ -32,7 +32,7 @@ replacement.
 
 Ray Train and the training loop (``cemlab.train.run``, with Lightning) are imported inside the
 functions of a multi-worker trial, so the sweep driver, which imports this module through
-``cemlab.sweeps.trainable``, loads neither.
+``cemlab.sweeps.trial.trainable``, loads neither.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cemlab.sweeps import trial_job as tj
-from cemlab.sweeps.tune_report import Reporter, deliver_to_tune
+from cemlab.sweeps.trial import job as tj
+from cemlab.sweeps.trial.tune_report import Reporter, deliver_to_tune
 
 if TYPE_CHECKING:
-    from cemlab.sweeps.schema import Trial
-    from cemlab.sweeps.trial_job import TrialJob
+    from cemlab.sweeps.spec.schema import Trial
+    from cemlab.sweeps.trial.job import TrialJob
     from cemlab.train.run import RunResult
 
 #: Seconds the Tune trial waits on the report queue before it looks at the Train run again.

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps.files import sweeps_dir
-from cemlab.sweeps.schema import Trial
-from cemlab.sweeps.spec import SweepSpec
-from cemlab.sweeps.trial_files import TrialFiles
-from cemlab.sweeps.trial_job import TrialJob
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.spec.files import sweeps_dir
+from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.trial.files import TrialFiles
+from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import schema
 from cemlab.tracking.conventions import run_url
 
@@ -37,7 +37,7 @@ class TrialOutcome:
 
     trial: Trial
     status: str                    # finished | diverged | stopped | failed | interrupted | reused | done |
-                                   # recorded | waited | missing (see cemlab.sweeps.progress)
+                                   # recorded | waited | missing (see cemlab.sweeps.stages.progress)
     run_id: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float | None = None   # training time measured by the trial (train's RunResult.seconds)
@@ -134,7 +134,7 @@ class Invocation:
     other_driver: str | None = None   # another driver of this sweep and scale runs now: its parent run ("": not known yet)
     outcomes: dict[str, TrialOutcome] = field(default_factory=dict)
     searches: list[SearchOutcome] = field(default_factory=list)
-    watch: Any = None                 # the store's watch while trials run (cemlab.sweeps.guards.StoreWatch)
+    watch: Any = None                 # the store's watch while trials run (cemlab.sweeps.stages.guards.StoreWatch)
 
     def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> TrialJob:
         return TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,

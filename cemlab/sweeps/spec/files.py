@@ -1,7 +1,7 @@
 """Finding and reading the sweep folder's files: ``sweeps/<name>.yaml`` and ``scales.yaml``.
 
 :func:`sweeps_dir` is the folder; :func:`load_scales` reads and checks ``scales.yaml`` (every
-size's model config is validated); a sweep file is read by ``cemlab.sweeps.spec.load_sweep``.
+size's model config is validated); a sweep file is read by ``cemlab.sweeps.spec.load.load_sweep``.
 Every problem raises ``SweepError`` naming the file, the key and the fix.
 """
 
@@ -15,9 +15,9 @@ import yaml
 from pydantic import ValidationError
 
 from cemlab.config import RunConfig
-from cemlab.sweeps.errors import format_validation_error
-from cemlab.sweeps.layers import merge_dicts, nest
-from cemlab.sweeps.schema import TOP_AXES, Axes, ScaleSpec, SweepError
+from cemlab.sweeps.spec.errors import format_validation_error
+from cemlab.sweeps.spec.layers import merge_dicts, nest
+from cemlab.sweeps.spec.schema import TOP_AXES, Axes, ScaleSpec, SweepError
 from cemlab.tasks import TASKS
 
 
@@ -30,10 +30,10 @@ def sweeps_dir() -> Path:
     local = Path.cwd() / "sweeps"
     if (local / "scales.yaml").is_file():
         return local.resolve()
-    return Path(__file__).resolve().parents[2] / "sweeps"
+    return Path(__file__).resolve().parents[3] / "sweeps"
 
 
-def _scales_path_for(sweep_path: Path | None) -> Path:
+def scales_path_for(sweep_path: Path | None) -> Path:
     if sweep_path is not None and (sweep_path.parent / "scales.yaml").is_file():
         return sweep_path.parent / "scales.yaml"
     return sweeps_dir() / "scales.yaml"
@@ -181,4 +181,4 @@ def _check_sizes(spec, scales: dict[str, ScaleSpec]) -> None:
         for size in own.get("size", spec.axes.size or []):
             if size not in scale.sizes:
                 raise SweepError(f"{spec.source}: {key}: size {size!r} is not defined at scale {name!r}; choose "
-                                 f"among {sorted(scale.sizes)} or define it under {name}.sizes in {_scales_path_for(spec.path)}")
+                                 f"among {sorted(scale.sizes)} or define it under {name}.sizes in {scales_path_for(spec.path)}")

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import ray
 
 from cemlab.data import DataError, check_data
-from cemlab.sweeps.files import sweeps_dir
-from cemlab.sweeps.schema import SweepError, Trial
-from cemlab.sweeps.spec import SweepSpec
+from cemlab.sweeps.spec.files import sweeps_dir
+from cemlab.sweeps.spec.schema import SweepError, Trial
+from cemlab.sweeps.spec.load import SweepSpec
 from cemlab.tasks import task_of
 from cemlab.tracking.server import shared_tracking_uri
 from cemlab.tracking.store import configured_tracking_uri, probe_store

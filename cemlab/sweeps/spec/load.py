@@ -43,7 +43,7 @@ Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` t
 Every other axis stays a grid: the runner gives each grid cell its own Optuna searcher and ASHA
 scheduler (Tune's ``OptunaSearch`` takes no grid axes and never prunes). ``expand`` returns one
 trial per cell at the range's geometric centre, which is also the searcher's first point;
-``cemlab.sweeps.expand.trial_with_lr`` makes the trial of a sampled learning rate (same naming, its own hash).
+``cemlab.sweeps.spec.expand.trial_with_lr`` makes the trial of a sampled learning rate (same naming, its own hash).
 
 A value that is exactly ``"{T}"`` becomes the axis value itself (an int stays an int); a template
 inside a longer string is formatted. Config layers, later wins: scale ``<task>.base`` < the size's
@@ -54,9 +54,9 @@ combination ``RunConfig``/``ModelConfig``/``GPConfig`` rejects, two trials with 
 config) raises :class:`SweepError` naming the file, the key path and the fix, before any trial runs.
 
 This module holds the sweep file (:class:`SweepSpec`) and :func:`load_sweep`; its parts and the
-scales file are ``cemlab.sweeps.schema``, the sweep folder ``cemlab.sweeps.files``, the grid
-``cemlab.sweeps.expand``, config layers and templates ``cemlab.sweeps.layers``, and the error
-messages ``cemlab.sweeps.errors``.
+scales file are ``cemlab.sweeps.spec.schema``, the sweep folder ``cemlab.sweeps.spec.files``, the grid
+``cemlab.sweeps.spec.expand``, config layers and templates ``cemlab.sweeps.spec.layers``, and the error
+messages ``cemlab.sweeps.spec.errors``.
 """
 
 from __future__ import annotations
@@ -68,17 +68,17 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from cemlab.sweeps.errors import format_validation_error
+from cemlab.sweeps.spec.errors import format_validation_error
 from cemlab.sweeps import feeds
-from cemlab.sweeps.expand import _expand, _with_overrides
-from cemlab.sweeps.files import _scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
-from cemlab.sweeps.layers import leaves, nest, template_names
-from cemlab.sweeps.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
-                                  SearchKind, SweepError, Trial, Variant, _Strict)
+from cemlab.sweeps.spec.expand import expand_spec, with_overrides
+from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
+from cemlab.sweeps.spec.layers import leaves, nest, template_names
+from cemlab.sweeps.spec.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
+                                  SearchKind, SweepError, Trial, Variant, StrictSpec)
 from cemlab.tasks import get_task
 
 
-class SweepSpec(_Strict):
+class SweepSpec(StrictSpec):
     """One sweep file. Load it with :func:`load_sweep`; ``expand(scale)`` gives the trials."""
 
     name: str | None = Field(default=None, description="Sweep name (the file name).")
@@ -161,12 +161,12 @@ class SweepSpec(_Strict):
         config key (``train.tokens=2048``) is set in every trial after the scale and the sweep
         file, validated like ``cemlab train``'s; an axis name (``seed=[0,1,2]``, ``T=[1,2]``)
         replaces that axis's values. Overridden trials have their own config hashes."""
-        scales = scales if scales is not None else load_scales(_scales_path_for(self._path))
+        scales = scales if scales is not None else load_scales(scales_path_for(self._path))
         if scale not in scales:
             raise SweepError(f"{self.source}: unknown scale {scale!r}; choose one of {sorted(scales)} "
-                             f"(defined in {_scales_path_for(self._path)})")
-        spec, layers = (self, []) if not overrides else _with_overrides(self, scale, scales, overrides)
-        return _expand(spec, scale, scales[scale], layers)
+                             f"(defined in {scales_path_for(self._path)})")
+        spec, layers = (self, []) if not overrides else with_overrides(self, scale, scales, overrides)
+        return expand_spec(spec, scale, scales[scale], layers)
 
 
 #: A sweep name: a file name in the sweeps folder, without its ``.yaml`` (no folder, no ``..``).
@@ -204,7 +204,7 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
     spec.name = p.stem
     spec._path = p
     _check_templates(spec)
-    check_scale_overrides(spec, load_scales(_scales_path_for(p)))
+    check_scale_overrides(spec, load_scales(scales_path_for(p)))
     return spec
 
 

@@ -2,9 +2,9 @@
 
 Local Ray with the machine's CPUs (or ``cpus``), or the cluster at ``$RAY_ADDRESS``
 (:func:`connect_ray`); each trial asks for its scale's resources, so the CPUs are split between
-concurrent trials. Every trial runs ``cemlab.sweeps.trainable.run_trial``. A trial of several
+concurrent trials. Every trial runs ``cemlab.sweeps.trial.trainable.run_trial``. A trial of several
 workers (``resources.workers > 1``) is a Ray Train run of that many DDP ranks inside its Tune
-trial (``cemlab.sweeps.distributed``): the ranks ask for the CPUs and GPUs, and the sweep runs no
+trial (``cemlab.sweeps.trial.distributed``): the ranks ask for the CPUs and GPUs, and the sweep runs no
 more such trials at once than the cluster holds (:func:`trial_slots`). A failing trial is retried
 ``retries`` times (Tune ``FailureConfig``) from its last checkpoint; if it still fails it is
 recorded as failed and the others go on.
@@ -16,9 +16,9 @@ never prunes); trials ASHA stops are marked ``stopped`` (a result); the cells' T
 as many as the cluster holds trials (:func:`search_concurrency`), each cell with its share of the
 trial slots.
 
-Each Tune result becomes the trial's :class:`~cemlab.sweeps.invocation.TrialOutcome`
+Each Tune result becomes the trial's :class:`~cemlab.sweeps.stages.invocation.TrialOutcome`
 (:func:`_tune_outcome`), with its MLflow run's terminal status made right (failed when the trial
-died outside ``train``, stopped when ASHA stopped it: ``cemlab.sweeps.record.mark_stopped``).
+died outside ``train``, stopped when ASHA stopped it: ``cemlab.sweeps.stages.record.mark_stopped``).
 
 Optuna and Tune's ASHA scheduler and Optuna searcher are imported only for ``search: optuna`` cells,
 so a grid sweep does not load them.
@@ -36,16 +36,16 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 from ray import tune
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps import tune_report as rk
-from cemlab.sweeps.decide import CellSearch
-from cemlab.sweeps.guards import STOP_WAIT_S, wait_for_exit
-from cemlab.sweeps.invocation import Invocation, TrialOutcome
-from cemlab.sweeps.preflight import RAY_HINT, check_ray_address
-from cemlab.sweeps.record import mark_stopped
-from cemlab.sweeps.schema import SweepError, Trial
-from cemlab.sweeps.trainable import run_trial
-from cemlab.sweeps.trial_job import TrialJob
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.trial import tune_report as rk
+from cemlab.sweeps.stages.decide import CellSearch
+from cemlab.sweeps.stages.guards import STOP_WAIT_S, wait_for_exit
+from cemlab.sweeps.stages.invocation import Invocation, TrialOutcome
+from cemlab.sweeps.stages.preflight import RAY_HINT, check_ray_address
+from cemlab.sweeps.stages.record import mark_stopped
+from cemlab.sweeps.spec.schema import SweepError, Trial
+from cemlab.sweeps.trial.trainable import run_trial
+from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.store import run_status, telemetry_off
 from cemlab.train.plan import make_plan
@@ -123,7 +123,7 @@ def quiet_tune(search: str = "grid") -> None:
 
 
 class HaltOnLostStore(tune.Callback):
-    """Once the store is lost (``cemlab.sweeps.guards.StoreWatch``), nothing new starts: the Tune
+    """Once the store is lost (``cemlab.sweeps.stages.guards.StoreWatch``), nothing new starts: the Tune
     loop ends before its next step (no retry, no queued trial), and a trial that fails (to be
     retried or not) makes the store be probed at once, before Tune could retry it."""
 
@@ -148,7 +148,7 @@ class HaltOnLostStore(tune.Callback):
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
-    """The grid's trials that need running (``cemlab.sweeps.decide.decide_grid``), as one Tuner."""
+    """The grid's trials that need running (``cemlab.sweeps.stages.decide.decide_grid``), as one Tuner."""
     if not todo:
         return
 
@@ -158,7 +158,7 @@ def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
 
 
 def run_searches(state: Invocation, jobs: list[CellSearch]) -> None:
-    """One Tuner per searched cell that needs samples (``cemlab.sweeps.decide.decide_searches``):
+    """One Tuner per searched cell that needs samples (``cemlab.sweeps.stages.decide.decide_searches``):
     Optuna over the learning rate, ASHA stopping (module docstring)."""
     if not jobs:
         return
@@ -246,7 +246,7 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     callback = pg.TuneCallback(state.progress, job.resolve, state.files.log)
     distributed = resources.workers > 1
     # A multi-worker trial's Tune process only waits for its Ray Train workers, which ask for the
-    # CPUs and GPUs themselves (cemlab.sweeps.distributed): the process asks for memory only (Tune
+    # CPUs and GPUs themselves (cemlab.sweeps.trial.distributed): the process asks for memory only (Tune
     # takes no empty request), and since Tune cannot count the workers, the number of trials at
     # once is limited to what the cluster holds. A searcher learns from finished trials: no more at
     # once than fit either.

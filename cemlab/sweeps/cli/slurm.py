@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cemlab.sweeps.slurm import SlurmJob, render
-    from cemlab.sweeps.spec import SweepError, load_sweep
+    from cemlab.sweeps.spec.load import SweepError, load_sweep
 
     if not args.mlflow:
         print("cemlab slurm: --mlflow is not set (nor MLFLOW_TRACKING_URI): give the URL of a tracking server "

@@ -1,7 +1,7 @@
 """What keeps one sweep invocation safe while its trials run, beside the stages.
 
 - :class:`DriverLock`: ``<log dir>/driver.lock``, held by the running driver of a sweep and scale;
-  a second driver runs under a parent run of its own (``cemlab.sweeps.record``).
+  a second driver runs under a parent run of its own (``cemlab.sweeps.stages.record``).
 - :class:`StoreWatch`: a store that goes away. While trials run the driver asks an HTTP store
   ``GET /health`` every 2 s; after three failures in a row (or when a call of the driver fails and
   the store does not answer) it stops every trial (their checkpoints are kept), writes
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cemlab.sweeps.invocation import write_json_atomic
+from cemlab.sweeps.stages.invocation import write_json_atomic
 from cemlab.tracking.store import healthy
 
 #: The driver asks an HTTP store ``GET /health`` this often while trials run (seconds), with this
@@ -108,7 +108,7 @@ class StoreWatch:
     """While the trials run: ask an HTTP store ``GET /health`` every :data:`STORE_CHECK_EVERY_S`
     seconds; after :data:`STORE_CHECK_FAILURES` failures in a row, record why in ``lost`` and
     interrupt the main thread (the sweep then stops its trials, see
-    ``cemlab.sweeps.record.mark_store_lost``).
+    ``cemlab.sweeps.stages.record.mark_store_lost``).
     A sqlite store (a file) is not watched."""
 
     def __init__(self, uri: str):
@@ -180,7 +180,7 @@ def wait_for_exit(pid: Any, timeout: float) -> None:
 
 def trial_pid(log_path: Path) -> int | None:
     """The process of a trial's last attempt, from the header line its log starts each attempt with
-    (``cemlab.sweeps.trainable``)."""
+    (``cemlab.sweeps.trial.trainable``)."""
     try:
         found = re.findall(r"\) pid (\d+) node", log_path.read_text(errors="replace"))
     except OSError:

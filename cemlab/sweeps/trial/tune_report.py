@@ -2,8 +2,8 @@
 to ``cemlab.train.run.train``; it sends each validation before the last step (ASHA compares trials
 on them), and the trial sends one final report with ``cemlab_status`` (finished | diverged |
 recorded | reused | waited), the run id, the test metrics and the Ray node of every rank. The keys
-below are read by the driver's progress table and outcome (``cemlab.sweeps.progress``,
-``cemlab.sweeps.execute``).
+below are read by the driver's progress table and outcome (``cemlab.sweeps.stages.progress``,
+``cemlab.sweeps.stages.execute``).
 
 When the scheduler stops a trial, Ray ends its reporting thread with ``SystemExit`` inside
 ``tune.report``; :func:`deliver_to_tune` turns that into :class:`TrialStopped`, so that ``train``
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ray import tune
 
-from cemlab.sweeps.schema import Trial
+from cemlab.sweeps.spec.schema import Trial
 from cemlab.train import checkpoint as ckpt
 
 #: Keys of the final report (besides the run's metrics).

@@ -7,7 +7,7 @@ it is reopened instead, so a rerun continues the same invocation. Reused run ids
 the parent as ``cemlab.reused_from``.
 
 Two drivers of the same sweep and scale at once (one runs folder): the second finds the first's
-``driver.lock`` held (``cemlab.sweeps.guards.DriverLock``), does not reopen its parent run but
+``driver.lock`` held (``cemlab.sweeps.stages.guards.DriverLock``), does not reopen its parent run but
 opens its own, and its trials wait on the per-trial locks; a trial that waited takes the first
 sweep's run (``waited``), and the summary names that sweep's parent run.
 
@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cemlab.sweeps import progress as pg
-from cemlab.sweeps.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
-from cemlab.sweeps.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
-from cemlab.sweeps.spec import SweepSpec
-from cemlab.sweeps.tune_report import STEP_KEY
+from cemlab.sweeps.stages import progress as pg
+from cemlab.sweeps.stages.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
+from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
+from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.trial.tune_report import STEP_KEY
 from cemlab.tasks import get_task
 from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs

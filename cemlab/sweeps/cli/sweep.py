@@ -21,13 +21,13 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from cemlab.sweeps.cli_args import add_overrides_argument, add_scale_argument, add_sweep_argument
-from cemlab.sweeps.schema import SweepError
+from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.spec.schema import SweepError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cemlab.sweeps.invocation import SweepResult
+    from cemlab.sweeps.stages.invocation import SweepResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     outcome counts in the exit code."""
     from rich.console import Console
 
-    from cemlab.sweeps.invocation import EXIT_INTERRUPTED, EXIT_USAGE
+    from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
     from cemlab.sweeps.runner import run_sweep
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError

@@ -1,5 +1,5 @@
 """How the sweep's live table fits a terminal: short labels that tell trials apart, columns kept
-by priority and never cut, and as many rows as the height allows (``cemlab.sweeps.progress``
+by priority and never cut, and as many rows as the height allows (``cemlab.sweeps.stages.progress``
 holds the state; this module only lays it out).
 
 * **Labels.** A trial id (``86m__cem-attn_T2_dplr_eta-1-T__lr2e-3__s2``) is long; the label is the

@@ -7,7 +7,7 @@ running in the driver), Tune's events: start, each validation report (step, loss
 perplexity), retries, completion, errors.
 
 :class:`ProgressDisplay` shows it: in a terminal a ``rich.live.Live`` table redrawn in place
-(twice a second), fitted to the terminal's width and height by ``cemlab.sweeps.progress_view``,
+(twice a second), fitted to the terminal's width and height by ``cemlab.sweeps.stages.progress_view``,
 with the progress line (count, elapsed, smoothed time left) always last; otherwise (CI, a log
 file) one line per change of a trial's status, one per validation report of a trial (with the
 count and the time left) and a summary line every ``interval`` seconds. Trials write their own output to log files, so this is all the sweep prints,
@@ -27,8 +27,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from cemlab.sweeps import tune_report as tr
-from cemlab.sweeps.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
+from cemlab.sweeps.trial import tune_report as tr
+from cemlab.sweeps.stages.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
@@ -104,7 +104,7 @@ class SweepProgress:
     def __init__(self, title: str):
         self.title = title
         self.rows: dict[str, Row] = {}
-        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.schema.Trial
+        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.spec.schema.Trial
         self.lock = threading.Lock()
         self.events: list[str] = []          # status changes not yet printed (plain mode)
         self.started = time.time()
@@ -179,7 +179,7 @@ class SweepProgress:
                 self.events.append(self._event_line(row))
 
     def update(self, trial_id: str, result: dict[str, Any]) -> None:
-        """A result reported by the trial (see ``cemlab.sweeps.tune_report``). A validation result at
+        """A result reported by the trial (see ``cemlab.sweeps.trial.tune_report``). A validation result at
         a new step becomes one line of the plain output."""
         with self.lock:
             row = self.rows[trial_id]
@@ -309,7 +309,7 @@ class SweepProgress:
 
     def view(self, width: int, height: int | None = None, console: Console | None = None) -> Group:
         """The title, the table fitted to ``width`` (and ``height`` lines: the rows that do not fit
-        counted on one line), and the progress line last (see ``cemlab.sweeps.progress_view``)."""
+        counted on one line), and the progress line last (see ``cemlab.sweeps.stages.progress_view``)."""
         with self.lock:
             rows = list(self.rows.values())
         summary = Text(self.summary())
@@ -444,7 +444,7 @@ class TuneCallback(Callback):
 
 def print_start(inv, trials: list, console: Console, other_pid: int | None = None) -> None:
     """The sweep's first lines: what it runs, where it logs; another driver of it running now
-    (``inv``: a ``cemlab.sweeps.invocation.Invocation``)."""
+    (``inv``: a ``cemlab.sweeps.stages.invocation.Invocation``)."""
     spec, scale = inv.spec, inv.scale
     what = (f"{len(trials)} grid cell(s), learning rate searched ({trials[0].search.samples} samples each)"
             if spec.search == "optuna" and trials else f"{len(trials)} trials")
@@ -457,7 +457,7 @@ def print_start(inv, trials: list, console: Console, other_pid: int | None = Non
 
 
 def print_end(result, console: Console) -> None:
-    """The sweep's outcome (``result``: a ``cemlab.sweeps.invocation.SweepResult``): counts, failures
+    """The sweep's outcome (``result``: a ``cemlab.sweeps.stages.invocation.SweepResult``): counts, failures
     with their logs, trials recorded or taken from another sweep, how to resume, the MLflow link."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
     checked = " (checked against the store)" if result.counts_checked else ""

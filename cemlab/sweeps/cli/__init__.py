@@ -1,0 +1,1 @@
+"""The sweep commands' argument parsing and handlers (``cemlab sweep``, ``plan``, ``data``, ``slurm``)."""

@@ -1,0 +1,1 @@
+"""The driver's stages, in the order ``cemlab.sweeps.runner`` calls them: preflight, record (open), decide, execute, record (finish); the state they share (``invocation``), the guards around them and the progress they feed."""
