@@ -116,7 +116,7 @@ def decide_searches(state: Invocation, cells: list[Trial]) -> list[CellSearch]:
         for lr in points:  # interrupted samples continue from their checkpoints
             t = state.job(cell=cell).resolve({"lr": lr})
             prepare_resume(state.client, t, found.get(t.config_hash, []), state.parent_run_id, state.experiment_id,
-                           state.runs_dir)
+                           state.files)
         jobs.append(CellSearch(cell, points, remaining, search, done_runs))
     return jobs
 
