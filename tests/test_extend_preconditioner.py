@@ -20,6 +20,7 @@ from cemlab.models import CEMAttention, CEMMLP, build_model, count_parameters, f
 from cemlab.models.common import Positions, alibi_slopes, causal_alibi
 from cemlab.models.config import ModelConfig
 from cemlab.models.preconditioners import PRECONDITIONERS
+from cemlab.models.registry import plugins_scope
 from cemlab.train.plan import decay_groups
 
 TESTS = Path(__file__).resolve().parent
@@ -28,10 +29,12 @@ PLUGIN = "plugins.scalar_precond"
 
 @pytest.fixture(autouse=True)
 def plugin(monkeypatch):
-    """The plugin as a user adds it: named in CEMLAB_PLUGINS, imported by the registry on demand."""
+    """The plugin as a user adds it: named in CEMLAB_PLUGINS, imported by the registry on demand
+    (and forgotten after the test)."""
     monkeypatch.setenv("CEMLAB_PLUGINS", PLUGIN)
-    assert "scalar" in PRECONDITIONERS  # loads the plugin
-    return PRECONDITIONERS.get("scalar")
+    with plugins_scope():
+        assert "scalar" in PRECONDITIONERS  # loads the plugin
+        yield PRECONDITIONERS.get("scalar")
 
 
 def test_config_accepts_the_plugin_kind_and_names_the_kinds_for_an_unknown_one():
@@ -145,7 +148,7 @@ variants:
 @pytest.fixture(scope="module")
 def plugin_for_workers():
     """Set before Ray starts (module scope, requested before ``ray_local``), so the workers inherit it."""
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, plugins_scope():
         mp.setenv("CEMLAB_PLUGINS", PLUGIN)
         mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
         yield

@@ -9,12 +9,12 @@ other test modules in the same session see the project's own figures and claims 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from cemlab.models.registry import plugins_scope
 from sweep_support import linked_files, local_sweeps, run
 
 pytestmark = pytest.mark.slow
@@ -45,18 +45,10 @@ variants:
 @pytest.fixture
 def plugin(monkeypatch):
     """``CEMLAB_PLUGINS`` names the plugin; the registries are restored afterwards."""
-    from cemlab.models import registry as models_registry
-    from cemlab.report import registry
-    from cemlab.sweeps import feeds
-    regs = (feeds.FIGURES, feeds.CLAIMS, registry.BUILDERS, registry.RULES)
-    saved = [dict(r._items) for r in regs]
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
     monkeypatch.setenv("CEMLAB_PLUGINS", PLUGIN)
-    yield
-    for r, items in zip(regs, saved):
-        r._items = items
-    models_registry._loaded.discard(PLUGIN)
-    sys.modules.pop(PLUGIN, None)
+    with plugins_scope():
+        yield
 
 
 @pytest.fixture

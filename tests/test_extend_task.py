@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cemlab.models.registry import plugins_scope
 from cemlab.sweeps.stages import progress as pg
 from sweep_support import client_for, experiment_runs, local_sweeps, run
 
@@ -55,7 +56,7 @@ GP_SWEEP = """
 @pytest.fixture(scope="module")
 def plugin_ray():
     """CEMLAB_PLUGINS and tests/ on PYTHONPATH, then local Ray (its workers inherit both)."""
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, plugins_scope():
         mp.setenv("CEMLAB_PLUGINS", "plugins.toy_task")
         mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
         import logging

@@ -43,3 +43,19 @@ def test_a_plugin_named_in_the_environment_is_imported_when_a_name_is_missing(tm
     env["CEMLAB_PLUGINS"] = "no_such_plugin"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "cemlab plugin 'no_such_plugin'" in out.stderr and "PYTHONPATH" in out.stderr
+
+
+def test_plugins_scope_forgets_what_a_plugin_registered_and_imports_it_afresh(tmp_path, monkeypatch):
+    from cemlab.models.registry import plugins_scope
+
+    reg = Registry("thing")
+    reg.register("built-in", 0)
+    (tmp_path / "scoped_plugin.py").write_text(
+        "import sys\nsys.modules['cemlab.models.registry']._registries[-1].register('added', 42)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for _ in range(2):  # the second time, the plugin is imported again and registers again
+        monkeypatch.setenv("CEMLAB_PLUGINS", "scoped_plugin")
+        with plugins_scope():
+            assert reg.get("added") == 42 and reg.names() == ["built-in", "added"]
+        monkeypatch.delenv("CEMLAB_PLUGINS")
+        assert reg.names() == ["built-in"] and "scoped_plugin" not in sys.modules

@@ -16,8 +16,10 @@ for all its names. This module imports nothing of cemlab, so the model library s
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import sys
 from importlib.metadata import entry_points
 from typing import Generic, Iterator, TypeVar
 
@@ -26,6 +28,7 @@ T = TypeVar("T")
 PLUGINS_ENV = "CEMLAB_PLUGINS"
 PLUGINS_GROUP = "cemlab.plugins"
 _loaded: set[str] = set()
+_registries: list["Registry"] = []   # every registry made, for plugins_scope
 
 
 def plugin_modules() -> list[str]:
@@ -66,6 +69,7 @@ class Registry(Generic[T]):
     def __init__(self, what: str, field: str = "") -> None:
         self.what, self.field = what, field
         self._items: dict[str, T] = {}
+        _registries.append(self)
 
     def register(self, name: str, item: T | None = None, *, replace: bool = False):
         """``reg.register("x", obj)``, or as a decorator ``@reg.register("x")``. A name registered
@@ -105,3 +109,21 @@ class Registry(Generic[T]):
 
     def items(self) -> list[tuple[str, T]]:
         return [(n, self._items[n]) for n in self.names()]
+
+
+@contextlib.contextmanager
+def plugins_scope() -> Iterator[None]:
+    """Every registry and the set of imported plugins as they are now, restored on exit: what a
+    plugin registers inside is forgotten, and the plugin is imported afresh the next time it is
+    named (a test adds a plugin without leaving it to the tests after it)."""
+    saved = [(r, {**vars(r), "_items": dict(r._items)}) for r in _registries]
+    loaded = set(_loaded)
+    try:
+        yield
+    finally:
+        for r, state in saved:
+            vars(r).clear()
+            vars(r).update(state)
+        for name in _loaded - loaded:
+            sys.modules.pop(name, None)
+        _loaded.intersection_update(loaded)
