@@ -14,6 +14,7 @@ from rich.console import Console
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as tr
 from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -30,7 +31,7 @@ def _fed(trials) -> tuple[pg.SweepProgress, pg.TuneCallback]:
     for t in trials:
         progress.add(t)
     by_id = {t.trial_id: t for t in trials}
-    cb = pg.TuneCallback(progress, lambda config: by_id[config["trial_id"]], "/runs/logs/x")
+    cb = pg.TuneCallback(progress, lambda config: by_id[config["trial_id"]], TrialFiles(Path("/runs"), Path("/runs/logs/x")).log)
     progress.set_status(trials[0].trial_id, pg.REUSED, note="run abc of attention_replacement")
     tune_trial = SimpleNamespace(trial_id="t1", config={"trial_id": trials[1].trial_id}, last_result={})
     cb.on_trial_start(0, [], tune_trial)
