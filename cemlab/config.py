@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from cemlab.data.config import DataConfig
 from cemlab.gp.config import GPConfig
@@ -30,10 +30,8 @@ from cemlab.task_registry import TASKS
 MAX_LR, MAX_TOKENS = 1.0, 10**13
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(StrictModel):
     """Optimizer, schedule, batch, token budget, evaluation and checkpointing of one run."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     lr: float = Field(default=2e-3, gt=0, le=MAX_LR, description="Peak learning rate (AdamW).")
     betas: tuple[float, float] = Field(default=(0.9, 0.95), description="AdamW betas.")

@@ -1,9 +1,10 @@
 """The metric names training logs to MLflow, which tasks name and tracking writes and reads.
 
-They live with the tasks (which say which of them are theirs: ``Task.val_metric``,
-``Task.seen_metric``, ...) so that ``cemlab.tracking`` imports ``cemlab.tasks`` and not the other
-way round; ``cemlab.tracking.schema`` re-exports them, next to the tag names. A task from outside
-cemlab names its own metrics in its module."""
+Plain names with no imports, below both packages: the tasks say which of them are theirs
+(``Task.val_metric``, ``Task.seen_metric``, ...), ``cemlab.tracking.schema`` re-exports them next
+to the tag names, and neither package imports the other for them (importing ``cemlab.tasks``
+would load every task, torch included). A task from outside cemlab names its own metrics in its
+module."""
 
 # --- metrics (history over ``step`` = optimizer step) ------------------------------------------
 TRAIN_LOSS = "train/loss"

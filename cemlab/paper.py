@@ -58,9 +58,11 @@ SIGN_CONVENTION = ("effect = relative change of the main metric (test perplexity
 PAPER_REGIME = "86M-162M params, Chinchilla tokens of the matched Llama (20/param), SlimPajama; seeds not stated"
 #: The GP study's regime (Table 3).
 PAPER_REGIME_GP = "GP regression as in Table 3 (8192 training points); seeds not stated"
+#: The regime of a claim the paper does not make (beyond it, or a plugin's).
+NOT_IN_PAPER = "not in the paper"
 
 
-def _claim(id: str, paper: str, claim: str, rule: str, function: str, sweeps: tuple[str, ...],
+def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweeps: tuple[str, ...],
            paper_regime: str = PAPER_REGIME, primary: str = "", margin: float = SESOI, combine: str = "all") -> dict:
     """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
     runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
@@ -76,86 +78,86 @@ def _claim(id: str, paper: str, claim: str, rule: str, function: str, sweeps: tu
 
 #: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
 CLAIM_ENTRIES: tuple[dict, ...] = (
-    _claim("attn-small-cost", "Fig. 2a, sec. 4.1",
+    claim_entry("attn-small-cost", "Fig. 2a, sec. 4.1",
            "Replacing attention by CEM attention (T=1, about half the attention parameters) costs little perplexity.",
            f"At every size, CEM attention's perplexity is at most {SMALL_COST:.0%} above Llama's (paired over seeds).",
            "rule_attn_small_cost", ('attention_replacement',), primary=""),
-    _claim("mlp-loses-more", "Fig. 2b, sec. 4.1",
+    claim_entry("mlp-loses-more", "Fig. 2b, sec. 4.1",
            "CEM MLPs lose more perplexity than CEM attention.",
            "At every size, CEM attention's relative change over Llama minus the dimension-matched CEM MLP's "
            "relative change over Llama is below 0 (effect: that difference).",
            "rule_mlp_loses_more", ('mlp_replacement', 'attention_replacement')),
-    _claim("param-matching-recovers", "Fig. 2b, sec. 4.1",
+    claim_entry("param-matching-recovers", "Fig. 2b, sec. 4.1",
            "Parameter matching (hidden width x1.5) recovers some of the CEM MLP's loss.",
            "At every size, the parameter-matched CEM MLP has lower perplexity than the dimension-matched one.",
            "rule_param_matching_recovers", ('mlp_replacement',)),
-    _claim("t2-beats-t1", "Fig. 2c/2d, sec. 4.2",
+    claim_entry("t2-beats-t1", "Fig. 2c/2d, sec. 4.2",
            "Recursion T=2 beats T=1 (CEM attention and CEM MLP).",
            "For every sublayer, size and preconditioner, perplexity at T=2 is lower than at T=1; judged separately "
            "at the same per-step eta (T=2 eta=e vs T=1 eta=e) and at the same total step T*eta (T=2 eta=1/2 vs "
            "T=1 eta=1), each a condition of its own.", "rule_t2_beats_t1", ('recursion_ablation',), primary="cem-attn"),
-    _claim("precond-t2-not-t1", "Fig. 2c/2d, sec. 4.2",
+    claim_entry("precond-t2-not-t1", "Fig. 2c/2d, sec. 4.2",
            "Preconditioners have little effect at T=1 but help at T=2.",
            f"Relative change of the richest preconditioner over the simplest (dplr over diag, or over none), averaged "
            f"over sublayers and sizes per seed: equivalent to 0 within +-{NEGLIGIBLE:.0%} at T=1 (TOST), below "
            f"-{NEGLIGIBLE:.0%} at T=2, and the T=2 change minus the T=1 change below 0; per eta of the T=2 cells "
            f"(T=1 at the same per-step eta where it was run).",
            "rule_precond_t2_not_t1", ('recursion_ablation',), primary="T=2 - T=1"),
-    _claim("cem-attn-t2-beats-llama", "Fig. 2c, sec. 4.2",
+    claim_entry("cem-attn-t2-beats-llama", "Fig. 2c, sec. 4.2",
            "CEM attention with T=2 (and a preconditioner) beats Llama attention.",
            "At every size, the best CEM attention at T=2 has lower perplexity than Llama; per eta.",
            "rule_cem_attn_t2_beats_llama", ('recursion_ablation',)),
-    _claim("full-cem-matches-llama", "Fig. 3a, sec. 4.3",
+    claim_entry("full-cem-matches-llama", "Fig. 3a, sec. 4.3",
            "A full CEM Transformer (T=2, dplr) matches or beats Llama at the optimal learning rate.",
            f"At every size, CEM's Akima-interpolated optimal perplexity is at most {MATCH_TOL:.0%} above Llama's "
            f"(optima per seed, paired).", "rule_full_cem_matches_llama", ('lr_sweep',)),
-    _claim("full-cem-higher-lr", "Fig. 3a, sec. 4.3",
+    claim_entry("full-cem-higher-lr", "Fig. 3a, sec. 4.3",
            "Full CEM Transformers prefer a higher learning rate than Llama.",
            "At every size, CEM's optimal learning rate is higher than Llama's (log2 ratio of the per-seed optima > 0; "
            "an optimum at the grid's edge stands for 'at or beyond the edge').",
            "rule_full_cem_higher_lr", ('lr_sweep',), margin=SESOI_LR),
-    _claim("full-cem-256m", "appendix (256M)",
+    claim_entry("full-cem-256m", "appendix (256M)",
            "At 256M parameters, full CEM still matches or beats Llama.",
            f"At every size of the sweep, full CEM's perplexity is at most {MATCH_TOL:.0%} above Llama's.",
            "rule_256m", ('scale_256m',)),
-    _claim("kq-diagonal-matters", "Fig. 3b, sec. 4.4",
+    claim_entry("kq-diagonal-matters", "Fig. 3b, sec. 4.4",
            "A diagonal term in A_k is essential for good performance.",
            f"At every size, the best diagonal variant's relative change against CEM attention without a diagonal "
            f"is below -{NEGLIGIBLE:.0%}.", "rule_kq_matters", ('kq_diagonal',)),
-    _claim("shared-close-to-per-head", "Fig. 3b, sec. 4.4",
+    claim_entry("shared-close-to-per-head", "Fig. 3b, sec. 4.4",
            "A diagonal shared across heads is close to per-head diagonals.",
            f"At every size, the shared diagonal's perplexity is equivalent to the per-head one's within "
            f"+-{CLOSE_TOL:.0%} (TOST).",
            "rule_shared_close", ('kq_diagonal',)),
-    _claim("reuse-vs-recursion-mlp", "Fig. 3c, sec. 4.4",
+    claim_entry("reuse-vs-recursion-mlp", "Fig. 3c, sec. 4.4",
            "Plain reuse of the MLP block gains little from T=1 to T=2, while CEM MLP recursion gains.",
            f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, each CEM MLP "
            f"setting's is below 0 and below plain reuse's; per eta.",
            "rule_reuse_vs_recursion_mlp", ('reuse_vs_recursion_mlp',), primary="vs reuse"),
-    _claim("reuse-vs-recursion-attention", "Fig. 4, appendix D",
+    claim_entry("reuse-vs-recursion-attention", "Fig. 4, appendix D",
            "Plain reuse of the attention block gains little (or hurts), while CEM attention recursion gains.",
            f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, CEM "
            f"attention's is below 0 and below plain reuse's; per eta.",
            "rule_reuse_vs_recursion_attention", ('reuse_vs_recursion_attention',), primary="vs reuse"),
-    _claim("gp-t2-beats-t1", "Table 3 (GP study)",
+    claim_entry("gp-t2-beats-t1", "Table 3 (GP study)",
            "In the GP study, T=2 beats T=1.",
            "For every kernel, the test RMSE at T=2 is lower than at T=1.",
            "rule_gp_t2_beats_t1", ('gp_recursion',), PAPER_REGIME_GP),
-    _claim("gp-not-monotonic", "Table 3 (GP study)",
+    claim_entry("gp-not-monotonic", "Table 3 (GP study)",
            "In the GP study, gains from more recursion steps are not monotonic.",
            "For at least one kernel, the test RMSE at some T is lower than at the next larger T (effect: RMSE at "
            "the smaller T relative to the larger).",
            "rule_gp_not_monotonic", ('gp_recursion',), PAPER_REGIME_GP, combine="any"),
-    _claim("test-time-recursion", "beyond the paper (sec. 5.2: future work)",
+    claim_entry("test-time-recursion", "beyond the paper (sec. 5.2: future work)",
            "A CEM model trained with T=2 improves when given more recursion steps at test time.",
            "For every T=2-trained CEM cell, test perplexity evaluated with 2T steps is lower than with the T steps it "
            "was trained with (test/ppl_at_steps, paired over seeds); per eta.",
-           "rule_test_time_recursion", ('recursion_ablation',), "not in the paper"),
-    _claim("small-step-t1", "beyond the paper (step size at T=1)",
+           "rule_test_time_recursion", ('recursion_ablation',), NOT_IN_PAPER),
+    claim_entry("small-step-t1", "beyond the paper (step size at T=1)",
            "Without recursion (T=1), a smaller CEM step eta=1/2 beats the residual step eta=1, and beats Llama.",
            "For every sublayer, size and preconditioner, perplexity at T=1 eta=1/2 is lower than at T=1 eta=1, and "
            "lower than Llama's.",
-           "rule_small_step_t1", ('recursion_ablation',), "not in the paper", primary="cem-attn"),
+           "rule_small_step_t1", ('recursion_ablation',), NOT_IN_PAPER, primary="cem-attn"),
 )
 
 #: Claim ids, in paper order: what a sweep file's ``claims:`` may list.

@@ -90,6 +90,7 @@ FORBIDDEN = {
     "sweeps": {"report", "bench", "cli"},
     "report": {"train", "bench", "cli"},
     "paper": set(MODULES),
+    "metric_names": set(MODULES),
 }
 
 

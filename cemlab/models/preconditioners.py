@@ -104,8 +104,29 @@ def make_preconditioner(kind: str, n: int, dim: int, rank: int = 4, init_std: fl
     return PRECONDITIONERS.get(kind)(n, dim, rank, init_std)
 
 
+class DiagonalFold(Preconditioner):
+    """A kind whose P_k is diagonal, P_k = diag(s_k) (the identity included), folds into CEM
+    attention's output projection as scaled columns of each head's block: y = o @ (Wq * s), no
+    work beyond the plain projection."""
+
+    def column_scale(self) -> torch.Tensor | None:
+        """s, [n, D] (None: the identity)."""
+        return None
+
+    def fold(self, W: torch.Tensor) -> tuple:
+        s = self.column_scale()
+        return ((W if s is None else W * s[:, None, :]).reshape(-1, W.shape[-1]),)
+
+    def output(self, o: torch.Tensor, folded: tuple) -> torch.Tensor:
+        return o.flatten(-2) @ folded[0]
+
+    @classmethod
+    def output_flops(cls, n_heads: int, dim: int, rank: int) -> float:
+        return 0.0
+
+
 @PRECONDITIONERS.register("none")
-class NoPreconditioner(Preconditioner):
+class NoPreconditioner(DiagonalFold):
     """P = I: no parameters; the output projection is o @ Wq."""
 
     kind = "none"
@@ -116,19 +137,9 @@ class NoPreconditioner(Preconditioner):
     def dense(self) -> torch.Tensor:
         return torch.eye(self.dim).expand(self.n, self.dim, self.dim).clone()
 
-    def fold(self, W: torch.Tensor) -> tuple:
-        return (W.reshape(-1, W.shape[-1]),)
-
-    def output(self, o: torch.Tensor, folded: tuple) -> torch.Tensor:
-        return o.flatten(-2) @ folded[0]
-
-    @classmethod
-    def output_flops(cls, n_heads: int, dim: int, rank: int) -> float:
-        return 0.0
-
 
 @PRECONDITIONERS.register("diag")
-class DiagPreconditioner(Preconditioner):
+class DiagPreconditioner(DiagonalFold):
     """P_k = diag(softplus(d_k)), ``d = sqrt(D) * p`` with ``p`` initialised to ``1/sqrt(D)`` (so d
     starts at 1 and P's diagonal at softplus(1); appendix C.4). In attention it scales the columns
     of each head's block of the output projection: o @ (Wq * s)."""
@@ -154,15 +165,8 @@ class DiagPreconditioner(Preconditioner):
     def dense(self) -> torch.Tensor:
         return torch.diag_embed(self.diagonal())
 
-    def fold(self, W: torch.Tensor) -> tuple:
-        return ((W * self.diagonal()[:, None, :]).reshape(-1, W.shape[-1]),)
-
-    def output(self, o: torch.Tensor, folded: tuple) -> torch.Tensor:
-        return o.flatten(-2) @ folded[0]
-
-    @classmethod
-    def output_flops(cls, n_heads: int, dim: int, rank: int) -> float:
-        return 0.0
+    def column_scale(self) -> torch.Tensor:
+        return self.diagonal()
 
 
 @PRECONDITIONERS.register("dplr")

@@ -30,10 +30,6 @@ BUILDERS: Registry[Callable] = Registry("figure builder", "figures")
 #: Claim id -> rule (``(ClaimData) -> (list[Check], list[str] missing)``).
 RULES: Registry[Callable] = Registry("claim rule", "claims")
 
-#: Keys of a claim entry and their defaults (``cemlab.paper._claim``); the others are required.
-CLAIM_DEFAULTS = dict(paper_regime="not in the paper", primary="", margin=paper.SESOI, combine="all")
-CLAIM_REQUIRED = ("id", "paper", "claim", "rule", "sweeps")
-
 
 def register_figure(fid: str, builder: Callable, sweeps: Iterable[str]) -> Callable:
     """Add figure ``fid``, drawn by ``builder`` from the runs of ``sweeps`` (whose files list
@@ -45,14 +41,15 @@ def register_figure(fid: str, builder: Callable, sweeps: Iterable[str]) -> Calla
 
 
 def register_claim(entry: dict, rule: Callable) -> Callable:
-    """Add the claim of ``entry`` (the keys of ``cemlab.paper._claim``: ``id``, ``paper``, ``claim``,
-    ``rule`` in words and ``sweeps`` required; ``paper_regime``, ``primary``, ``margin``, ``combine``
-    optional), judged by ``rule`` from the cells of its ``sweeps``."""
-    lacking = [k for k in CLAIM_REQUIRED if k not in entry]
-    if lacking:
-        raise ValueError(f"claim entry {entry.get('id', '?')!r} lacks {', '.join(lacking)} (keys: "
-                         f"{', '.join(CLAIM_REQUIRED)}, optional {', '.join(CLAIM_DEFAULTS)})")
-    full = {**CLAIM_DEFAULTS, "function": getattr(rule, "__name__", ""), **entry, "sweeps": tuple(entry["sweeps"])}
+    """Add the claim of ``entry`` (the arguments of ``cemlab.paper.claim_entry``: ``id``, ``paper``,
+    ``claim``, ``rule`` in words and ``sweeps`` required; ``paper_regime`` (default: not in the
+    paper), ``primary``, ``margin``, ``combine`` optional), judged by ``rule`` from the cells of its
+    ``sweeps``."""
+    try:
+        full = paper.claim_entry(**{"function": getattr(rule, "__name__", ""), "paper_regime": paper.NOT_IN_PAPER,
+                                    **entry})
+    except TypeError as e:  # a key missing or unknown: Python names it
+        raise ValueError(f"claim entry {entry.get('id', '?')!r}: {e} (the keys of cemlab.paper.claim_entry)") from None
     feeds.CLAIMS.register(full["id"], full)
     RULES.register(full["id"], rule)
     return rule

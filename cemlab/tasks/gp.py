@@ -17,7 +17,7 @@ from cemlab.gp import make_gp_data
 from cemlab.gp.data import TensorPairs
 from cemlab.models.gp import build_gp_model, count_parameters, flops_per_example
 from cemlab.tasks.base import Task, TaskData, format_lr, parameter_count
-import cemlab.tasks.metric_names as schema
+import cemlab.metric_names as schema
 
 
 class GPRegression(Task):

@@ -22,7 +22,7 @@ from cemlab.data.corpus import stdlib_root
 from cemlab.models import build_model, count_parameters, flops_per_token
 from cemlab.models.config import PRESETS
 from cemlab.tasks.base import Task, TaskData, format_eta, format_lr, parameter_count
-import cemlab.tasks.metric_names as schema
+import cemlab.metric_names as schema
 
 #: Model dimensions that make a size, with their short labels (``d128 L3``).
 SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))

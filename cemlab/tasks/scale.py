@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StrictSpec(BaseModel):
+    """Base of the sweep and scale file sections: unknown keys are errors."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 

@@ -54,8 +54,8 @@ from cemlab.tracking.outcomes import INTERRUPTED as STATUS_INTERRUPTED  # noqa: 
 from cemlab.tracking.outcomes import RUNNING as STATUS_RUNNING  # noqa: E402
 from cemlab.tracking.outcomes import STOPPED as STATUS_STOPPED  # noqa: E402
 
-# --- metrics (history over ``step`` = optimizer step): named with the tasks, see cemlab.tasks.metric_names
-from cemlab.tasks.metric_names import (  # noqa: E402,F401
+# --- metrics (history over ``step`` = optimizer step): plain names below tasks and tracking, see cemlab.metric_names
+from cemlab.metric_names import (  # noqa: E402,F401
     TRAIN_LOSS, LR, TOKENS_SEEN, TOKENS_PER_S, FLOPS_PER_S, MFU, GRAD_NORM, EXAMPLES_SEEN,
     EXAMPLES_PER_S, VAL_LOSS, VAL_PPL, TEST_LOSS, TEST_PPL, TEST_RMSE, VAL_RMSE, TEST_PPL_AT_STEPS,
     TEST_RMSE_AT_STEPS, PARAMS_TOTAL, PARAMS_ATTENTION, PARAMS_MLP, PARAMS_EMBEDDING, PARAMS_HEAD,

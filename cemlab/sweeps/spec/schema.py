@@ -13,12 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
-from cemlab.config import RunConfig
+from cemlab.config import MAX_LR, RunConfig
 from cemlab.tasks import TASKS
-from cemlab.tasks.scale import Resources, TaskScale  # noqa: F401  (a trial's resources; a task's scale section)
-from cemlab.config import MAX_LR
+from cemlab.tasks.scale import Resources, StrictSpec, TaskScale  # noqa: F401  (a trial's resources; a task's scale section)
 
 #: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
 DEFAULT_SCALE = "tiny"
@@ -32,10 +31,6 @@ SearchKind = Literal["grid", "optuna"]
 
 class SweepError(ValueError):
     """A sweep file or the scales file is invalid; the message names the file, the key and the fix."""
-
-
-class StrictSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and infinity are never values
 
 
 class SizeSpec(StrictSpec):
