@@ -69,6 +69,8 @@ class Check:
     margin: float = SESOI
     level: float = LEVEL
     cells: dict = field(default_factory=dict)
+    #: The table's ``cell`` ids of every cell this comparison read (its candidates included).
+    cell_ids: tuple = ()
 
     def __post_init__(self):
         if not self.verdict:
@@ -135,7 +137,8 @@ class ClaimData:
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
-                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = ()):
+                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
+                 alpha: float = 1 - LEVEL):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
@@ -143,12 +146,13 @@ class ClaimData:
         self.own = tuple(own)
         self.margin = margin
         self.k = k  # comparisons in the claim's family (Bonferroni)
+        self.alpha = alpha  # the family's two-sided error rate
         self.lr_mode = lr_mode  # "tuned": each cell at its own best lr; "shared": one lr for all
         self.shared_lr: dict[str, float] = {}
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
 
     def level(self, equivalence: bool = False) -> float:
-        return bonferroni_level(self.k, LEVEL, equivalence)
+        return bonferroni_level(self.k, 1 - self.alpha, equivalence)
 
     def sweep(self, i: int = 0) -> str:
         """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
@@ -227,7 +231,8 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
         diffs = np.asarray(f(*vals), dtype=float)
     level = data.level(side == "within")
     return Check(label, text, t_interval(diffs, level), tol, side, condition, regime_of(rows), fmt=fmt,
-                 margin=data.margin, level=level, cells=cells_compared(rows))
+                 margin=data.margin, level=level, cells=cells_compared(rows),
+                 cell_ids=tuple(str(r.get("cell", "")) for r in rows))
 
 
 #: Columns of comparisons.csv that say where a comparison was made (from its cells).
@@ -343,7 +348,7 @@ def _judged(c, data_of: Callable[..., ClaimData]) -> tuple[list[Check], list[str
 def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              trials_of: Callable[[str], pd.DataFrame] | None = None,
              history: Callable[[str, str], list] | None = None,
-             sweeps: dict[str, list[str]] | None = None) -> list[Verdict]:
+             sweeps: dict[str, list[str]] | None = None, alpha: float = 1 - LEVEL) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim, or one per step-size condition for the claims
     judged per eta. A claim reads the sweeps its entry names (``Claim.sweeps``) and no other;
@@ -351,7 +356,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 
     Each verdict is made twice where a sweep has several learning rates: with every cell at its
     own validation-chosen rate (``verdict``, tuned) and with all at one shared rate
-    (``verdict_shared_lr``)."""
+    (``verdict_shared_lr``). ``alpha``: the error rate each claim's decision is held to (the
+    sequential seeding of a sweep judges each planned look at a share of it)."""
     out = []
     for c in claims:
         own = tuple(getattr(c, "sweeps", ()))
@@ -359,7 +365,7 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
         by_mode = {}
         for mode in ("tuned", "shared"):
             def data_of(k, mode=mode):
-                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode, own)
+                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode, own, alpha)
                 by_mode[mode + "_data"] = d
                 return d
             by_mode[mode] = _judged(c, data_of)
