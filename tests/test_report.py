@@ -242,17 +242,20 @@ def test_energy_and_training_csvs(scenario):
 
 
 EXPECTED_VERDICTS = {
-    "attn-small-cost": "supported", "mlp-loses-more": "supported", "param-matching-recovers": "contradicted",
-    # precond: its T=2 change (-2.2% [-3.4, -0.95] at the Bonferroni level 1 - 0.05/3) does not clear -1% wholly
-    "t2-beats-t1": "supported", "precond-t2-not-t1": "inconclusive", "cem-attn-t2-beats-llama": "supported",
+    # s1's CEM attention diverged at one seed: no candidate, so the planned s1 comparison has no runs and an
+    # "at every size" claim is at best "not enough runs" (the MLP claim needs that attention comparison too)
+    "attn-small-cost": "not enough runs", "mlp-loses-more": "not enough runs",
+    "param-matching-recovers": "contradicted",
+    # precond: each of its three comparisons clears its side at 95% (intersection-union: no Bonferroni)
+    "t2-beats-t1": "supported", "precond-t2-not-t1": "supported", "cem-attn-t2-beats-llama": "supported",
     # two seeds, and seed 1's Llama curve has the shared attention_replacement run at 2e-3 (31.0 instead of
     # ~30.2), which moves its optimum: the per-seed optima disagree and the interval is wide
     "full-cem-matches-llama": "inconclusive", "full-cem-higher-lr": "inconclusive", "full-cem-256m": "not enough runs",
     "kq-diagonal-matters": "supported", "shared-close-to-per-head": "supported",
-    # reuse: plain reuse's -0.27% [-1.14, +0.61] straddles its -1% threshold (k = 5 comparisons, level 99%)
-    "reuse-vs-recursion-mlp": "inconclusive", "reuse-vs-recursion-attention": "not enough runs",
-    # not monotonic: the rises (rbf T=4->8) have two seeds, and six comparisons at 1 - 0.05/6 leave them open
-    "gp-t2-beats-t1": "supported", "gp-not-monotonic": "inconclusive", "test-time-recursion": "contradicted",
+    # reuse: every comparison clears its side at 95% (intersection-union)
+    "reuse-vs-recursion-mlp": "supported", "reuse-vs-recursion-attention": "not enough runs",
+    # not monotonic: gibbs T=8 diverged at a seed, so its planned step has no runs and no rise is supported
+    "gp-t2-beats-t1": "supported", "gp-not-monotonic": "not enough runs", "test-time-recursion": "contradicted",
     "small-step-t1": "not enough runs",
 }
 
@@ -376,17 +379,16 @@ def test_attention_claim_verdicts(tmp_path, monkeypatch, template_db, cem_s2, ex
     for t in load_sweep("attention_replacement").expand("smoke"):
         if t.group == "llama":
             w.trial(t, metrics=rs.lm_metrics(25.5 if t.size == "s2" else 30.0))
-        elif t.size == "s2" and cem_s2 != "missing":
-            w.trial(t, metrics=rs.lm_metrics(cem_s2))
-        elif t.size == "s1" and cem_s2 != "missing":
-            w.trial(t, metrics=rs.lm_metrics(30.3))
+        elif cem_s2 != "missing":  # a jitter of +-0.1% per seed: paired differences with a spread
+            jitter = 1 + 0.001 * (t.axes["seed"] % 3 - 1)
+            w.trial(t, metrics=rs.lm_metrics((cem_s2 if t.size == "s2" else 30.3) * jitter))
     r = build("attention_replacement", "smoke", tmp_path / "out", uri)
     v = {x.id: x for x in r.verdicts}["attn-small-cost"]
     assert v.verdict == expected
     if expected == "not enough runs":
         assert any("cem-attn" in m for m in v.missing)
     else:
-        assert f"s2: Llama 25.5, CEM attention {cem_s2:.4g}" in v.numbers
+        assert f"s2: Llama 25.5, CEM attention {cem_s2:.4g}" in v.numbers  # the mean of the jittered seeds
 
 
 def test_empty_store_says_so(tmp_path, monkeypatch, capsys):

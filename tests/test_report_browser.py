@@ -90,8 +90,8 @@ def test_report_page_renders(browser, tmp_path, monkeypatch):
     rows = browser.find_elements(By.CSS_SELECTOR, "#verdicts table tbody tr")
     assert len(rows) == len(result.verdicts) == 4
     verdict_cells = browser.find_elements(By.CSS_SELECTOR, "#verdicts td.supported")
-    # precond-t2-not-t1 is inconclusive at the Bonferroni level (tests/test_report.py, EXPECTED_VERDICTS)
-    assert [c.text for c in verdict_cells] == ["supported"] * 2
+    # t2-beats-t1, precond-t2-not-t1 and cem-attn-t2-beats-llama (tests/test_report.py, EXPECTED_VERDICTS)
+    assert [c.text for c in verdict_cells] == ["supported"] * 3
     # the test-time curves of the crafted runs rise beyond the trained T: contradicted
     assert [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#verdicts td.contradicted")] == ["contradicted"]
     assert "t2-beats-t1" in body_text(browser)

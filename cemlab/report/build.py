@@ -43,7 +43,8 @@ from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
-from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
+from cemlab.report.verdict_tables import comparison_frame, integers as _integers, verdict_frame
+from cemlab.report.verdicts import evaluate
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -238,17 +239,29 @@ def _claims_frame(verdicts, where: str = "in its sweep's report") -> pd.DataFram
                          for _, r in df.iterrows()]
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    df["verdict at a shared lr"] = [r["verdict_shared_lr"] + (f" (lr {r['shared_lr']:.3g})" if np.isfinite(
-        r["shared_lr"]) else "") for _, r in df.iterrows()]
+    df["verdict at a shared lr (sensitivity)"] = df["verdict_shared_lr"]
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
     df["effect, % [CI]"] = df.pop("effect (95% CI)")
-    return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
-               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "comparisons", "missing",
-               "rule"]]
+    df["primary comparison"] = [_primary_text(r) for _, r in df.iterrows()]
+    df["condition"] = [f"{r['condition']} ({r['role']})".strip() if r["condition"] else r["role"]
+                       for _, r in df.iterrows()]
+    return df[["id", "paper", "claim", "condition", "verdict", "decided_by", "effect, % [CI]", "primary comparison",
+               "verdict at a shared lr (sensitivity)", "verdict changes with tuning", "margin", "size_flips", "regime",
+               "paper_regime", "comparisons", "missing", "rule"]]
+
+
+def _primary_text(r) -> str:
+    """The primary comparison beside the deciding one, when they differ."""
+    if not r["primary"] or r["primary"] == r["decided_by"]:
+        return "(the deciding one)" if r["primary"] else ""
+    ci = (f" [{r['primary_ci_low'] * 100:+.2f}, {r['primary_ci_high'] * 100:+.2f}]"
+          if np.isfinite(r["primary_ci_low"]) else "")
+    eff = f"{r['primary_effect'] * 100:+.2f}{ci}" if np.isfinite(r["primary_effect"]) else "n/a"
+    return f"{r['primary']}: {eff}"
 
 
 def _effect_text(r) -> str:
-    """The primary comparison's effect and its (Bonferroni-adjusted) interval, in percent."""
+    """The deciding comparison's effect and its 95% interval, as a relative change in percent."""
     def pct(x):
         return f"{x * 100:+.2f}"
     if not np.isfinite(r["effect"]):
@@ -278,9 +291,11 @@ def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Sect
     if forest is not None:
         _save(forest, out_dir, "forest", written)
     sections.append(Section("comparisons", "Every comparison behind the claims",
-                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
-                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
-                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
+                            "One row per comparison (comparisons.csv); effect and 95% interval as relative changes in "
+                            "percent, built on the log scale (log2 of the lr ratio for the learning-rate claim); the "
+                            "decision uses the p-values and one-sided levels shown (intersection-union for 'all' "
+                            "claims, Holm over the planned comparisons for contradictions and 'any'); a position "
+                            "with several candidates is tested at every choice. Forest plot: the grey band is each claim's smallest effect of interest, a "
                             "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
                             "forest.png" if forest is not None else None,
                             [comparisons_file] + (["forest.pdf"] if forest is not None else []),
