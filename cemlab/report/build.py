@@ -37,6 +37,8 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
+from cemlab.report.look import seeded_grid
+from cemlab.report.sequential import sweep_alpha
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
@@ -70,7 +72,7 @@ class ReportContext:
         name = sweep or self.sweep
         if name not in self._trials:
             if sweep is None or name in self.grids.names():
-                grid = self.grids.trials(name, self.scale)  # a broken sweep file raises SweepError
+                grid = seeded_grid(self.grids, name, self.scale, self.store)  # a broken sweep file raises SweepError
             else:
                 grid = []  # a claim names a sweep this project does not have
             self._trials[name] = join_trials(grid, self.store)
@@ -320,7 +322,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history)
+    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history,
+                        alpha=sweep_alpha(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale)))
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)

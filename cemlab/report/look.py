@@ -1,0 +1,147 @@
+"""A look of a sweep that adds seeds where a verdict is open (``seeding:`` in its file).
+
+At look ``j`` the sweep's claims are judged by the report's own code (``verdicts.evaluate``) on the
+trials of the first ``n_j`` seeds only (``SweepSpec.looks``), at ``alpha / K``
+(``cemlab.report.sequential``). The cells of a comparison that is itself inconclusive, inside a
+claim condition that is inconclusive, are *open*: the next look adds seeds to them, as ordinary
+trials of the grid (:func:`next_trials`: the sweep file's trials with those seeds, same naming and
+config hashing). Everything is read from the store, so a rerun of the sweep makes the same
+decisions and finds the trials they ask for already done.
+
+The report reads a seeded sweep as the grid's own seeds plus every added seed that has a run
+(:func:`seeded_grid`): the seeds not added are not "missing".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from cemlab.report.stats import INCONCLUSIVE
+
+
+@dataclass
+class Look:
+    """What one look decided: its index, the seeds it read, the level it judged at, the claim
+    conditions still open and the cells (table ``cell`` ids of the sweep's own grid) that get the
+    next seeds."""
+
+    index: int
+    seeds: list[int]
+    alpha: float
+    open_claims: list[str] = field(default_factory=list)
+    open_cells: list[str] = field(default_factory=list)
+    added: int = 0          # trials of the next seeds this look asked for (0 at the last look)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None) -> list:
+    """The sweep's trials at ``scale`` with every seed of its last planned look (its own grid when
+    it plans one look): the trials the looks may add, named and hashed as the file's own."""
+    looks = spec.looks(scale, trials)
+    if len(looks) == 1:
+        return list(trials)
+    seeds = f"seed=[{','.join(str(s) for s in looks[-1])}]"
+    return spec.expand(scale, overrides=[*(overrides or []), seeds])
+
+
+def cell_of(trial) -> str:
+    """A trial's cell, as the report's tables name it (``table.trial_row``)."""
+    from cemlab.report.table import trial_row
+
+    return trial_row(trial, 0)["cell"]
+
+
+def seed_of(trial) -> int:
+    return int(trial.axes.get("seed", trial.config.train.seed))
+
+
+def seeded_grid(grids, sweep: str, scale: str, store) -> list:
+    """The trials the report reads for ``sweep``: its grid, plus the seeds its looks added (those
+    with a run in ``store``), in grid order."""
+    planned = grids.trials(sweep, scale)
+    spec = grids.spec(sweep)
+    if getattr(spec, "seeding", None) is None or not planned:
+        return planned
+    try:
+        full = full_grid(spec, scale, planned, grids.overrides)
+    except ValueError:  # overrides that do not fit this sweep: its own grid
+        full = full_grid(spec, scale, planned)
+    if len(full) == len(planned):
+        return planned
+    base = {t.config_hash for t in planned}
+    store.prefetch(t.config_hash for t in full)
+    return [t for t in full if t.config_hash in base or store.runs_for_hash(t.config_hash)]
+
+
+def at_seeds(trials_of: Callable[[str], pd.DataFrame], seeds: list[int]):
+    """``(cells_of, trials_of)`` of the report restricted to ``seeds``."""
+    from cemlab.report.table import aggregate
+
+    keep = set(int(s) for s in seeds)
+    cache: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
+
+    def both(sweep: str):
+        if sweep not in cache:
+            t = trials_of(sweep)
+            t = t[t["seed"].astype(int).isin(keep)] if len(t) else t
+            cache[sweep] = (t, aggregate(t))
+        return cache[sweep]
+
+    return (lambda s: both(s)[1]), (lambda s: both(s)[0])
+
+
+def open_cells(verdicts: list, sweep: str) -> tuple[list[str], list[str]]:
+    """``(open claim conditions, open cells of sweep)``: the cells of every comparison whose own
+    verdict is inconclusive, in claim conditions that are inconclusive; cells of other sweeps are
+    left out (their sweep adds its own seeds)."""
+    claims, cells = [], []
+    for v in verdicts:
+        if v.verdict != INCONCLUSIVE:
+            continue
+        claims.append(f"{v.id} [{v.condition}]" if v.condition else v.id)
+        for ch in v.checks:
+            if ch.verdict != INCONCLUSIVE:
+                continue
+            for c in ch.cell_ids:
+                try:
+                    mine = json.loads(c).get("sweep") == sweep
+                except (ValueError, AttributeError):
+                    mine = False
+                if mine and c not in cells:
+                    cells.append(c)
+    return claims, cells
+
+
+def judge_look(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, sweep: str, index: int,
+               seeds: list[int], alpha: float, history=None) -> tuple[Look, list]:
+    """Look ``index``: the verdicts of ``claims`` on the trials of ``seeds`` at ``alpha``, and what
+    is open. Returns ``(look, verdicts)``."""
+    from cemlab.report.verdicts import evaluate
+
+    cells_of, trials_at = at_seeds(trials_of, seeds)
+    verdicts = evaluate(claims, cells_of, scale, trials_at, history, alpha=alpha)
+    open_claims, cells = open_cells(verdicts, sweep)
+    return Look(index, list(seeds), alpha, open_claims, cells), verdicts
+
+
+def look_from_store(sweep: str, scale: str, store, grids, index: int, seeds: list[int], alpha: float) -> Look:
+    """Look ``index`` of ``sweep`` from the runs in ``store`` (``cemlab.tracking.runs.RunStore``),
+    its trials read as the report reads them."""
+    from cemlab.report.build import ReportContext
+    from cemlab.report.claims import claims_for
+
+    ctx = ReportContext(sweep, scale, store, grids)
+    return judge_look(claims_for(grids.spec(sweep).claims), ctx.trials, scale, sweep, index, seeds, alpha,
+                      ctx.history)[0]
+
+
+def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
+    """The trials of ``full`` (``full_grid``) in ``cells`` with one of ``seeds``, in grid order."""
+    want, new = set(cells), set(int(s) for s in seeds)
+    return [t for t in full if seed_of(t) in new and cell_of(t) in want]

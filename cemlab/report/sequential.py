@@ -1,0 +1,39 @@
+"""Error control of a sweep that adds seeds where a verdict is open (``seeding:`` in its file).
+
+The sweep plans ``K`` looks before it runs (``SweepSpec.looks``): look ``j`` reads the first
+``n_j`` seeds of every cell it judges, ``n_0`` the grid's own seeds, each later look ``batch``
+more, the last ``max_seeds``. Every look, and the report after the last, judges each claim at
+``alpha / K`` (:func:`look_alpha`): Bonferroni over the planned looks.
+
+Why that holds under optional stopping: whichever look a comparison is finally judged at, its
+decision is the decision of the fixed-size test on the first ``n_j`` seeds for some planned ``j``.
+So a false decision (a decisive verdict where the truth is the other way, or none) implies a
+false decision of at least one of the ``K`` fixed-size tests, each at level ``alpha / K``: the
+union is at most ``alpha``, whatever rule chose when to stop or which cells to extend. It needs
+only that the looks and their seeds are fixed before any result is seen, which the sweep file
+fixes. docs/verdicts.md ("Adding seeds where a verdict is open") gives the argument and the
+calibration (tests/test_seeding_calibration.py) that measures it.
+"""
+
+from __future__ import annotations
+
+from cemlab.report.stats import LEVEL
+
+#: The error rate of one claim's decision in the report (two-sided, as ``verdicts.evaluate`` takes it).
+ALPHA = 1 - LEVEL
+
+
+def look_alpha(looks: int, alpha: float = ALPHA) -> float:
+    """The level each of ``looks`` planned looks (and the final report) judges at: ``alpha / looks``."""
+    if looks < 1:
+        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
+    return alpha / looks
+
+
+def sweep_alpha(spec, scale: str, trials: list, alpha: float = ALPHA) -> float:
+    """The level the report of ``spec`` at ``scale`` judges at: ``alpha`` over the planned looks of
+    its grid ``trials`` (``alpha`` itself for a sweep without ``seeding`` there)."""
+    seeding = getattr(spec, "seeding", None)
+    if seeding is None or not trials:
+        return alpha
+    return look_alpha(len(spec.looks(scale, trials)), alpha)
