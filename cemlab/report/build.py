@@ -37,7 +37,7 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
-from cemlab.report.look import seeded_grid
+from cemlab.report.look import level_note, seeded_grid
 from cemlab.report.sequential import sweep_alpha
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
@@ -354,6 +354,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
+        ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale))),
         *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),

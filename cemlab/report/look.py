@@ -145,3 +145,21 @@ def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
     """The trials of ``full`` (``full_grid``) in ``cells`` with one of ``seeds``, in grid order."""
     want, new = set(cells), set(int(s) for s in seeds)
     return [t for t in full if seed_of(t) in new and cell_of(t) in want]
+
+
+def level_note(spec, scale: str, trials: list) -> str:
+    """The report page's line on how its claims were judged: the level, and for a ``seeding``
+    sweep its planned looks; for a sweep that judges no claim, that it judges none and why (its
+    description says why)."""
+    from cemlab.report.sequential import ALPHA, look_alpha
+
+    if not spec.claims:
+        why = " ".join(str(spec.description or "").split())
+        return "none: this sweep's file lists no claim" + (f" ({why})" if why else "")
+    looks = spec.looks(scale, trials) if trials else [[]]
+    if len(looks) < 2:
+        return f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g} on the seeds of the grid"
+    seeds = "; ".join(f"look {j}: {len(s)} seeds" for j, s in enumerate(looks))
+    return (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
+            f"seeds were added only to the cells of comparisons still inconclusive, at {len(looks)} planned looks "
+            f"({seeds}; Bonferroni over the looks, docs/verdicts.md)")
