@@ -180,3 +180,15 @@ def test_only_the_cells_of_open_comparisons_in_open_conditions_get_seeds():
     assert claims == ["claim [eta=1]"]
     assert cells == [a, b]   # not the other sweep's cell: its own sweep adds its seeds
     assert open_cells(verdicts[1:], "mine") == ([], [])
+
+
+def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monkeypatch):
+    from cemlab.report.claims import all_claims
+    from cemlab.report.grids import SweepGrids
+    from cemlab.report.sequential import claim_alpha
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    grids, by_id = SweepGrids(), {c.id: c for c in all_claims()}
+    assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(ALPHA / 2)
+    assert claim_alpha(by_id["t2-beats-t1"], grids, "smoke") == ALPHA
+    assert claim_alpha(by_id["attn-small-cost"], grids, "tiny") == ALPHA

@@ -37,3 +37,17 @@ def sweep_alpha(spec, scale: str, trials: list, alpha: float = ALPHA) -> float:
     if seeding is None or not trials:
         return alpha
     return look_alpha(len(spec.looks(scale, trials)), alpha)
+
+
+def claim_alpha(claim, grids, scale: str, alpha: float = ALPHA) -> float:
+    """The level a claim is judged at in any report: the smallest :func:`sweep_alpha` of the sweeps
+    its entry names (``claim.sweeps``) at ``scale``; a sweep that does not load or expand there
+    counts as unseeded."""
+    out = alpha
+    for sweep in getattr(claim, "sweeps", ()):
+        try:
+            spec = grids.spec(sweep)
+            out = min(out, sweep_alpha(spec, scale, grids.trials(sweep, scale), alpha))
+        except ValueError:  # SweepError: not a sweep of this project, or not at this scale
+            continue
+    return out
