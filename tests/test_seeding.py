@@ -192,3 +192,19 @@ def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monk
     assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(ALPHA / 2)
     assert claim_alpha(by_id["t2-beats-t1"], grids, "smoke") == ALPHA
     assert claim_alpha(by_id["attn-small-cost"], grids, "tiny") == ALPHA
+
+
+def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkeypatch):
+    from cemlab.sweeps.spec.files import list_sweeps
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    judged = 0
+    for name in list_sweeps():
+        spec = load_sweep(name)
+        if not spec.claims:   # nothing judged from its runs; lr_search's description says why
+            assert name != "lr_search" or "judges no claim" in spec.description
+            continue
+        judged += 1
+        seeds = spec.looks("tiny", spec.expand("tiny"))[0]
+        assert len(seeds) >= 3, (name, seeds)
+    assert judged >= 8
