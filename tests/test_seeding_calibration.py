@@ -3,9 +3,9 @@
 Per-seed test perplexities of three CEM-attention cells (T=1 eta=1, T=2 eta=1, T=2 eta=1/T: the
 two conditions of ``t2-beats-t1``) are drawn with a seed effect shared by the cells and a noise of
 their own, and the look loop of a seeded sweep runs on them as the driver runs it: the report's
-``verdicts.evaluate`` through ``cemlab.report.look.judge_look`` on the first ``n_j`` seeds at
-``alpha / K``, seeds added only to the cells of inconclusive comparisons, until nothing is open or
-the last look. No training, seconds.
+``verdicts.evaluate`` through ``cemlab.report.look.LookLoop`` on the first ``n_j`` seeds at
+``alpha / K`` (a comparison decided at a look keeps its verdict), seeds added only to the cells of
+inconclusive comparisons, until nothing is open or the last look. No training, seconds.
 
 - every true effect zero: each wrong direction (supported, or contradicted) at most alpha / 2
   per claim condition, within Monte-Carlo error; the same draws judged at the full alpha at every
@@ -28,7 +28,7 @@ import pandas as pd
 import pytest
 
 from cemlab.report import claims
-from cemlab.report.look import judge_look
+from cemlab.report.look import LookLoop
 from cemlab.report.sequential import ALPHA, look_alpha
 from cemlab.report.stats import CONTRADICTED, SUPPORTED
 from cemlab.sweeps.spec.schema import Seeding
@@ -76,15 +76,15 @@ def run_looks(values: dict[tuple, np.ndarray], looks: list[list[int]], alpha: fl
     """The driver's look loop on ``values``: ``({condition: verdict}, trials used)``."""
     have = {c: len(looks[0]) for c in CELLS}
     by_id = {_cell_id(*c): c for c in CELLS}
-    for j, seeds in enumerate(looks):
+    loop = LookLoop(CLAIM, "tiny", SWEEP, looks, alpha)
+    for j in range(len(looks)):
         frame = trials_frame({c: v[:have[c]] for c, v in values.items()})
-        look, verdicts = judge_look(CLAIM, lambda s: frame if s == SWEEP else frame.iloc[:0], "tiny", SWEEP, j,
-                                    seeds, alpha)
+        look = loop.look(j, lambda s: frame if s == SWEEP else frame.iloc[:0])
         if j == len(looks) - 1 or not look.open_cells:
             break
         for cid in look.open_cells:
             have[by_id[cid]] = len(looks[j + 1])
-    return {v.condition: v.verdict for v in verdicts}, sum(have.values())
+    return {v.condition: v.verdict for v in loop.verdicts}, sum(have.values())
 
 
 def rates(effects: dict[tuple, float], looks: list[list[int]], alpha: float, reps: int, seed: int):

@@ -37,15 +37,14 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
-from cemlab.report.look import level_note, seeded_grid
-from cemlab.report.sequential import claim_alpha
+from cemlab.report.look import level_note, seeded_grid, sweep_verdicts
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
-from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
+from cemlab.report.verdicts import comparison_frame, integers as _integers, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -322,9 +321,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = [v for c in claims_for(spec.claims)  # each claim at its sweeps' level (alpha/K where seeded)
-                for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
-                                  alpha=claim_alpha(c, ctx.grids, ctx.scale))]
+    verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, at alpha/K
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
@@ -447,7 +444,7 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
         sweeps = list(claim.sweeps)
         s = scale or next((scales[n] for n in sweeps if n in scales), grids.default_scale)
         ctx = contexts.setdefault(s, ReportContext(sweeps[0] if sweeps else "", s, store, grids))
-        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history, alpha=claim_alpha(claim, grids, s))
+        verdicts += sweep_verdicts([claim], ctx, sweeps[0] if sweeps else None)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
-from cemlab.report.stats import INCONCLUSIVE
+from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, SUPPORTED
 
 
 @dataclass
@@ -118,27 +118,85 @@ def open_cells(verdicts: list, sweep: str) -> tuple[list[str], list[str]]:
     return claims, cells
 
 
-def judge_look(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, sweep: str, index: int,
-               seeds: list[int], alpha: float, history=None) -> tuple[Look, list]:
-    """Look ``index``: the verdicts of ``claims`` on the trials of ``seeds`` at ``alpha``, and what
-    is open. Returns ``(look, verdicts)``."""
-    from cemlab.report.verdicts import evaluate
-
-    cells_of, trials_at = at_seeds(trials_of, seeds)
-    verdicts = evaluate(claims, cells_of, scale, trials_at, history, alpha=alpha)
-    open_claims, cells = open_cells(verdicts, sweep)
-    return Look(index, list(seeds), alpha, open_claims, cells), verdicts
+#: Check verdicts that decide; a comparison that reaches one is not judged again at a later look.
+DECISIVE = (SUPPORTED, CONTRADICTED, NEGLIGIBLE)
 
 
-def look_from_store(sweep: str, scale: str, store, grids, index: int, seeds: list[int], alpha: float) -> Look:
+class LookLoop:
+    """The looks of a seeded sweep, one after the other (:meth:`look`), with what each decided.
+
+    A comparison (``Check``, by claim, condition and label) that is decisive at a look keeps that
+    verdict at every later look (it is *frozen*): its cells may get more seeds for another
+    comparison, but it is not judged again. A comparison open at every look so far has had every
+    cell it reads extended at every look, so it is judged at look ``j`` on exactly the first
+    ``n_j`` seeds of each of its cells: every verdict is the one of a fixed-size procedure at a
+    planned look, which is what Bonferroni over the looks needs (``cemlab.report.sequential``). A
+    claim condition's verdict combines its comparisons' (frozen or current) by its rule."""
+
+    def __init__(self, claims: list, scale: str, sweep: str, looks: list[list[int]], alpha: float, history=None):
+        self.claims, self.scale, self.sweep, self.looks, self.alpha = claims, scale, sweep, looks, alpha
+        self.history = history
+        self.by_id = {c.id: c for c in claims}
+        self.frozen: dict[tuple, object] = {}   # (claim, condition, label) -> the Check that decided
+        self.verdicts: list = []
+        self.made: list[Look] = []
+
+    def look(self, j: int, trials_of: Callable[[str], pd.DataFrame]) -> Look:
+        """Look ``j`` on ``trials_of`` (every sweep's trials; restricted here to the look's seeds)."""
+        from cemlab.report.verdicts import evaluate
+
+        seeds = self.looks[j]
+        cells_of, trials_at = at_seeds(trials_of, seeds)
+        self.verdicts = [self._freeze(v) for v in evaluate(self.claims, cells_of, self.scale, trials_at,
+                                                            self.history, alpha=self.alpha)]
+        open_claims, cells = open_cells(self.verdicts, self.sweep)
+        look = Look(j, list(seeds), self.alpha, open_claims, cells)
+        self.made.append(look)
+        return look
+
+    def _freeze(self, v):
+        from cemlab.report.stats import combine
+        from cemlab.report.verdicts import _primary
+
+        checks = []
+        for ch in v.checks:
+            key = (v.id, v.condition, ch.label)
+            if key not in self.frozen and ch.verdict in DECISIVE:
+                self.frozen[key] = ch
+            checks.append(self.frozen.get(key, ch))
+        if all(a is b for a, b in zip(checks, v.checks)):
+            return v
+        claim = self.by_id.get(v.id)
+        v.checks = checks
+        v.verdict = combine([ch.verdict for ch in checks], getattr(claim, "combine", "all"))
+        v.numbers = "; ".join(ch.describe() for ch in checks)
+        d = _primary(checks, v.primary)
+        v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
+        return v
+
+
+def replay(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, sweep: str, looks: list[list[int]],
+           alpha: float, history=None, upto: int | None = None) -> LookLoop:
+    """The looks the sweep made, replayed from its trials: look after look until nothing is open
+    or the last look (or ``upto`` looks). The loop's ``verdicts`` are the sweep's final verdicts."""
+    loop = LookLoop(claims, scale, sweep, looks, alpha, history)
+    for j in range(len(looks) if upto is None else min(upto, len(looks))):
+        if not loop.look(j, trials_of).open_cells:
+            break
+    return loop
+
+
+def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float) -> Look:
     """Look ``index`` of ``sweep`` from the runs in ``store`` (``cemlab.tracking.runs.RunStore``),
-    its trials read as the report reads them."""
+    its trials read as the report reads them, the looks before it replayed (the last one made when
+    one of them left nothing open)."""
     from cemlab.report.build import ReportContext
     from cemlab.report.claims import claims_for
 
     ctx = ReportContext(sweep, scale, store, grids)
-    return judge_look(claims_for(grids.spec(sweep).claims), ctx.trials, scale, sweep, index, seeds, alpha,
-                      ctx.history)[0]
+    spec = grids.spec(sweep)
+    looks = spec.looks(scale, grids.trials(sweep, scale))
+    return replay(claims_for(spec.claims), ctx.trials, scale, sweep, looks, alpha, ctx.history, upto=index + 1).made[-1]
 
 
 def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
@@ -163,3 +221,24 @@ def level_note(spec, scale: str, trials: list) -> str:
     return (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
             f"seeds were added only to the cells of comparisons still inconclusive, at {len(looks)} planned looks "
             f"({seeds}; Bonferroni over the looks, docs/verdicts.md)")
+
+
+def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
+    """The verdicts a report shows for ``claims`` read through ``ctx`` (``build.ReportContext``),
+    judged for ``sweep`` (default ``ctx.sweep``): where that sweep is seeded at the scale, its looks
+    replayed (:func:`replay`: every comparison at the look that decided it, at ``alpha / K``); else
+    each claim at its sweeps' level (``sequential.claim_alpha``)."""
+    from cemlab.report.sequential import claim_alpha, look_alpha
+    from cemlab.report.verdicts import evaluate
+
+    sweep = sweep or ctx.sweep
+    try:
+        spec = ctx.grids.spec(sweep)
+        trials = ctx.grids.trials(sweep, ctx.scale)
+        looks = spec.looks(ctx.scale, trials) if trials else [[]]
+    except ValueError:  # a sweep this project does not have, or not at this scale
+        looks = [[]]
+    if len(looks) < 2:
+        return [v for c in claims for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
+                                                    alpha=claim_alpha(c, ctx.grids, ctx.scale))]
+    return replay(claims, ctx.trials, ctx.scale, sweep, looks, look_alpha(len(looks)), ctx.history).verdicts

@@ -49,7 +49,9 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
     for j, seeds in enumerate(looks):
         grids = SweepGrids(overrides)
         name = grids.add_file(spec.path) if spec.path is not None else spec.name
-        look = look_from_store(name, inv.scale, RunStore(inv.uri, client=inv.client), grids, j, seeds, alpha)
+        look = look_from_store(name, inv.scale, RunStore(inv.uri, client=inv.client), grids, j, alpha)
+        if look.index != j:   # an earlier look (replayed from the store) left nothing open
+            return
         last = j == len(looks) - 1
         todo = [] if last else next_trials(full, look.open_cells, looks[j + 1][len(seeds):])
         look.added = len(todo)
