@@ -208,3 +208,25 @@ def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkey
         seeds = spec.looks("tiny", spec.expand("tiny"))[0]
         assert len(seeds) >= 3, (name, seeds)
     assert judged >= 8
+
+
+def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
+    from types import SimpleNamespace
+
+    from cemlab.report.look import LookLoop
+
+    a, b, c = _cell("a"), _cell("b"), _cell("c")
+    loop = LookLoop([SimpleNamespace(id="claim", combine="all")], "tiny", "mine", [[0, 1, 2], [0, 1, 2, 3, 4]], 0.025)
+
+    def look(first: str, second: str) -> Verdict:
+        checks = [Check("a-b", "a-b", Interval(-0.05, -0.08, -0.02, 3), verdict=first, cell_ids=(a, b)),
+                  Check("b-c", "b-c", Interval(0.0, -0.05, 0.05, 3), verdict=second, cell_ids=(b, c))]
+        return loop._freeze(_verdict(INCONCLUSIVE, checks))
+
+    v0 = look(SUPPORTED, INCONCLUSIVE)
+    assert open_cells([v0], "mine") == (["claim"], [b, c])      # a gets nothing: a-b is decided
+    decided = v0.checks[0]
+    # look 1: b has more seeds (for b-c), a does not; a-b is not judged again, b-c decides
+    v1 = look(INCONCLUSIVE, SUPPORTED)
+    assert v1.checks[0] is decided and v1.verdict == SUPPORTED and v1.effect == pytest.approx(-0.05)
+    assert open_cells([v1], "mine") == ([], [])
