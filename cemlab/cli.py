@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sweep_look(*args):
+    """The report's judge of a seeded sweep's looks (imported when a look is made)."""
+    from cemlab.report.look_store import sweep_look
+
+    return sweep_look(*args)
+
+
 def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
-                                                                                 args.sweep)))
+                                                                                 args.sweep), looker=_sweep_look))
     return int(module.run(args) or 0)
 
 

@@ -124,3 +124,37 @@ def test_power_at_one_sd_is_printed_beside_the_old_method():
     print("\npower at a 1-sd effect: " + ", ".join(f"{n} seeds {a:.3f} (old {b:.3f})" for n, (a, b) in out.items()))
     # more seeds buy power: the point of adding seeds where a verdict is open
     assert out[6][0] > out[3][0]
+
+
+def test_sequential_seeding_holds_its_level_and_buys_power():
+    """The main job's seeding (3 seeds, then 2 more where a comparison is open; 2 planned looks, each
+    judged at alpha/2 = ``sequential.look_alpha(2)``), a comparison of two tuned cells (2 rates each,
+    every choice tested), a decision kept once made: the false-decisive rate with every true tuned
+    effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full alpha.
+    (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on frames.)"""
+    from cemlab.report.sequential import look_alpha
+
+    looks, alpha = [3, 5], look_alpha(2)
+
+    def run(rng, effect):
+        ref_t, _ = _cell(rng, 5, [0.0, 0.3], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
+        fav_t, _ = _cell(rng, 5, [-effect, 0.3 - effect], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
+        for n in looks:
+            word = decide([_evidence(ref_t[:, :n], fav_t[:, :n])], alpha=alpha)[0]
+            if word != "inconclusive":
+                return word, n
+        return word, n
+
+    rng = np.random.default_rng(5)
+    null = [run(rng, 0.0) for _ in range(REPS)]
+    words = [w for w, _ in null]
+    power = [run(rng, 1.0) for _ in range(1000)]
+    fixed = [decide([_evidence(*(c[:, :3] for c in (_cell(rng, 3, [0.0, 0.3], 0.0, 1 / math.sqrt(2))[0],
+                                                    _cell(rng, 3, [-1.0, -0.7], 0.0, 1 / math.sqrt(2))[0])))])[0]
+             for _ in range(1000)]
+    print(f"\nsequential 3 -> 5 seeds at alpha/2 per look, null: false 'supported' {_rate(words, SUPPORTED):.4f}, "
+          f"false 'contradicted' {_rate(words, CONTRADICTED):.4f}, mean seeds {np.mean([n for _, n in null]):.2f}; "
+          f"1 sd: power {_rate([w for w, _ in power], SUPPORTED):.3f} at {np.mean([n for _, n in power]):.2f} mean "
+          f"seeds, fixed 3 seeds {_rate(fixed, SUPPORTED):.3f}")
+    assert _rate(words, SUPPORTED) <= ALPHA_SIDE + MC and _rate(words, CONTRADICTED) <= ALPHA_SIDE + MC
+    assert _rate([w for w, _ in power], SUPPORTED) > _rate(fixed, SUPPORTED)

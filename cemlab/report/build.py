@@ -37,6 +37,7 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
+from cemlab.report.look import level_note, seeded_grid, sweep_verdicts
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
@@ -44,7 +45,6 @@ from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
 from cemlab.report.verdict_tables import comparison_frame, integers as _integers, verdict_frame
-from cemlab.report.verdicts import evaluate
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -71,7 +71,7 @@ class ReportContext:
         name = sweep or self.sweep
         if name not in self._trials:
             if sweep is None or name in self.grids.names():
-                grid = self.grids.trials(name, self.scale)  # a broken sweep file raises SweepError
+                grid = seeded_grid(self.grids, name, self.scale, self.store)  # a broken sweep file raises SweepError
             else:
                 grid = []  # a claim names a sweep this project does not have
             self._trials[name] = join_trials(grid, self.store)
@@ -335,7 +335,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history)
+    verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, at alpha/K
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
@@ -366,6 +366,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
+        ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale))),
         *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),
@@ -457,7 +458,7 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
         sweeps = list(claim.sweeps)
         s = scale or next((scales[n] for n in sweeps if n in scales), grids.default_scale)
         ctx = contexts.setdefault(s, ReportContext(sweeps[0] if sweeps else "", s, store, grids))
-        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history)
+        verdicts += sweep_verdicts([claim], ctx, sweeps[0] if sweeps else None)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:

@@ -153,20 +153,22 @@ COMBINE_RULES = {
 
 
 def combine(verdicts: list[str], rule: str = "all") -> str:
-    """A claim's verdict from its comparisons' by ``rule`` (``COMBINE_RULES``); ``not enough runs``
-    without any comparison."""
+    """A claim's verdict from its comparisons' words by ``rule`` (``COMBINE_RULES``), as ``decide``
+    combines them: a planned comparison without runs (``not enough runs``) leaves an ``all`` claim at
+    best ``not enough runs`` and never counts as decided; ``not enough runs`` without any comparison."""
     vs = [v for v in verdicts if v != NOT_ENOUGH]
     if not vs:
         return NOT_ENOUGH
+    gap = len(vs) < len(verdicts)
     if rule == "any":
         if SUPPORTED in vs:
             return SUPPORTED
-        return CONTRADICTED if all(v == CONTRADICTED for v in vs) else INCONCLUSIVE
+        return NOT_ENOUGH if gap else CONTRADICTED if all(v == CONTRADICTED for v in vs) else INCONCLUSIVE
     if CONTRADICTED in vs:
         return CONTRADICTED
-    if all(v == SUPPORTED for v in vs):
-        return SUPPORTED
-    return NEGLIGIBLE if all(v in (SUPPORTED, NEGLIGIBLE) for v in vs) else INCONCLUSIVE
+    if all(v in (SUPPORTED, NEGLIGIBLE) for v in vs):
+        return NOT_ENOUGH if gap else SUPPORTED if all(v == SUPPORTED for v in vs) else NEGLIGIBLE
+    return INCONCLUSIVE
 
 
 # ----------------------------------------------------------------------------------------------

@@ -200,16 +200,26 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
                 v.shared_lr = " ".join(f"{r:.3g}" for r in rates)
             else:
                 v.verdict_shared_lr = "n/a: one learning rate in the grid (the verdict is at that rate)"
-            v.size_flips = size_flips(mine)
-            if mine:
-                d = _deciding(mine, verdict)
-                v.decided_by = d.label
-                v.effect, v.ci_low, v.ci_high = (shown(x, d.fmt) for x in (d.iv.effect, d.iv.low, d.iv.high))
-                v.n_seeds = d.iv.n
-                p = primary_check(mine, c.primary)
-                v.tokens_per_param = p.regime.get("tokens_per_param", math.nan)
-                v.steps = p.regime.get("steps", math.nan)
-                corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in mine)
-                v.corpus = ", ".join(x for x in corpora if x)
+            settle(v, mine, verdict)
             out.append(v)
     return out
+
+
+def settle(v: Verdict, checks: list[Check], verdict: str) -> Verdict:
+    """Give ``v`` its comparisons and verdict, and what follows from them: the numbers, the
+    comparison that decided it with its effect and interval (relative changes), and the regime of
+    the claim's primary comparison."""
+    v.checks, v.verdict, v.n_comparisons = checks, verdict, len(checks)
+    v.numbers = "; ".join(ch.describe() for ch in checks)
+    v.size_flips = size_flips(checks)
+    if checks:
+        d = _deciding(checks, verdict)
+        v.decided_by = d.label
+        v.effect, v.ci_low, v.ci_high = (shown(x, d.fmt) for x in (d.iv.effect, d.iv.low, d.iv.high))
+        v.n_seeds = d.iv.n
+        p = primary_check(checks, v.primary)
+        v.tokens_per_param = p.regime.get("tokens_per_param", math.nan)
+        v.steps = p.regime.get("steps", math.nan)
+        corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in checks)
+        v.corpus = ", ".join(x for x in corpora if x)
+    return v
