@@ -14,6 +14,8 @@ import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from cemlab.links import COMMAND, PATH, print_link
+
 #: subcommand -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cemlab.train.cli", "train one model (a run config YAML plus key=value overrides)"),
@@ -103,10 +105,10 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
         again = " ".join([source or result.sweep, *(overrides or [])])
-        console.print(f"Report: not built ({result.report_error}); run `cemlab report {again}` to retry",
-                      highlight=False)
+        console.print(f"Report: not built ({result.report_error})", highlight=False, markup=False)
+        print_link("To retry, run:", f"cemlab report {again}", COMMAND, console=console)
         return
-    console.print(f"Report: {result.report}", highlight=False)
+    print_link("Report:", result.report, PATH, console=console)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cemlab.links import COMMAND, print_link
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=None,
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         except StoreError as e:
             print(f"cemlab ui: {e}", file=sys.stderr)
             return 2
-        print(f"MLflow dashboard: {remote} (MLFLOW_TRACKING_URI)")
+        print_link("MLflow dashboard (MLFLOW_TRACKING_URI):", remote)
         _print_experiments(remote)
         return 0
     was_running = running_server()
@@ -63,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab ui: {e}", file=sys.stderr)
         return 2
     state = "running" if was_running else "started"
-    print(f"MLflow dashboard: {url} ({state}; store {default_tracking_uri()}; stop it with `cemlab ui --stop`)")
+    print_link("MLflow dashboard:", url)
+    print(f"  ({state}; store {default_tracking_uri()})")
     _print_experiments(url)
+    print_link("Stop it with:", "cemlab ui --stop", COMMAND)
     return 0
 
 
@@ -79,4 +83,4 @@ def _print_experiments(url: str) -> None:
         print(f"  (experiments not listed: {type(e).__name__})")
         return
     for exp in sorted(experiments, key=lambda e: e.name):
-        print(f"  {exp.name}: {experiment_url(url, exp.experiment_id)}")
+        print_link(f"  {exp.name}:", experiment_url(url, exp.experiment_id))

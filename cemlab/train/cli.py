@@ -37,6 +37,7 @@ import sys
 
 from cemlab.config import ConfigError, config_sections, load_run_config
 from cemlab.data import DataError, check_data
+from cemlab.links import print_link
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NO_SPACE = 5
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(cfg) -> int:
     """Print the plan after checking that the data it names exists and can be read."""
     from cemlab.tasks import task_of
+    from cemlab.tracking.conventions import runs_table_link
     from cemlab.train.plan import describe
 
     try:
@@ -165,8 +167,10 @@ def _report(result, as_json: bool, cfg) -> int:
         what = {"reused": "already in the store, not trained again",
                 "recorded": "recorded from local state into the store, not trained again"}.get(result.outcome,
                                                                                              result.outcome)
-    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id} in "
-          f"{result.tracking_uri}", file=sys.stderr)
+    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id}", file=sys.stderr)
+    link = runs_table_link(result.tracking_uri or "", result.run_id)
+    where = "the run in MLflow's runs table" if link != result.tracking_uri else "MLflow store"
+    print_link(f"cemlab train: {where}:", link, file=sys.stderr)
     if result.diverged:
         print(f"cemlab train: diverged at step {result.diverged_step}", file=sys.stderr)
         return EXIT_DIVERGED

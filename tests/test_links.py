@@ -1,0 +1,113 @@
+"""Every URL, path and command cemlab prints for a person to open, copy or run is one whole line
+at 40, 80 and 200 columns, on a terminal (rich's terminal rendering, with the OSC 8 hyperlink
+carrying the whole target) and without one (plain text, no escape at all).
+
+The output is parsed back as a terminal would show it: OSC 8 escapes are read (their targets) and
+removed, and each expected value, written out here rather than built with cemlab's link helpers,
+must be found whole within one line."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from cemlab.links import COMMAND, PATH, URL, print_link
+
+WIDTHS = (40, 80, 200)
+SERVER = "http://127.0.0.1:5793"
+PARENT = "58997962b84449f19422ff22ecc0bc90"
+PARENT_URL = f"{SERVER}/#/experiments/1/runs/{PARENT}?workflowType=machine_learning"
+
+OSC8 = re.compile(r"\x1b\]8;[^;\x1b]*;([^\x1b]*)\x1b\\")
+CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def terminal_view(raw: str) -> tuple[list[str], list[str]]:
+    """(the lines a terminal shows, the non-empty OSC 8 link targets) of ``raw`` output."""
+    hrefs = [h for h in OSC8.findall(raw) if h]
+    text = CSI.sub("", OSC8.sub("", raw))
+    assert "\x1b" not in text, repr(text)
+    return text.split("\n"), hrefs
+
+
+def line_with(lines: list[str], value: str) -> str:
+    """The one line that ends with ``value`` whole, after a space (a label) or at its start."""
+    found = [line for line in lines if line == value or line.endswith(" " + value)]
+    assert len(found) == 1, (value, lines)
+    return found[0]
+
+
+def console(width: int, tty: bool) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=width, force_terminal=tty, highlight=False, soft_wrap=not tty,
+                   color_system="standard" if tty else None), out
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "no-terminal"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_link_path_or_command_is_one_whole_line(width, tty, tmp_path):
+    path = tmp_path / "a folder with spaces" / "reports" / "attention_replacement" / "index.html"
+    command = "cemlab sweep attention_replacement --scale smoke train.tokens=65536 --cache-dir '/tmp/a b'"
+    c, out = console(width, tty)
+    print_link("MLflow, the parent run and its trials:", PARENT_URL, URL, console=c)
+    print_link("Report:", path, PATH, console=c)
+    print_link("To resume, run:", command, COMMAND, console=c)
+    raw = out.getvalue()
+    lines, hrefs = terminal_view(raw)
+    for label, value in (("MLflow, the parent run and its trials:", PARENT_URL), ("Report:", str(path)),
+                         ("To resume, run:", command)):
+        line = line_with(lines, value)
+        if not tty or len(label) + 1 + len(value) <= width:
+            assert line == f"{label} {value}"       # label and target together
+        else:
+            assert line == f"  {value}" and lines[lines.index(line) - 1] == label   # the label above
+    if tty:  # the URL and the path carried whole in their OSC 8 links; a command gets none
+        assert hrefs == [PARENT_URL, path.absolute().as_uri()], raw
+    else:
+        assert "\x1b" not in raw and len(lines) == 4 and lines[-1] == ""
+
+
+def _sweep_end(tmp_path: Path):
+    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.stages import progress as pg
+    from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome
+
+    spec = load_sweep("attention_replacement")
+    trial = spec.expand("smoke")[0]
+    log_dir = tmp_path / "runs with a long folder name" / "logs" / "attention_replacement" / "smoke"
+    log = log_dir / f"{trial.trial_id}.log"
+    command = "cemlab sweep attention_replacement --scale smoke model.attention=[cem] seed=[0,1] --cpus 2"
+    inv = Invocation(spec=spec, scale="smoke", client=None, uri=SERVER, experiment_id="1", parent_run_id=PARENT,
+                     parent_reopened=False, runs_dir=tmp_path / "runs", log_dir=log_dir, retries=1, cache_dir=None,
+                     faults={}, progress=pg.SweepProgress("attention_replacement"))
+    failed = TrialOutcome(trial, "failed", log_path=str(log), error="RuntimeError: boom")
+    result = SweepResult("attention_replacement", "smoke", SERVER, "1", PARENT, False, [failed], interrupted=True,
+                         command=command)
+    return inv, result, {"parent": PARENT_URL, "logs": str(log_dir), "log": str(log), "command": command}
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "no-terminal"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_sweeps_first_and_last_lines_keep_links_whole(width, tty, tmp_path):
+    from cemlab.sweeps.stages import progress as pg
+
+    inv, result, expected = _sweep_end(tmp_path)
+    c, out = console(width, tty)
+    pg.print_start(inv, inv.spec.expand("smoke"), c)
+    pg.print_end(result, c)
+    raw = out.getvalue()
+    lines, hrefs = terminal_view(raw)
+    assert sum(PARENT_URL in line for line in lines) == 2          # at the start and at the end
+    for value in (expected["logs"], expected["log"], expected["command"]):
+        line_with(lines, value)
+    for line in (line for line in lines if PARENT_URL in line):
+        assert line.endswith(PARENT_URL)
+    if tty:
+        assert hrefs.count(PARENT_URL) == 2 and Path(expected["log"]).as_uri() in hrefs, raw
+        assert not any(expected["command"] in h for h in hrefs)
+    else:
+        assert "\x1b" not in raw
