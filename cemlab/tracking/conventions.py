@@ -348,6 +348,15 @@ def experiment_url(tracking_uri: str, experiment_id: str) -> str:
     return _ui_link(tracking_uri, f"#/experiments/{experiment_id}?{ML_VIEW}")
 
 
+def experiments_url(tracking_uri: str, experiment_ids: list[str]) -> str:
+    """The runs of several experiments in one table (MLflow's experiment comparison, model-training
+    view); one experiment: its own runs table (:func:`experiment_url`)."""
+    if len(experiment_ids) == 1:
+        return experiment_url(tracking_uri, experiment_ids[0])
+    ids = quote(json.dumps(sorted(experiment_ids), separators=(",", ":")), safe="")
+    return _ui_link(tracking_uri, f"#/compare-experiments/s?experiments={ids}&{ML_VIEW}")
+
+
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     """The run's page in MLflow's UI (model-training view): absolute on a server, the UI's own
     fragment otherwise."""
