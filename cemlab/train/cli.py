@@ -106,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(cfg) -> int:
     """Print the plan after checking that the data it names exists and can be read."""
     from cemlab.tasks import task_of
-    from cemlab.tracking.conventions import runs_table_link
     from cemlab.train.plan import describe
 
     try:
@@ -148,6 +147,7 @@ def _report(result, as_json: bool, cfg) -> int:
     """Print the result (one line on stderr; JSON on stdout with ``--json``); its exit code. The
     headline names the metrics of the run's task (``Task.test_metric``, ``Task.val_metric``)."""
     from cemlab.tasks import task_of
+    from cemlab.tracking.conventions import runs_table_link
 
     if result.run_id is None:  # a DDP rank other than zero: rank zero reports
         return EXIT_DIVERGED if result.diverged else EXIT_OK
