@@ -7,16 +7,18 @@ terminal's link detection, a double-click or a copy would then take only its fir
 terminal, when ``label target`` is wider than the terminal, the label gets a line of its own and
 the target the next one, indented, still whole (the terminal folds it visually, but a copy or a
 click takes all of it). Where the output is a terminal, a URL or a path is also carried whole in
-an OSC 8 hyperlink (rich's ``link`` style; a path as its ``file://`` URI), which terminals that
-know OSC 8 open on a click; others ignore the escape. Without a terminal (a log file, a pipe, CI)
-the line is plain text with no escape, label and target on one line.
+an OSC 8 hyperlink (a path as its ``file://`` URI; through rich's ``link`` style on a rich
+console), which terminals that know OSC 8 open on a click; others ignore the escape. Without a
+terminal (a log file, a pipe, CI) the line is plain text with no escape, label and target on one
+line.
 
-Nothing here imports rich or MLflow at import time: the command modules import it at the top, and
-``cemlab --help`` loads every command's module.
+Nothing here imports rich or MLflow: the command modules import this one at the top, and
+``cemlab --help`` loads every command's module; a rich console is used through its own methods.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -45,17 +47,44 @@ def print_link(label: str, target: str | Path, kind: str = URL, *, console: "Con
                file: IO[str] | None = None) -> None:
     """Print ``label`` and ``target`` (a :data:`URL`, :data:`PATH` or :data:`COMMAND`) with the
     target whole on one line (see the module docstring). ``console``: the rich console of the
-    command's other output (``cemlab sweep``'s); otherwise ``file`` (default stdout), through a rich
-    console made for it (a terminal, its width and OSC 8 support are rich's call)."""
-    if console is None:
-        from rich.console import Console
-
-        console = Console(file=file or sys.stdout, highlight=False)
+    command's other output (``cemlab sweep``'s), which draws the OSC 8 link as its ``link`` style;
+    otherwise ``file`` (default stdout), written directly."""
     target = str(target)
-    link = href(target, kind) if console.is_terminal else None
-    own_line = bool(label) and console.is_terminal and len(label) + 1 + len(target) > console.width
+    if console is not None:
+        tty, width = console.is_terminal, console.width
+    else:
+        file = file or sys.stdout
+        tty, width = is_terminal(file), terminal_width(file)
+    link = href(target, kind) if tty else None
+    own_line = bool(label) and tty and len(label) + 1 + len(target) > width
+    lead = INDENT if own_line else (f"{label} " if label else "")
+    if console is None:
+        shown = f"\x1b]8;;{link}\x1b\\{target}\x1b]8;;\x1b\\" if link else target
+        file.write((f"{label}\n" if own_line else "") + lead + shown + "\n")
+        file.flush()
+        return
     if own_line:
         console.print(label, markup=False, highlight=False)
-    line = console.render_str(INDENT if own_line else (f"{label} " if label else ""), markup=False, highlight=False)
+    line = console.render_str(lead, markup=False, highlight=False)
     line.append(target, style=f"link {link}" if link else None)
     console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def is_terminal(file: IO[str]) -> bool:
+    """``file`` is a terminal that takes escapes (not ``TERM=dumb``)."""
+    try:
+        return file.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def terminal_width(file: IO[str]) -> int:
+    """Columns of the terminal ``file`` writes to (``$COLUMNS`` first, as rich reads it; 80 when unknown)."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(file.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 80

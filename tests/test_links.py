@@ -8,43 +8,15 @@ must be found whole within one line."""
 
 from __future__ import annotations
 
-import io
-import re
+import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from cemlab.links import COMMAND, PATH, URL, print_link
 
-WIDTHS = (40, 80, 200)
-SERVER = "http://127.0.0.1:5793"
-PARENT = "58997962b84449f19422ff22ecc0bc90"
-PARENT_URL = f"{SERVER}/#/experiments/1/runs/{PARENT}?workflowType=machine_learning"
-
-OSC8 = re.compile(r"\x1b\]8;[^;\x1b]*;([^\x1b]*)\x1b\\")
-CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def terminal_view(raw: str) -> tuple[list[str], list[str]]:
-    """(the lines a terminal shows, the non-empty OSC 8 link targets) of ``raw`` output."""
-    hrefs = [h for h in OSC8.findall(raw) if h]
-    text = CSI.sub("", OSC8.sub("", raw))
-    assert "\x1b" not in text, repr(text)
-    return text.split("\n"), hrefs
-
-
-def line_with(lines: list[str], value: str) -> str:
-    """The one line that ends with ``value`` whole, after a space (a label) or at its start."""
-    found = [line for line in lines if line == value or line.endswith(" " + value)]
-    assert len(found) == 1, (value, lines)
-    return found[0]
-
-
-def console(width: int, tty: bool) -> tuple[Console, io.StringIO]:
-    out = io.StringIO()
-    return Console(file=out, width=width, force_terminal=tty, highlight=False, soft_wrap=not tty,
-                   color_system="standard" if tty else None), out
+sys.path.insert(0, str(Path(__file__).parent))
+from links_support import PARENT, PARENT_URL, SERVER, WIDTHS, console, line_with, terminal_view  # noqa: E402
 
 
 @pytest.mark.parametrize("tty", [True, False], ids=["terminal", "no-terminal"])
@@ -69,6 +41,41 @@ def test_a_link_path_or_command_is_one_whole_line(width, tty, tmp_path):
         assert hrefs == [PARENT_URL, path.absolute().as_uri()], raw
     else:
         assert "\x1b" not in raw and len(lines) == 4 and lines[-1] == ""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_link_written_to_a_terminal_file_is_one_whole_line(width, tmp_path, monkeypatch):
+    """Commands without a rich console (``cemlab ui``, ``report``, ``train``) write to the file: in a
+    pseudo-terminal ``width`` columns wide, and to a file that is not a terminal."""
+    import fcntl
+    import os
+    import struct
+    import termios
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    path = tmp_path / "reports" / "index.html"
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    with open(slave, "w", closefd=True) as tty:
+        print_link("  cemlab/attention_replacement:", PARENT_URL, URL, file=tty)
+        print_link("Report:", path, PATH, file=tty)
+        print_link("Stop it with:", "cemlab ui --stop", COMMAND, file=tty)
+    raw = os.read(master, 65536).decode().replace("\r\n", "\n")
+    os.close(master)
+    lines, hrefs = terminal_view(raw)
+    assert hrefs == [PARENT_URL, path.as_uri()], raw
+    for label, value in (("  cemlab/attention_replacement:", PARENT_URL), ("Report:", str(path)),
+                         ("Stop it with:", "cemlab ui --stop")):
+        line = line_with(lines, value)
+        if len(label) + 1 + len(value) <= width:
+            assert line == f"{label} {value}"
+        else:
+            assert line == f"  {value}" and lines[lines.index(line) - 1] == label
+
+    with open(tmp_path / "log", "w") as log:   # not a terminal: plain, one line each
+        print_link("  cemlab/attention_replacement:", PARENT_URL, URL, file=log)
+    assert (tmp_path / "log").read_text() == f"  cemlab/attention_replacement: {PARENT_URL}\n"
 
 
 def _sweep_end(tmp_path: Path):

@@ -34,8 +34,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import report_support as rs  # noqa: E402
-from test_links import console, terminal_view  # noqa: E402
-from test_report_browser import body_text, browser, wait_for  # noqa: E402,F401  (browser: the fixture)
+from browser_support import body_text, browser, wait_for  # noqa: E402,F401  (browser: the fixture)
+from links_support import console, terminal_view  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
