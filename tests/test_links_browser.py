@@ -88,7 +88,7 @@ def printed_links(raw: str, columns: int | None = None) -> dict[str, str]:
     for i, line in enumerate(lines):
         m = URL_AT_END.search(line)
         if not m:
-            assert "http://" not in line and "https://" not in line, f"a URL not at the end of its line: {line!r}"
+            assert not re.search(r"(^|\s)https?://", line), f"a URL not at the end of its line: {line!r}"
             continue
         url, label = m.group(1), line[: m.start(1)].strip()
         if not label:
@@ -164,6 +164,7 @@ def test_the_sweeps_and_the_dashboards_links_open_their_runs(served, browser, tm
     names = [f"cemlab/{n}" for n in sorted(SWEEPS)]
     assert list(ui) == ["MLflow dashboard:", *(f"{n}:" for n in names)], raw
     assert "\n  (running; store sqlite:///" in raw and "\nStop it with: cemlab ui --stop\n" in raw   # a command whole
+    assert f"\nPoint other clients at it:\n  export MLFLOW_TRACKING_URI={url}\n" in raw
     parents = [served["sweeps"][n]["parent"].info.run_name for n in SWEEPS]
     text = see(browser, ui["MLflow dashboard:"], parents, tmp_path / "dashboard.png")
     assert "Displaying Runs from 2 Experiments" in text

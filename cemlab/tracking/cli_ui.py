@@ -8,8 +8,8 @@ and returns; the server keeps running in its own session until
 The link opens the runs of every cemlab experiment in one table (the server's bare address opens
 MLflow 3's welcome page, which lists no runs); below it, one link per cemlab experiment to its runs
 table in MLflow's model-training view (``cemlab.tracking.conventions.experiment_url``; MLflow 3
-opens an experiment on its GenAI overview otherwise). Each link is printed whole
-(``cemlab.links``).
+opens an experiment on its GenAI overview otherwise); then the server's address, as the command
+that points other MLflow clients at it. Each is printed whole (``cemlab.links``).
 Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
 could not be started or does not answer.
 
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     state = "running" if was_running else "started"
     _print_dashboard(url, f"{state}; store {default_tracking_uri()}")
+    print_link("Point other clients at it:", f"export MLFLOW_TRACKING_URI={url}", COMMAND)
     print_link("Stop it with:", "cemlab ui --stop", COMMAND)
     return 0
 
