@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -104,9 +105,9 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
                                      overrides=overrides)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
-        again = " ".join([source or result.sweep, *(overrides or [])])
+        again = shlex.join(["cemlab", "report", source or result.sweep, *(overrides or [])])
         console.print(f"Report: not built ({result.report_error})", highlight=False, markup=False)
-        print_link("To retry, run:", f"cemlab report {again}", COMMAND, console=console)
+        print_link("To retry, run:", again, COMMAND, console=console)
         return
     print_link("Report:", result.report, PATH, console=console)
 

@@ -61,8 +61,17 @@ def test_a_link_written_to_a_terminal_file_is_one_whole_line(width, tmp_path, mo
         print_link("  cemlab/attention_replacement:", PARENT_URL, URL, file=tty)
         print_link("Report:", path, PATH, file=tty)
         print_link("Stop it with:", "cemlab ui --stop", COMMAND, file=tty)
-    raw = os.read(master, 65536).decode().replace("\r\n", "\n")
+    chunks = []
+    while True:  # all of it: one read may return a part; the closed terminal ends with EIO
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
     os.close(master)
+    raw = b"".join(chunks).decode().replace("\r\n", "\n")
     lines, hrefs = terminal_view(raw)
     assert hrefs == [PARENT_URL, path.as_uri()], raw
     for label, value in (("  cemlab/attention_replacement:", PARENT_URL), ("Report:", str(path)),
@@ -118,3 +127,20 @@ def test_the_sweeps_first_and_last_lines_keep_links_whole(width, tty, tmp_path):
         assert not any(expected["command"] in h for h in hrefs)
     else:
         assert "\x1b" not in raw
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "no-terminal"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_reports_retry_command_is_one_whole_line(width, tty, tmp_path):
+    """A report that could not be built after the sweep: the command that retries it, quoted for a
+    shell, whole on its line."""
+    from cemlab.cli import report_after_sweep
+    from cemlab.sweeps.stages.invocation import SweepResult
+
+    result = SweepResult("no_such_sweep", "smoke", f"sqlite:///{tmp_path / 'none.db'}", "1", PARENT, False, [])
+    c, out = console(width, tty)
+    report_after_sweep(result, c, ["train.tokens=65536", "model.attention=[cem]"], "no_such_sweep")
+    lines, hrefs = terminal_view(out.getvalue())
+    assert result.report_error and "SweepError" in result.report_error and not hrefs
+    line = line_with(lines, "cemlab report no_such_sweep train.tokens=65536 'model.attention=[cem]'")
+    assert line.startswith("To retry, run: " if width == 200 or not tty else "  ")
