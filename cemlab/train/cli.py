@@ -144,8 +144,9 @@ def _load_config(args: argparse.Namespace):
 
 
 def _report(result, as_json: bool, cfg) -> int:
-    """Print the result (on stderr: one line, then the run's link; JSON on stdout with ``--json``); its exit code. The
-    headline names the metrics of the run's task (``Task.test_metric``, ``Task.val_metric``)."""
+    """Print the result (on stderr: one line, then the run's link; JSON on stdout with ``--json``);
+    its exit code. The headline names the metrics of the run's task (``Task.test_metric``,
+    ``Task.val_metric``)."""
     from cemlab.tasks import task_of
     from cemlab.tracking.conventions import runs_table_link
 
