@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from importlib.metadata import PackageNotFoundError, version
+
+from cemlab.links import COMMAND, PATH, print_link
 
 #: subcommand -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -109,11 +112,11 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
                                      overrides=overrides)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
-        again = " ".join([source or result.sweep, *(overrides or [])])
-        console.print(f"Report: not built ({result.report_error}); run `cemlab report {again}` to retry",
-                      highlight=False)
+        again = shlex.join(["cemlab", "report", source or result.sweep, *(overrides or [])])
+        console.print(f"Report: not built ({result.report_error})", highlight=False, markup=False)
+        print_link("To retry, run:", again, COMMAND, console=console)
         return
-    console.print(f"Report: {result.report}", highlight=False)
+    print_link("Report:", result.report, PATH, console=console)
 
 
 def main(argv: list[str] | None = None) -> int:

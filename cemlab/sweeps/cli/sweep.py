@@ -22,6 +22,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Callable
 
+from cemlab.links import COMMAND, print_link
 from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
 from cemlab.sweeps.spec.schema import SweepError
 
@@ -90,6 +91,6 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the trials started or while the report was built
-        print(f"cemlab sweep: interrupted; run `{resume_command(args)}` again to resume", file=sys.stderr)
+        print_link("cemlab sweep: interrupted; to resume, run:", resume_command(args), COMMAND, file=sys.stderr)
         return EXIT_INTERRUPTED
     return result.exit_code

@@ -21,7 +21,7 @@ from cemlab.sweeps.spec.load import SweepSpec
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import schema
-from cemlab.tracking.conventions import run_url
+from cemlab.tracking.conventions import run_link
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -110,9 +110,7 @@ class SweepResult:
 
     def dashboard_url(self) -> str:
         """The parent run in the MLflow UI (a server), else the store's URI."""
-        if self.tracking_uri.startswith(("http://", "https://")):
-            return run_url(self.tracking_uri, self.experiment_id, self.parent_run_id)
-        return self.tracking_uri
+        return run_link(self.tracking_uri, self.experiment_id, self.parent_run_id)
 
 
 @dataclass
