@@ -109,6 +109,14 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
     console.print(f"Report: {result.report}", highlight=False)
 
 
+def judge_look(sweep, scale: str, tracking_uri: str, overrides: list[str] | None, index: int):
+    """A look of a ``seeding:`` sweep between its batches of seeds (``cemlab.report.look_store.judge``),
+    composed here so that the sweep layer never imports the report."""
+    from cemlab.report.look_store import judge
+
+    return judge(sweep, scale, tracking_uri, overrides, index)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:  # shell completion (see README): answers the shell and exits when it asks
@@ -127,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
-                                                                                 args.sweep)))
+                                                                                 args.sweep), judge=judge_look))
     return int(module.run(args) or 0)
 
 

@@ -108,7 +108,7 @@ def test_looks_count_up_from_the_grids_largest_seed_and_follow_like_scales():
 
 
 def test_each_look_judges_at_alpha_over_the_planned_looks():
-    assert look_alpha(1) == ALPHA and look_alpha(2) == pytest.approx(0.025) and look_alpha(3) == pytest.approx(ALPHA / 3)
+    assert look_alpha(1) == pytest.approx(ALPHA) and look_alpha(2) == pytest.approx(0.025) and look_alpha(3) == pytest.approx(ALPHA / 3)
     with pytest.raises(ValueError, match="at least one look"):
         look_alpha(0)
 

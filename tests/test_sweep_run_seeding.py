@@ -17,6 +17,7 @@ import json
 
 import pytest
 
+from cemlab.cli import judge_look
 from cemlab.tracking import schema
 from sweep_support import REPO_SWEEPS, client_for, experiment_runs, local_sweeps, run
 
@@ -54,7 +55,7 @@ def _trial_runs(client) -> dict[str, str]:
 
 
 def test_seeds_are_added_only_to_open_cells_and_a_rerun_decides_the_same_from_the_store(sweep_env, data_cache):
-    first = run("recursion_ablation", data_cache)
+    first = run("recursion_ablation", data_cache, judge=judge_look)
     assert first.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in first.outcomes]
     summary = json.loads((sweep_env / "logs" / "recursion_ablation-smoke" / "summary.json").read_text())
     looks = summary["looks"]
@@ -95,7 +96,7 @@ def test_seeds_are_added_only_to_open_cells_and_a_rerun_decides_the_same_from_th
     assert "alpha 0.05/3" in (out / "index.md").read_text()
 
     # a rerun: the same looks from the store, no trial trained again
-    second = run("recursion_ablation", data_cache, report=False)
+    second = run("recursion_ablation", data_cache, report=False, judge=judge_look)
     assert second.exit_code == 0
     assert second.looks == looks
     assert {o.status for o in second.outcomes} <= {"done", "reused"}, [(o.trial.trial_id, o.status) for o in second.outcomes]

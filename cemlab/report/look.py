@@ -156,7 +156,6 @@ class LookLoop:
 
     def _freeze(self, v):
         from cemlab.report.stats import combine
-        from cemlab.report.verdicts import _primary
 
         checks = []
         for ch in v.checks:
@@ -170,7 +169,7 @@ class LookLoop:
         v.checks = checks
         v.verdict = combine([ch.verdict for ch in checks], getattr(claim, "combine", "all"))
         v.numbers = "; ".join(ch.describe() for ch in checks)
-        d = _primary(checks, v.primary)
+        d = next((ch for ch in checks if v.primary and v.primary in ch.label), checks[0])  # as verdicts' primary
         v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
         return v
 
@@ -184,19 +183,6 @@ def replay(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, s
         if not loop.look(j, trials_of).open_cells:
             break
     return loop
-
-
-def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float) -> Look:
-    """Look ``index`` of ``sweep`` from the runs in ``store`` (``cemlab.tracking.runs.RunStore``),
-    its trials read as the report reads them, the looks before it replayed (the last one made when
-    one of them left nothing open)."""
-    from cemlab.report.build import ReportContext
-    from cemlab.report.claims import claims_for
-
-    ctx = ReportContext(sweep, scale, store, grids)
-    spec = grids.spec(sweep)
-    looks = spec.looks(scale, grids.trials(sweep, scale))
-    return replay(claims_for(spec.claims), ctx.trials, scale, sweep, looks, alpha, ctx.history, upto=index + 1).made[-1]
 
 
 def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:

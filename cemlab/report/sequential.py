@@ -18,16 +18,13 @@ calibration (tests/test_seeding_calibration.py) that measures it.
 from __future__ import annotations
 
 from cemlab.report.stats import LEVEL
+from cemlab.sweeps.spec.schema import ALPHA as _SWEEP_ALPHA, look_alpha
 
 #: The error rate of one claim's decision in the report (two-sided, as ``verdicts.evaluate`` takes it).
 ALPHA = 1 - LEVEL
+assert abs(ALPHA - _SWEEP_ALPHA) < 1e-12, "the sweep files' planned level and the report's must agree"
 
-
-def look_alpha(looks: int, alpha: float = ALPHA) -> float:
-    """The level each of ``looks`` planned looks (and the final report) judges at: ``alpha / looks``."""
-    if looks < 1:
-        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
-    return alpha / looks
+__all__ = ["ALPHA", "claim_alpha", "look_alpha", "sweep_alpha"]
 
 
 def sweep_alpha(spec, scale: str, trials: list, alpha: float = ALPHA) -> float:

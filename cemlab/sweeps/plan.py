@@ -37,7 +37,7 @@ from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
 from cemlab.models import flops_per_token
 from cemlab.models.config import ModelConfig
 from cemlab.sweeps.spec.expand import sampled_trials
-from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.spec.schema import Trial, look_alpha
 from cemlab.sweeps.spec.load import SweepSpec, load_sweep
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
@@ -115,8 +115,6 @@ class Plan:
 
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the level each judges at, trials at most."""
-        from cemlab.report.sequential import look_alpha
-
         if len(self.looks) < 2:
             return {}
         return {"looks": [{"look": j, "seeds": seeds} for j, seeds in enumerate(self.looks)],

@@ -73,12 +73,14 @@ log = logging.getLogger("cemlab.sweeps")
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
-              interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None) -> SweepResult:
+              interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
+              judge: "seeding.Judge | None" = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
-    (default: rebuilt from the sweep, scale and overrides)."""
+    (default: rebuilt from the sweep, scale and overrides); ``judge``: a ``seeding:`` sweep's looks
+    (``cemlab.sweeps.stages.seeding``; ``cemlab sweep`` passes the report's)."""
     t0 = time.time()
     console = console or Console(highlight=False)
     if retries < 0:
@@ -102,7 +104,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
                                      cache_dir=cache, faults=faults)
         inv.overrides = list(overrides or [])
         pg.print_start(inv, trials, console, driver_lock.other_pid())
-        interrupted, lost = _run_trials(inv, trials, console, live, interval)
+        interrupted, lost = _run_trials(inv, trials, console, live, interval, judge)
         if interrupted or lost:
             _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
@@ -135,7 +137,7 @@ def _shutdown_ray() -> None:
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
-                interval: float) -> tuple[bool, str | None]:
+                interval: float, judge: "seeding.Judge | None" = None) -> tuple[bool, str | None]:
     """Decide and execute every trial under the progress table and the guards. Returns whether
     Ctrl-C / SIGTERM interrupted them, and why the store was lost (None: it was not)."""
     interrupted = False
@@ -148,7 +150,7 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
                         execute.run_searches(inv, decide.decide_searches(inv, trials))
                     else:
                         execute.run_grid(inv, decide.decide_grid(inv, trials))
-                        seeding.add_seeds(inv, trials, inv.overrides)  # seeding: more seeds where a verdict is open
+                        seeding.add_seeds(inv, trials, judge)  # seeding: more seeds where a verdict is open
             except Exception as e:  # a store call of the driver failed: is the store gone?
                 if not watch.confirm_lost(e):
                     raise

@@ -62,9 +62,11 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None) -> int:
+def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
+        judge: "Callable | None" = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
-    outcome counts in the exit code."""
+    outcome counts in the exit code; ``judge``: the looks of a ``seeding:`` sweep
+    (``cemlab.sweeps.stages.seeding.Judge``)."""
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     try:
         result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
-                           interval=args.interval, command=resume_command(args))
+                           interval=args.interval, command=resume_command(args), judge=judge)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)
     except (SweepError, StoreError, ServerError, ValueError) as e:
