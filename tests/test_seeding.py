@@ -108,7 +108,7 @@ def test_looks_count_up_from_the_grids_largest_seed_and_follow_like_scales():
 
 
 def test_each_look_judges_at_alpha_over_the_planned_looks():
-    assert look_alpha(1) == ALPHA and look_alpha(2) == pytest.approx(0.025) and look_alpha(3) == pytest.approx(ALPHA / 3)
+    assert look_alpha(1) == pytest.approx(ALPHA) and look_alpha(2) == pytest.approx(0.025) and look_alpha(3) == pytest.approx(ALPHA / 3)
     with pytest.raises(ValueError, match="at least one look"):
         look_alpha(0)
 
@@ -230,3 +230,16 @@ def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
     v1 = look(INCONCLUSIVE, SUPPORTED)
     assert v1.checks[0] is decided and v1.verdict == SUPPORTED and v1.effect == pytest.approx(math.expm1(-0.05))  # log scale, shown as exp - 1
     assert open_cells([v1], "mine") == ([], [])
+
+
+def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
+    from cemlab.report.look import next_trials
+
+    spec = load_sweep(write(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
+                            + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
+    grid = spec.expand("tiny")
+    full = full_grid(spec, "tiny", grid)
+    t1 = next(t for t in grid if t.axes["T"] == 1 and t.axes["lr"] == 2e-3)
+    added = next_trials(full, [cell_of(t1)], [3, 4])   # the comparison read T=1 at lr 2e-3 only
+    assert sorted((t.axes["T"], t.axes["lr"], seed_of(t)) for t in added) == \
+        [(1, 2e-3, 3), (1, 2e-3, 4), (1, 4e-3, 3), (1, 4e-3, 4)]

@@ -8,8 +8,8 @@ their own, and the look loop of a seeded sweep runs on them as the driver runs i
 inconclusive comparisons, until nothing is open or the last look. No training, seconds.
 
 - every true effect zero: each wrong direction (supported, or contradicted) at most alpha / 2
-  per claim condition, within Monte-Carlo error; the same draws judged at the full alpha at every
-  look (no correction) are shown beside it;
+  per claim condition, within Monte-Carlo error; with 500 replications or more, the same draws
+  judged at the full alpha at every look (no correction) are shown beside it;
 - a true effect of 1 sd of the paired log difference: power and seeds used, printed beside the
   fixed 3-seed design (``pytest -s`` shows them).
 
@@ -109,7 +109,8 @@ def test_looks_plan_is_the_main_jobs():
 
 def test_with_every_effect_zero_each_wrong_direction_stays_within_alpha_over_two():
     seq, seeds = rates({}, LOOKS, look_alpha(len(LOOKS)), REPS, seed=1)
-    naive, _ = rates({}, LOOKS, ALPHA, REPS, seed=1)   # same draws, every look at the full alpha
+    # the same draws with every look at the full alpha (no correction), in the longer runs only
+    naive = rates({}, LOOKS, ALPHA, REPS, seed=1)[0] if REPS >= 500 else {c: (math.nan, math.nan) for c in seq}
     print(f"\nall effects zero, {REPS} replications, {seeds / len(CELLS):.2f} seeds per cell on average")
     bound = ALPHA / 2 + 2.33 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / REPS)  # one-sided 99% Monte-Carlo margin
     assert len(seq) == 2
@@ -117,7 +118,8 @@ def test_with_every_effect_zero_each_wrong_direction_stays_within_alpha_over_two
         print(f"  {cond}: false supported {sup:.3f}, false contradicted {con:.3f} "
               f"(uncorrected looks: {naive[cond][0]:.3f}, {naive[cond][1]:.3f}); nominal {ALPHA / 2:.3f} each")
         assert sup <= bound and con <= bound, (cond, sup, con, bound)
-        assert naive[cond][0] >= sup and naive[cond][1] >= con   # the correction only removes decisions
+        if REPS >= 500:
+            assert naive[cond][0] >= sup and naive[cond][1] >= con   # the correction only removes decisions
     # the loop did add seeds: under the null most comparisons stay open after look 0
     assert seeds > len(CELLS) * len(LOOKS[0])
 
@@ -127,10 +129,11 @@ def test_power_and_seeds_used_at_a_true_effect_of_one_sd_beside_the_fixed_three_
     reps = max(40, REPS // 3)
     seq, seq_trials = rates(effects, LOOKS, look_alpha(len(LOOKS)), reps, seed=2)
     fixed, fixed_trials = rates(effects, [LOOKS[0]], ALPHA, reps, seed=2)
+    five, _ = rates(effects, [LOOKS[-1]], ALPHA, reps, seed=2)   # 5 seeds everywhere, no looks: the bound's cost
     print(f"\ntrue effect 1 sd (paired log ppl), {reps} replications: P(supported) per condition")
     for cond in seq:
         print(f"  {cond}: sequential (3 -> 5 seeds, alpha/2 per look) {seq[cond][0]:.2f}, "
-              f"fixed 3 seeds (alpha) {fixed[cond][0]:.2f}")
+              f"fixed 3 seeds (alpha) {fixed[cond][0]:.2f}, fixed 5 seeds (alpha) {five[cond][0]:.2f}")
     print(f"  seeds per cell: sequential {seq_trials / len(CELLS):.2f}, fixed {fixed_trials / len(CELLS):.2f}")
     assert fixed_trials == 3 * len(CELLS) and 3 * len(CELLS) <= seq_trials <= 5 * len(CELLS)
     for cond in seq:

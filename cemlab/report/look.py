@@ -181,10 +181,23 @@ def replay(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, s
     return loop
 
 
+def tuning_family(cell: str) -> str:
+    """A cell id without its learning rate: the cells a tuned comparison chooses its rate among."""
+    try:
+        axes = json.loads(cell)
+    except ValueError:
+        return cell
+    axes.pop("lr", None)
+    return json.dumps(axes, sort_keys=True, default=str)
+
+
 def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
-    """The trials of ``full`` (``full_grid``) in ``cells`` with one of ``seeds``, in grid order."""
-    want, new = set(cells), set(int(s) for s in seeds)
-    return [t for t in full if seed_of(t) in new and cell_of(t) in want]
+    """The trials of ``full`` (``full_grid``) with one of ``seeds`` in ``cells`` and in the cells
+    equal to them but for the learning rate (a tuned comparison tests every rate of a cell, so every
+    rate gets the seeds; ``Check.cell_ids`` lists them already, this keeps it so for any rule), in
+    grid order."""
+    want, new = {tuning_family(c) for c in cells}, set(int(s) for s in seeds)
+    return [t for t in full if seed_of(t) in new and tuning_family(cell_of(t)) in want]
 
 
 def level_note(spec, scale: str, trials: list) -> str:

@@ -221,6 +221,18 @@ class Seeding(StrictSpec):
         return [list(seeds) + extra[:j * self.batch] for j in range(k)]
 
 
+#: The error rate of one claim's decision in the report (two-sided; ``cemlab.report.stats.LEVEL`` = 1 - it).
+ALPHA = 0.05
+
+
+def look_alpha(looks: int, alpha: float = ALPHA) -> float:
+    """The level each of ``looks`` planned looks of a ``seeding`` sweep (and its report) judges at:
+    ``alpha / looks``, Bonferroni over the looks (``cemlab.report.sequential``)."""
+    if looks < 1:
+        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
+    return alpha / looks
+
+
 def round_lr(lr: float) -> float:
     """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
     return float(f"{lr:.3g}")
