@@ -282,6 +282,10 @@ def test_verdicts_follow_the_values(scenario):
     assert ",steps," in (scenario["out"] / "recursion_ablation" / "claims.csv").read_text().splitlines()[0] + ","
     # tokens per parameter of the decisive comparison's reference cell (CEM attention or MLP at T=1)
     assert min(abs(t2["tokens_per_param"] - 2e4 / p) for p in (0.9e6, 0.8e6)) < 1e-9
+    # every claim has a shared-rate verdict or n/a with the reason: the Akima claims read whole curves
+    lr = pd.read_csv(scenario["out"] / "lr_sweep" / "claims.csv").set_index("id")
+    assert lr.loc["full-cem-matches-llama", "verdict_shared_lr"].startswith("n/a: the rule reads each seed's whole")
+    assert t2["verdict_shared_lr"].startswith("n/a: one learning rate")
     # param matching: s2 is the size that disagrees, and the numbers say so
     pm = pd.read_csv(scenario["out"] / "mlp_replacement" / "claims.csv").set_index("id").loc["param-matching-recovers"]
     s2 = next(part for part in pm["numbers"].split("; s") if "2: dim-matched" in part)

@@ -136,6 +136,7 @@ class ClaimData:
         self.lr_mode = lr_mode
         self.lr = lr
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
+        self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
 
     def level(self, equivalence: bool = False) -> float:
         return LEVEL
@@ -162,6 +163,7 @@ class ClaimData:
     def at_best_lr(self, sweep: str, by: list[str] | None = None, **where) -> pd.DataFrame:
         """The cells a comparison may use: in ``tuned`` mode every learning rate of each cell (each a
         candidate, ``pick_cell``); in ``shared`` mode only those at the one rate ``self.lr``."""
+        self.per_rate = True  # the rule compares cells at their rates: a shared-rate verdict means something
         df = self.cells(sweep, **where)
         if df.empty or df["lr"].nunique() <= 1 or self.lr_mode != "shared":
             return df

@@ -179,11 +179,11 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
         def data_of(mode="tuned", lr=math.nan):
             return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, 1, mode, own, alpha, lr)
 
-        checks, missing = c.evaluate(data_of())
-        checks, missing = [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
         first = data_of()
+        checks, missing = c.evaluate(first)
+        checks, missing = [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
         rates = first.rates(own[0]) if own else []
-        shared = _shared_verdicts(c, data_of, rates) if len(rates) > 1 else {}
+        shared = _shared_verdicts(c, data_of, rates) if len(rates) > 1 and first.per_rate else {}
         conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
         want = getattr(c, "primary_condition", "")
         primary_cond = next((x for x in conditions if want and x == want), conditions[0])
@@ -195,7 +195,9 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
                         "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime,
                         margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine,
                         role="primary" if cond == primary_cond else "sensitivity")
-            if len(rates) > 1:
+            if len(rates) > 1 and not first.per_rate:
+                v.verdict_shared_lr = "n/a: the rule reads each seed's whole learning-rate curve, not one rate per cell"
+            elif len(rates) > 1:
                 v.verdict_shared_lr = shared.get(cond, NOT_ENOUGH)
                 v.shared_lr = " ".join(f"{r:.3g}" for r in rates)
             else:
