@@ -109,6 +109,9 @@ def test_report_logs_through_the_local_server_and_names_a_dying_store(tmp_path, 
         captured = capsys.readouterr()
         info = server.running_server()
         assert info is not None and f"logged to MLflow run {parent}" in captured.out and not captured.err
+        # the parent run's page, whole on one line, not the server's bare address (its welcome page)
+        assert any(f"{info.url}/#/experiments/" in line and f"/runs/{parent}?workflowType=machine_learning" in line
+                   for line in captured.out.splitlines()), captured.out
         files = {a.path for a in MlflowClient(info.url).list_artifacts(parent, schema.REPORT_ARTIFACT_DIR)}
         assert {"report/index.html", "report/fig2c.png", "report/cells.csv"} <= files
 

@@ -136,6 +136,7 @@ class ReportResult:
     publish_error: str | None = None       # one line: why the report is not in MLflow
     tracking_uri: str = ""
     published: bool = False
+    experiment_id: str = ""                # the parent run's experiment (for its link)
 
     @property
     def empty(self) -> bool:
@@ -378,7 +379,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     _remove_stale(out_dir, written)
 
     result = ReportResult(ctx.sweep, ctx.scale, out_dir, index, counts, verdicts, made,
-                          parent.run_id if parent else None, tracking_uri=ctx.store.uri)
+                          parent.run_id if parent else None, tracking_uri=ctx.store.uri,
+                          experiment_id=parent.experiment_id if parent else "")
     if publish and parent is not None:
         try:
             ctx.store.client.log_artifacts(parent.run_id, str(out_dir), schema.REPORT_ARTIFACT_DIR)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cemlab.links import COMMAND, PATH, print_link
+from cemlab.links import COMMAND, PATH, URL, print_link
 
 EPILOG = """\
 Reports go to DIR/<sweep>/ (index.html, index.md, figures as PNG and PDF, a CSV per figure,
@@ -190,4 +190,8 @@ def _print_result(r) -> None:
         print(f"cemlab report: the report of {r.sweep} was written, not logged to MLflow run {r.parent_run_id}: "
               f"{r.publish_error}", file=sys.stderr)
     elif r.parent_run_id and r.published:
-        print(f"  logged to MLflow run {r.parent_run_id} (artifacts report/) at {r.tracking_uri}")
+        from cemlab.tracking.conventions import run_link
+
+        # the parent run's page (its trials listed as child runs), not the server's bare address
+        print_link(f"  logged to MLflow run {r.parent_run_id} (artifacts report/):",
+                   run_link(r.tracking_uri, r.experiment_id, r.parent_run_id), URL)
