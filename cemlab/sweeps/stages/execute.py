@@ -31,11 +31,13 @@ import logging
 import math
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import ray
 from ray import tune
 
+from cemlab import timing
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as rk
 from cemlab.sweeps.stages.decide import CellSearch
@@ -145,6 +147,26 @@ class HaltOnLostStore(tune.Callback):
             self._halt()
 
     on_trial_recover = on_trial_error   # a failed trial about to be retried
+
+
+class TrialSpans(tune.Callback):
+    """Each trial's span as the driver sees it, from Tune's start to its end (``cemlab.timing``)."""
+
+    def __init__(self, resolve):
+        self.resolve, self.started = resolve, {}
+
+    def __getstate__(self):   # Tune pickles its callbacks into the experiment state
+        return {"resolve": None, "started": {}}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.started[trial.trial_id] = time.time()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        start = self.started.pop(trial.trial_id, None)
+        if start is not None and self.resolve is not None:
+            timing.record("trial", start, trial=self.resolve(trial.config).trial_id)
+
+    on_trial_error = on_trial_complete
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
@@ -265,7 +287,7 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
         run_config=tune.RunConfig(name=name, storage_path=str(state.runs_dir / "ray"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=state.retries),
-                                  callbacks=[HaltOnLostStore(state.watch), callback]),
+                                  callbacks=[HaltOnLostStore(state.watch), callback, TrialSpans(job.resolve)]),
     )
     results = tuner.fit()
     for r in results:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cemlab import timing
 from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.spec.expand import trial_with_lr
 from cemlab.sweeps.spec.schema import Trial, round_lr
@@ -62,7 +63,8 @@ class TrialJob:
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
-        return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
+        stages = {timing.STAGES_ENV: os.environ[timing.STAGES_ENV]} if timing.enabled() else {}
+        return {**stages, "CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
 

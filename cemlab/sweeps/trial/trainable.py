@@ -55,6 +55,7 @@ from typing import Any
 
 import ray
 
+from cemlab import timing
 from cemlab.sweeps.trial.distributed import fit_trial
 from cemlab.sweeps.spec.schema import Trial
 from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault
@@ -65,22 +66,37 @@ from cemlab.tracking import schema
 from cemlab.tracking.store import get_client
 
 
+_fresh = True  # no trial has run in this process yet
+
+
 def run_trial(config: dict[str, Any], job: TrialJob) -> None:
     """The Tune function trainable of a sweep (see the module docstring)."""
+    global _fresh
+    t0 = time.time()
     trial = job.resolve(config)
     os.environ.update(job.env())
-    with redirect_output(job.files.log(trial.trial_id)):
-        try:
-            _run(trial, job)
-        except TrialStopped:
-            sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
-        except BaseException:
-            traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
-            raise
+    timing.set_trial(trial.trial_id)
+    if _fresh:  # the first trial of this worker process: its start counts for this trial
+        timing.record("worker start", timing.process_start(), t0)
+        _fresh = False
+    try:
+        with redirect_output(job.files.log(trial.trial_id)):
+            try:
+                _run(trial, job)
+            except TrialStopped:
+                sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
+            except BaseException:
+                traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
+                raise
+    finally:
+        timing.record("trial process", t0)
+        timing.flush()
+        timing.set_trial(None)
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
-    from cemlab.train.run import train
+    with timing.stage("imports"):
+        from cemlab.train.run import train
 
     node = ray.get_runtime_context().get_node_id()
     print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}) "
