@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
-from cemlab.models import flops_per_token
 from cemlab.models.config import ModelConfig
 from cemlab.sweeps.spec.expand import sampled_trials
 from cemlab.sweeps.spec.schema import Trial
@@ -207,6 +206,8 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
 
 def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
+    from cemlab.models import flops_per_token
+
     rows = [plan_trial(t) for t in spec.expand("paper")]
     flops = sum((r.flops or 0.0) * r.samples for r in rows)  # search: optuna: every sample, an upper bound
     ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)

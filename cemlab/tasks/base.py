@@ -12,8 +12,6 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-import torch
-
 from cemlab.tasks.scale import TaskScale
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +42,8 @@ def parameter_count(config, build: Callable, count: Callable, exclude: set[str] 
 
 @functools.lru_cache(maxsize=4096)
 def _meta_count(config_type, config_json: str, build: Callable, count: Callable) -> int:
+    import torch
+
     with torch.device("meta"):
         return count(build(config_type.model_validate_json(config_json)))["total"]
 

@@ -56,6 +56,10 @@ from cemlab.train.plan import make_plan
 DRIVER_MEMORY = 256 * 2**20
 
 
+#: Set to 0: every grid trial in a fresh worker process instead of a reused one.
+REUSE_WORKERS_ENV = "CEMLAB_SWEEP_REUSE_WORKERS"
+
+
 #: The address local Ray binds to: loopback only (Ray has no authentication here).
 LOCAL_RAY_HOST = "127.0.0.1"
 
@@ -275,6 +279,13 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     slots = concurrency or (trial_slots(resources) if distributed or searcher is not None else None)
     request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
                else {"cpu": resources.cpus, "gpu": resources.gpus})
+    # A grid's trials run one after another in a warm worker per slot (its imports and Ray actor
+    # paid once; each trial starts from a clean state, cemlab.sweeps.trial.job.trial_scope). Not for
+    # searches, whose stopped trials end their process (the driver waits for that to mark them), nor
+    # for multi-worker trials, whose process only waits for its Ray Train workers.
+    # $CEMLAB_SWEEP_REUSE_WORKERS=0: a fresh process for every trial (tests compare the two).
+    reuse = (searcher is None and scheduler is None and not distributed
+             and os.environ.get(REUSE_WORKERS_ENV, "1") != "0")
     trainable = tune.with_resources(tune.with_parameters(run_trial, job=job), request)
     # Registered by name under a lock: Tune's trainable registry is not safe to fill from the
     # threads that run searched cells at once (it iterates a dict another thread adds to).
@@ -283,7 +294,7 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     tuner = tune.Tuner(
         f"cemlab-{name}", param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
-                                    max_concurrent_trials=slots, reuse_actors=False,
+                                    max_concurrent_trials=slots, reuse_actors=reuse,
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
         run_config=tune.RunConfig(name=name, storage_path=str(state.runs_dir / "ray"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=state.retries),

@@ -1,6 +1,7 @@
 """What the sweep driver hands to every trial (:class:`TrialJob`), and what a trial process sets
 up from it: its config (:func:`prepare_config`), its log file (:func:`redirect_output`) and the
-test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trial.trainable``).
+test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trial.trainable``), and the
+clean state a reused worker gives each trial (:func:`trial_scope`).
 
 The driver ships the job to every trial with ``tune.with_parameters``; the Tune config of a trial
 only names it (``{"trial_id": ...}`` for a grid, ``{"lr": ...}`` for an Optuna-searched cell).
@@ -114,6 +115,46 @@ def redirect_output(path: Path):
         os.dup2(saved[1], 2)
         for s in saved:
             os.close(s)
+
+
+@contextlib.contextmanager
+def trial_scope():
+    """Run one trial in a worker process that may run others before and after it (Tune's
+    ``reuse_actors``), leaving behind what a fresh process would have: the environment, torch's
+    thread count, default dtype and grad mode, the logging handlers and levels, no active MLflow
+    run, and the memory the trial freed. Seeds need no reset: ``train`` seeds every generator from
+    the config before it builds the model, as in a fresh process."""
+    import gc
+
+    import torch
+
+    env = dict(os.environ)
+    threads, dtype, grad = torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    levels = {name: lg.level for name, lg in logging.Logger.manager.loggerDict.items()
+              if isinstance(lg, logging.Logger)}
+    root_level = root.level
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        for h in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(h)
+        root.setLevel(root_level)
+        for name, lg in list(logging.Logger.manager.loggerDict.items()):
+            if isinstance(lg, logging.Logger):
+                lg.setLevel(levels.get(name, logging.NOTSET))
+        if "mlflow" in sys.modules:  # a run the fluent API left open would receive the next trial's logs
+            import mlflow
+
+            while mlflow.active_run() is not None:
+                mlflow.end_run()
+        gc.collect()
 
 
 def _fault_for(job: TrialJob, trial_id: str) -> dict[str, int] | None:

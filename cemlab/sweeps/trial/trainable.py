@@ -58,7 +58,7 @@ import ray
 from cemlab import timing
 from cemlab.sweeps.trial.distributed import fit_trial
 from cemlab.sweeps.spec.schema import Trial
-from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault
+from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault, trial_scope
 from cemlab.sweeps.trial.lock import trial_lock
 from cemlab.sweeps.trial.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,
                                        TrialStopped, send)
@@ -74,24 +74,25 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
     global _fresh
     t0 = time.time()
     trial = job.resolve(config)
-    os.environ.update(job.env())
-    timing.set_trial(trial.trial_id)
-    if _fresh:  # the first trial of this worker process: its start counts for this trial
-        timing.record("worker start", timing.process_start(), t0)
-        _fresh = False
-    try:
-        with redirect_output(job.files.log(trial.trial_id)):
-            try:
-                _run(trial, job)
-            except TrialStopped:
-                sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
-            except BaseException:
-                traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
-                raise
-    finally:
-        timing.record("trial process", t0)
-        timing.flush()
-        timing.set_trial(None)
+    with trial_scope():  # a reused worker: what this trial changes is undone for the next one
+        os.environ.update(job.env())
+        timing.set_trial(trial.trial_id)
+        if _fresh:  # the first trial of this worker process: its start counts for this trial
+            timing.record("worker start", timing.process_start(), t0)
+            _fresh = False
+        try:
+            with redirect_output(job.files.log(trial.trial_id)):
+                try:
+                    _run(trial, job)
+                except TrialStopped:
+                    sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
+                except BaseException:
+                    traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
+                    raise
+        finally:
+            timing.record("trial process", t0)
+            timing.flush()
+            timing.set_trial(None)
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
