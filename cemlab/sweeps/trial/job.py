@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,8 @@ def redirect_output(path: Path):
 def trial_scope():
     """Run one trial in a worker process that may run others before and after it (Tune's
     ``reuse_actors``), leaving behind what a fresh process would have: the environment, torch's
-    thread count, default dtype and grad mode, the logging handlers and levels, no active MLflow
-    run, and the memory the trial freed. Seeds need no reset: ``train`` seeds every generator from
+    thread count, default dtype and grad mode, the logging handlers and levels, the warning filters,
+    no active MLflow run, and the memory the trial freed. Seeds need no reset: ``train`` seeds every generator from
     the config before it builds the model, as in a fresh process."""
     import gc
 
@@ -136,7 +137,8 @@ def trial_scope():
               if isinstance(lg, logging.Logger)}
     root_level = root.level
     try:
-        yield
+        with warnings.catch_warnings():
+            yield
     finally:
         os.environ.clear()
         os.environ.update(env)

@@ -43,6 +43,12 @@ files under ``<runs>/logs/<sweep>-<scale>/faults/``.
 
 The training loop (``cemlab.train.run``, with Lightning) is imported inside the trial, so the sweep
 driver, which imports this module to hand it to Tune, does not load Lightning.
+
+A grid's trials run in warm workers: Tune reuses a slot's worker process for the next trial
+(``reuse_actors``, set in ``cemlab.sweeps.stages.execute``), so the process start and the imports
+(seconds per trial) are paid once per slot. Each trial runs inside ``trial_job.trial_scope``, which
+gives the next trial the state a fresh process has; a reused worker's trial is bit-identical to a
+fresh one (``tests/test_sweep_reuse.py``). A trial's stages are timed (``cemlab.timing``).
 """
 
 from __future__ import annotations
