@@ -5,6 +5,7 @@
     python3 scripts/measure-timings.py                 # print the table of what docs/timings.json holds
     python3 scripts/measure-timings.py stages --save after.json   # where one sweep's time goes
     python3 scripts/measure-timings.py --compare before.json after.json  # two stage tables side by side
+    python3 scripts/measure-timings.py cli [--against OTHER_CHECKOUT]  # how fast the CLI answers
 
 Each row is measured on its own, from a clean state in a temporary folder, with the command a new
 user types:
@@ -21,6 +22,11 @@ user types:
   timestamps the sweep writes (``cemlab.timing``: ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
   and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
   README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
+
+* ``cli``: the wall time of ``cemlab --help``, a refused argument, ``cemlab plan recursion_ablation
+  --scale smoke`` and a tab completion, each in a fresh interpreter on this checkout (median of
+  ``--rounds``); ``--against DIR`` times another checkout in the same rounds, interleaved, and
+  prints the ratios. Not a README row either.
 
 A measured row replaces that row in ``docs/timings.json`` (``--no-write``: only print); the
 table is rendered from that file, and the README quotes it verbatim (``tests/test_docs.py``
@@ -149,6 +155,33 @@ def measure_stages(command: list[str]) -> dict:
     return summary
 
 
+CLI_COMMANDS = {
+    "cemlab --help": (["--help"], {}),
+    "refused argument": (["plan", "--no-such-flag"], {}),
+    "cemlab plan (smoke)": (["plan", "recursion_ablation", "--scale", "smoke"], {}),
+    "tab completion": ([], {"_ARGCOMPLETE": "1", "COMP_LINE": "cemlab sw", "COMP_POINT": "9", "COMP_TYPE": "9",
+                            "_ARGCOMPLETE_STDOUT_FILENAME": os.devnull}),
+}
+
+
+def measure_cli(roots: list[Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Median seconds of each CLI command per checkout, the checkouts interleaved in every round."""
+    import statistics
+
+    times: dict[str, dict[str, list[float]]] = {str(r): {c: [] for c in CLI_COMMANDS} for r in roots}
+    with tempfile.TemporaryDirectory(prefix="cemlab-timing-cli-") as d:
+        env = _env(Path(d))
+        for _ in range(rounds):
+            for root in roots:
+                for name, (args, extra) in CLI_COMMANDS.items():
+                    run_env = {**env, **extra, "PYTHONPATH": str(root)}
+                    t0 = time.perf_counter()
+                    subprocess.run([sys.executable, "-m", "cemlab.cli", *args], env=run_env, cwd=d,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    times[str(root)][name].append(time.perf_counter() - t0)
+    return {root: {c: statistics.median(v) for c, v in per.items()} for root, per in times.items()}
+
+
 def stage_tables(summaries: dict[str, dict]) -> str:
     sys.path.insert(0, str(ROOT))
     from cemlab import timing
@@ -187,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports into DIR/<row>/")
     parser.add_argument("--save", type=Path, metavar="FILE", help="stages: write the stage summary to FILE (JSON)")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
+    parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")
@@ -194,6 +229,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         print(stage_tables({p.stem: json.loads(p.read_text()) for p in args.compare}))
         return 0
+    if "cli" in args.rows:
+        roots = [ROOT] + ([args.against.resolve()] if args.against else [])
+        load = os.getloadavg()[0]
+        medians = measure_cli(roots, args.rounds)
+        head = "| command | " + " | ".join(f"{r} (s)" for r in medians) + (" | ratio |" if len(roots) > 1 else " |")
+        print(head + "\n|---|" + "---:|" * (len(medians) + (len(roots) > 1)))
+        for name in CLI_COMMANDS:
+            cells = [f"{m[name]:.2f}" for m in medians.values()]
+            if len(roots) > 1:
+                cells.append(f"{medians[str(roots[0])][name] / medians[str(roots[1])][name]:.2f}")
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"\n{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+              f"median of {args.rounds} rounds, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+        args.rows = [r for r in args.rows if r != "cli"]
+        if not args.rows:
+            return 0
     if "stages" in args.rows:
         summary = measure_stages(stages_command(args.scale))
         if args.save:
