@@ -8,7 +8,9 @@ different processes line up); :func:`stage` records one around a block. Spans ar
 and appended to the file by :func:`flush` (once per trial and once at the driver's end), so the
 step loop never writes a file.
 
-Stages of the driver: ``driver start`` (the process start to ``run_sweep``), ``ray start``,
+Stages of the driver: ``driver start`` (the process start to ``run_sweep``: Python and the CLI's
+imports), ``sweep file and store`` (the sweep expanded, the store checked, the local MLflow server
+started), ``ray start``,
 ``data step``, ``open invocation``, ``trials`` (while trials run), ``finish``, ``ray shutdown``,
 ``report``. Stages of a trial (``trial`` set by :func:`set_trial`): ``trial`` (Tune's start to its
 end, seen by the driver; Tune starts it once its worker has started), ``worker start`` (the worker
@@ -111,7 +113,7 @@ _IMPORTED = time.time()
 
 
 # -- the table --------------------------------------------------------------------------------------
-DRIVER_STAGES = ["driver start", "ray start", "data step", "open invocation", "finish", "ray shutdown", "report"]
+DRIVER_STAGES = ["driver start", "sweep file and store", "ray start", "data step", "open invocation", "finish", "ray shutdown", "report"]
 TRIAL_STAGES = ["worker start", "imports", "data load", "model build", "run start", "trainer setup", "training", "validation",
                 "checkpoint", "step logging", "test", "run end"]
 INSIDE_FIT = ("validation", "checkpoint", "step logging")
@@ -167,7 +169,7 @@ def summarize(spans: list[dict], slots: int | None = None) -> dict:
             "seconds": seconds, "share": share, "training_share": seconds["training"] / slot_time}
 
 
-ROWS = (["driver start", "ray start", "data step", "open invocation"]
+ROWS = (["driver start", "sweep file and store", "ray start", "data step", "open invocation"]
         + ["around the trial"] + TRIAL_STAGES + ["other in the trial process", "slots idle"]
         + ["finish", "ray shutdown", "report", "driver, other"])
 

@@ -122,8 +122,9 @@ def measure(row: str, keep: Path | None = None) -> dict:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def stages_command(scale: str = "tiny") -> list[str]:
-    return ["sweep", "recursion_ablation", "--scale", scale, "seed=[0]", "--plain"]
+def stages_command(scale: str = "tiny", all_seeds: bool = False) -> list[str]:
+    """The one-seed sweep (default), or the main job's whole grid (``all_seeds``)."""
+    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]"]), "--plain"]
 
 
 def measure_stages(command: list[str]) -> dict:
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, metavar="FILE", help="stages: write the stage summary to FILE (JSON)")
     parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
     parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
+    parser.add_argument("--all-seeds", action="store_true",
+                        help="stages: the main job's whole grid (every seed) instead of seed=[0]")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")
@@ -246,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rows:
             return 0
     if "stages" in args.rows:
-        summary = measure_stages(stages_command(args.scale))
+        summary = measure_stages(stages_command(args.scale, args.all_seeds))
         if args.save:
             args.save.write_text(json.dumps(summary, indent=2) + "\n")
         print(stage_tables({"this run": summary}))

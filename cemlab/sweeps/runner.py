@@ -79,6 +79,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     ``command``: the command line that resumes it, printed on every exit that can be resumed
     (default: rebuilt from the sweep, scale and overrides)."""
     t0 = time.time()
+    started = timing.process_start()
     console = console or Console(highlight=False)
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
@@ -91,7 +92,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     log_dir.mkdir(parents=True, exist_ok=True)
     cache = str(Path(cache_dir).resolve()) if cache_dir else None
     timing.start_file(log_dir / timing.STAGES_NAME)  # where this sweep's stage timestamps go (trials too)
-    timing.record("driver start", timing.process_start(), time.time())
+    timing.record("driver start", started, t0)
+    timing.record("sweep file and store", t0)  # the sweep expanded, the store checked or its server started
 
     execute.quiet_tune(spec.search)
     with timing.stage("ray start"):
