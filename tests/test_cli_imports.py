@@ -1,6 +1,6 @@
 """The CLI answers before it imports the heavy libraries: ``cemlab --help``, a refused argument and
 tab completion import none of torch, Lightning, Ray, MLflow, pandas or SciPy; ``cemlab plan`` imports
-torch (it builds the models on the meta device to count their parameters) but none of the others.
+torch (it builds the models, for their shapes only, to count their parameters) but none of the others.
 
 Held on what each command imports (``python -X importtime``, in a fresh interpreter), not on wall
 clock: docs/performance.md has the times."""
@@ -56,5 +56,5 @@ def test_plan_of_a_small_sweep_imports_torch_only(tmp_path):
     top, proc = imported(["plan", "recursion_ablation", "--scale", "smoke"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "recursion_ablation" in proc.stdout and "86m" in proc.stdout
-    assert "torch" in top   # the parameter counts build the models on the meta device
+    assert "torch" in top   # the parameter counts build the models (shapes only)
     assert not top & (set(HEAVY) - {"torch"}), sorted(top & set(HEAVY))

@@ -161,7 +161,7 @@ class Plan:
 def plan_trial(trial: Trial) -> TrialPlan:
     """One row of the plan: the trial's parameters, budget, steps and training FLOPs, as its task
     counts them (``cemlab.tasks``: parameter counts are cached by model config, so a sweep's many
-    trials on a few models build each model once, on the meta device)."""
+    trials on a few models build each model once, for its shapes only)."""
     cfg = trial.config
     task = task_of(cfg)
     tp = make_plan(cfg, world_size=trial.resources.workers)

@@ -62,7 +62,7 @@ class LanguageModelling(Task):
         return seq_len
 
     def budget_parameters(self, cfg: "RunConfig") -> int:
-        """The matched Llama baseline's parameters, counted on the meta device (no memory), so that
+        """The matched Llama baseline's parameters, counted on a shapes-only build (nothing initialised), so that
         a CEM variant trains on exactly the tokens of its baseline."""
         from cemlab.models import build_model, count_parameters
 
