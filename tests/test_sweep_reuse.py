@@ -1,7 +1,8 @@
 """A grid sweep runs its trials in warm, reused worker processes (Tune's ``reuse_actors``), and that
-gives nothing up: a trial that follows another in the same process, even one that crashed there,
-gets exactly the numbers it gets in a fresh process (every logged training loss, validation and
-test metric, bit for bit).
+gives nothing up: a trial that follows another in the same process gets exactly the numbers it
+gets in a fresh process (every logged training loss, validation and test metric, bit for bit), and
+so do the trials after one that crashed (Tune does not reuse a worker whose trial failed: they run
+in a new one, then share it).
 
 Real Ray with one CPU (so the trials run one after another and the process is reused), a real
 MLflow server per runs folder, the smoke scale. The same three-trial sweep runs twice: once with
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from sweep_support import client_for, local_sweeps, run
 
+from cemlab import timing
 from cemlab.tracking import schema
 
 pytestmark = pytest.mark.slow
@@ -66,6 +68,8 @@ def _sweep(tmp_path: Path, name: str, data_cache: Path, monkeypatch, reuse: bool
                     if key.startswith(("train/loss", "val/", "test/")):
                         histories[key] = sorted((m.step, m.value) for m in client.get_metric_history(o.run_id, key))
             out[o.trial.trial_id] = {"status": o.status, "pids": pids, "metrics": histories}
+        spans = timing.read_spans(tmp_path / name / "runs" / "logs" / "three-smoke" / timing.STAGES_NAME)
+        out["_stages"] = spans
         return out
     finally:
         stop_server()
@@ -78,12 +82,19 @@ def test_reused_worker_trials_are_bit_identical_to_fresh_ones_after_a_crash(tmp_
     # the baseline: the two trials that follow the crash, each in a fresh process
     cold = _sweep(tmp_path, "cold", data_cache, monkeypatch, reuse=False, overrides=["lr=[2.0e-3,3.0e-3]"])
 
+    stages = {"warm": warm.pop("_stages"), "cold": cold.pop("_stages")}
     finished = ["86m__llama__lr2e-3__s0", "86m__llama__lr3e-3__s0"]
     assert {t: v["status"] for t, v in warm.items()} == {CRASHED: "failed", **{t: "finished" for t in finished}}
     assert {t: v["status"] for t, v in cold.items()} == {t: "finished" for t in finished}
     assert len({v["pids"][-1] for v in cold.values()}) == 2   # cold: a process per trial
     pids = {t: v["pids"] for t, v in warm.items()}
     assert pids[finished[0]][-1] == pids[finished[1]][-1], f"the worker was not reused: {pids}"
+    # the stage timestamps: a worker start per process, a fit for every finished trial (the crashed
+    # one has one too: it crashed inside it), in both sweeps
+    for label, runs in (("warm", warm), ("cold", cold)):
+        starts = [x for x in stages[label] if x["stage"] == "worker start"]
+        assert len(starts) == len({v["pids"][-1] for v in runs.values()}), label
+        assert set(finished) <= {x["trial"] for x in stages[label] if x["stage"] == "fit"}, label
     for t in finished:
         metrics = warm[t]["metrics"]
         assert metrics[schema.TRAIN_LOSS] and metrics[schema.TEST_PPL] and any(k.startswith("val/") for k in metrics)

@@ -51,6 +51,8 @@ class TrialJob:
     cell: Trial | None = None                                  # optuna: the searched cell
     cache_dir: str | None = None                               # data.cache_dir for every trial
     faults: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the driver's stage timestamps file (cemlab.timing), read where the job is made: the driver
+    stages_file: str | None = field(default_factory=lambda: os.environ.get(timing.STAGES_ENV))
 
     def resolve(self, config: dict[str, Any]) -> Trial:
         """The trial a Tune config stands for."""
@@ -65,7 +67,7 @@ class TrialJob:
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
-        stages = {timing.STAGES_ENV: os.environ[timing.STAGES_ENV]} if timing.enabled() else {}
+        stages = {timing.STAGES_ENV: self.stages_file} if self.stages_file else {}
         return {**stages, "CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
