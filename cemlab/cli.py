@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from importlib.metadata import PackageNotFoundError, version
+
+from cemlab.links import COMMAND, PATH, print_link
 
 #: subcommand -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -86,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sweep_look(*args):
+    """The report's judge of a seeded sweep's looks (imported when a look is made)."""
+    from cemlab.report.look_store import sweep_look
+
+    return sweep_look(*args)
+
+
 def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
@@ -105,13 +115,13 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
                                          overrides=overrides)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
-        again = " ".join([source or result.sweep, *(overrides or [])])
-        console.print(f"Report: not built ({result.report_error}); run `cemlab report {again}` to retry",
-                      highlight=False)
+        again = shlex.join(["cemlab", "report", source or result.sweep, *(overrides or [])])
+        console.print(f"Report: not built ({result.report_error})", highlight=False, markup=False)
+        print_link("To retry, run:", again, COMMAND, console=console)
         return
     finally:
         timing.flush()
-    console.print(f"Report: {result.report}", highlight=False)
+    print_link("Report:", result.report, PATH, console=console)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
-                                                                                 args.sweep)))
+                                                                                 args.sweep), looker=_sweep_look))
     return int(module.run(args) or 0)
 
 

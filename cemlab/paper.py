@@ -48,10 +48,16 @@ SESOI = 0.01
 #: Smallest effect of interest of the learning-rate claim: a quarter octave (log2 of the lr ratio).
 SESOI_LR = 0.25
 
+#: The primary condition of the claims judged per step size: the paper's residual step eta = 1 (eq. 3),
+#: for T=2 against T=1 at the same per-step eta; the other conditions are sensitivity checks.
+ETA1 = "eta=1"
+ETA1_PER_STEP = "same per-step eta=1"
+
 #: Sign convention of every comparison's ``effect`` (stated once on the report page).
-SIGN_CONVENTION = ("effect = relative change of the main metric (test perplexity; test RMSE for the GP study) of the "
-                   "variant the claim favours against its reference, value_favoured / value_reference - 1, per seed "
-                   "and then averaged: negative = the favoured variant is better. Shown in percent on the page and "
+SIGN_CONVENTION = ("effect = log ratio of the main metric (test perplexity; test RMSE for the GP study) of the "
+                   "variant the claim favours over its reference, log(value_favoured / value_reference), per seed "
+                   "and then averaged (for perplexity: the difference in mean cross-entropy); shown as the relative "
+                   "change exp(effect) - 1: negative = the favoured variant is better. In percent on the page and "
                    "as a fraction in the CSV files. The learning-rate claim's effect is log2(lr_CEM / lr_Llama).")
 
 #: The regime of the paper's language-model runs (sec. 4, Table 1-2), shown next to every verdict.
@@ -63,17 +69,21 @@ NOT_IN_PAPER = "not in the paper"
 
 
 def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweeps: tuple[str, ...],
-           paper_regime: str = PAPER_REGIME, primary: str = "", margin: float = SESOI, combine: str = "all") -> dict:
+           paper_regime: str = PAPER_REGIME, primary: str = "", margin: float = SESOI, combine: str = "all",
+           primary_condition: str = "") -> dict:
     """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
     runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
     that rule, the sweeps whose runs judge it (``sweeps``: its own first; the rule reads them by
     position, ``ClaimData.sweep(i)``, and no other; their files list the claim under ``claims:``),
     the regime of the paper's runs behind it, its primary comparison (the first whose
     label contains ``primary``: the paper's headline contrast, whose effect claims.csv shows), its
-    smallest effect of interest ``margin`` and how its comparisons combine (``combine``, a key of
-    ``cemlab.report.stats.COMBINE_RULES``)."""
+    smallest effect of interest ``margin``, how its comparisons combine (``combine``, a key of
+    ``cemlab.report.stats.COMBINE_RULES``) and, for a claim judged per condition (step size), the
+    condition whose verdict is the claim's (``primary_condition``; the others are sensitivity
+    checks): the paper's own setting, fixed before any run (eta = 1, the residual step of eq. 3)."""
     return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, sweeps=tuple(sweeps),
-                paper_regime=paper_regime, primary=primary, margin=margin, combine=combine)
+                paper_regime=paper_regime, primary=primary, margin=margin, combine=combine,
+                primary_condition=primary_condition)
 
 
 #: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
@@ -95,18 +105,19 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
            "Recursion T=2 beats T=1 (CEM attention and CEM MLP).",
            "For every sublayer, size and preconditioner, perplexity at T=2 is lower than at T=1; judged separately "
            "at the same per-step eta (T=2 eta=e vs T=1 eta=e) and at the same total step T*eta (T=2 eta=1/2 vs "
-           "T=1 eta=1), each a condition of its own.", "rule_t2_beats_t1", ('recursion_ablation',), primary="cem-attn"),
+           "T=1 eta=1), each a condition of its own.", "rule_t2_beats_t1", ('recursion_ablation',), primary="cem-attn",
+           primary_condition=ETA1_PER_STEP),
     claim_entry("precond-t2-not-t1", "Fig. 2c/2d, sec. 4.2",
            "Preconditioners have little effect at T=1 but help at T=2.",
            f"Relative change of the richest preconditioner over the simplest (dplr over diag, or over none), averaged "
            f"over sublayers and sizes per seed: equivalent to 0 within +-{NEGLIGIBLE:.0%} at T=1 (TOST), below "
            f"-{NEGLIGIBLE:.0%} at T=2, and the T=2 change minus the T=1 change below 0; per eta of the T=2 cells "
            f"(T=1 at the same per-step eta where it was run).",
-           "rule_precond_t2_not_t1", ('recursion_ablation',), primary="T=2 - T=1"),
+           "rule_precond_t2_not_t1", ('recursion_ablation',), primary="T=2 - T=1", primary_condition=ETA1),
     claim_entry("cem-attn-t2-beats-llama", "Fig. 2c, sec. 4.2",
            "CEM attention with T=2 (and a preconditioner) beats Llama attention.",
            "At every size, the best CEM attention at T=2 has lower perplexity than Llama; per eta.",
-           "rule_cem_attn_t2_beats_llama", ('recursion_ablation',)),
+           "rule_cem_attn_t2_beats_llama", ('recursion_ablation',), primary_condition=ETA1),
     claim_entry("full-cem-matches-llama", "Fig. 3a, sec. 4.3",
            "A full CEM Transformer (T=2, dplr) matches or beats Llama at the optimal learning rate.",
            f"At every size, CEM's Akima-interpolated optimal perplexity is at most {MATCH_TOL:.0%} above Llama's "
@@ -133,12 +144,13 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
            "Plain reuse of the MLP block gains little from T=1 to T=2, while CEM MLP recursion gains.",
            f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, each CEM MLP "
            f"setting's is below 0 and below plain reuse's; per eta.",
-           "rule_reuse_vs_recursion_mlp", ('reuse_vs_recursion_mlp',), primary="vs reuse"),
+           "rule_reuse_vs_recursion_mlp", ('reuse_vs_recursion_mlp',), primary="vs reuse", primary_condition=ETA1),
     claim_entry("reuse-vs-recursion-attention", "Fig. 4, appendix D",
            "Plain reuse of the attention block gains little (or hurts), while CEM attention recursion gains.",
            f"At every size (relative change T=2 vs T=1): plain reuse's is above -{NEGLIGIBLE:.0%}, CEM "
            f"attention's is below 0 and below plain reuse's; per eta.",
-           "rule_reuse_vs_recursion_attention", ('reuse_vs_recursion_attention',), primary="vs reuse"),
+           "rule_reuse_vs_recursion_attention", ('reuse_vs_recursion_attention',), primary="vs reuse",
+           primary_condition=ETA1),
     claim_entry("gp-t2-beats-t1", "Table 3 (GP study)",
            "In the GP study, T=2 beats T=1.",
            "For every kernel, the test RMSE at T=2 is lower than at T=1.",
@@ -152,7 +164,7 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
            "A CEM model trained with T=2 improves when given more recursion steps at test time.",
            "For every T=2-trained CEM cell, test perplexity evaluated with 2T steps is lower than with the T steps it "
            "was trained with (test/ppl_at_steps, paired over seeds); per eta.",
-           "rule_test_time_recursion", ('recursion_ablation',), NOT_IN_PAPER),
+           "rule_test_time_recursion", ('recursion_ablation',), NOT_IN_PAPER, primary_condition=ETA1),
     claim_entry("small-step-t1", "beyond the paper (step size at T=1)",
            "Without recursion (T=1), a smaller CEM step eta=1/2 beats the residual step eta=1, and beats Llama.",
            "For every sublayer, size and preconditioner, perplexity at T=1 eta=1/2 is lower than at T=1 eta=1, and "

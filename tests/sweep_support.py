@@ -58,9 +58,11 @@ def run(name: str, cache: Path, report: bool = True, **kw):
     from rich.console import Console
 
     from cemlab.cli import report_after_sweep
+    from cemlab.report.look_store import sweep_look
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress
+    kw.setdefault("looker", sweep_look)  # the judge of a seeded sweep's looks, as cemlab sweep hands it in
     result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
     if report:
         report_after_sweep(result, console, kw.get("overrides"))

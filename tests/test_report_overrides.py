@@ -4,7 +4,10 @@ trials (their config hashes, so the runs in the store match), and the sweep's en
 from __future__ import annotations
 
 import argparse
+import io
 from types import SimpleNamespace
+
+from rich.console import Console
 
 from cemlab import cli
 from cemlab.report.build import SweepGrids
@@ -26,7 +29,7 @@ def test_report_grids_are_the_overridden_trials():
         t.config_hash for t in load_sweep("gp_recursion").expand("smoke")]
 
 
-def test_sweep_end_builds_the_report_with_its_overrides(monkeypatch, capsys):
+def test_sweep_end_builds_the_report_with_its_overrides(monkeypatch):
     import cemlab.report as report
 
     seen = {}
@@ -38,10 +41,11 @@ def test_sweep_end_builds_the_report_with_its_overrides(monkeypatch, capsys):
     monkeypatch.setattr(report, "build_report", fake_build_report)
     result = SimpleNamespace(interrupted=False, store_error=None, sweep="recursion_ablation", scale="smoke",
                              tracking_uri="sqlite:///x.db", report=None, report_error=None)
-    console = SimpleNamespace(print=lambda *a, **k: print(*a))
-    cli.report_after_sweep(result, console, OVERRIDES)
+    out = io.StringIO()
+    cli.report_after_sweep(result, Console(file=out, width=80), OVERRIDES)
     assert seen == {"sweep": "recursion_ablation", "scale": "smoke", "overrides": OVERRIDES}
-    assert result.report == "reports/recursion_ablation/index.html" and "not built" not in capsys.readouterr().out
+    assert result.report == "reports/recursion_ablation/index.html"
+    assert out.getvalue() == "Report: reports/recursion_ablation/index.html\n"
 
 
 def test_report_command_takes_overrides_beside_sweep_names():

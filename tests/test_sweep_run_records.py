@@ -158,4 +158,4 @@ def test_the_resume_command_is_the_command_line_with_its_overrides_and_flags(mon
     result = SweepResult("attention_replacement", "smoke", "sqlite:///x.db", "1", "p", False, [], interrupted=True,
                          command=command)
     pg.print_end(result, Console(file=out, width=400, highlight=False))
-    assert f"run `{command}` again to resume" in out.getvalue()
+    assert f"to resume, run: {command}\n" in out.getvalue()   # the command whole, on the line's end

@@ -138,7 +138,7 @@ def test_a_store_killed_mid_sweep_is_named_fast_and_a_rerun_finishes(runs_dir, t
         attempts = _attempts(log_dir)
         assert QUEUED not in attempts and started <= set(attempts) and SHORT in started, (attempts, started, out)
         assert all(n <= 1 for n in attempts.values()), (attempts, out)
-        resume = re.search(r"run `([^`]+)` again to resume", out)
+        resume = re.search(r"to resume, run:\s+(\S.*)$", out, re.M)
         assert resume and shlex.split(resume.group(1)) == ["cemlab", *cmd[3:]], out
         assert "Traceback" not in out, out
         summary = json.loads((log_dir / "summary.json").read_text())

@@ -97,14 +97,20 @@ def chosen_on_validation(lrs, val, test) -> Optimum:
     if not np.isfinite(val).any():
         return akima_optimum(lrs, test)
     chosen = akima_optimum(lrs, np.where(np.isfinite(test), val, np.nan))
-    x, y = average_seeds(lrs, test)
-    if not math.isfinite(chosen.lr) or len(x) == 0:
+    if not math.isfinite(chosen.lr):
         return chosen
+    return Optimum(chosen.lr, read_at(lrs, test, chosen.lr), chosen.bracketed, chosen.n_points)
+
+
+def read_at(lrs, values, lr: float) -> float:
+    """The Akima interpolant of ``values`` over ``log10(lrs)`` read at ``lr`` (with fewer than three
+    rates: the value at the nearest rate); NaN without a finite value."""
+    x, y = average_seeds(lrs, values)
+    if len(x) == 0 or not math.isfinite(lr) or lr <= 0:
+        return math.nan
     if len(x) < 3:
-        value = float(y[int(np.argmin(np.abs(np.log10(x) - math.log10(chosen.lr))))])
-    else:
-        value = float(_interpolator(np.log10(x), y)(math.log10(chosen.lr)))
-    return Optimum(chosen.lr, value, chosen.bracketed, chosen.n_points)
+        return float(y[int(np.argmin(np.abs(np.log10(x) - math.log10(lr))))])
+    return float(_interpolator(np.log10(x), y)(math.log10(lr)))
 
 
 def _interpolator(logx: np.ndarray, y: np.ndarray):

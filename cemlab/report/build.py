@@ -37,13 +37,14 @@ from cemlab.paths import reports_dir
 from cemlab.report import figures as figs
 from cemlab.report.claims import all_claims, claims_for
 from cemlab.report.grids import SweepGrids
+from cemlab.report.look import level_note, seeded_grid, sweep_verdicts
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.tracking.conventions import run_url
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.table import MISSING, NOT_FINISHED, aggregate, best_lr, cell_display, join_trials
 from cemlab.report.comparisons import comparisons_table, forest_plot
-from cemlab.report.verdicts import comparison_frame, evaluate, integers as _integers, verdict_frame
+from cemlab.report.verdict_tables import comparison_frame, integers as _integers, verdict_frame
 from cemlab.tracking import schema
 
 #: ``cemlab report`` exit codes.
@@ -70,7 +71,7 @@ class ReportContext:
         name = sweep or self.sweep
         if name not in self._trials:
             if sweep is None or name in self.grids.names():
-                grid = self.grids.trials(name, self.scale)  # a broken sweep file raises SweepError
+                grid = seeded_grid(self.grids, name, self.scale, self.store)  # a broken sweep file raises SweepError
             else:
                 grid = []  # a claim names a sweep this project does not have
             self._trials[name] = join_trials(grid, self.store)
@@ -238,17 +239,29 @@ def _claims_frame(verdicts, where: str = "in its sweep's report") -> pd.DataFram
                          for _, r in df.iterrows()]
     df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    df["verdict at a shared lr"] = [r["verdict_shared_lr"] + (f" (lr {r['shared_lr']:.3g})" if np.isfinite(
-        r["shared_lr"]) else "") for _, r in df.iterrows()]
+    df["verdict at a shared lr (sensitivity)"] = df["verdict_shared_lr"]
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
     df["effect, % [CI]"] = df.pop("effect (95% CI)")
-    return df[["id", "paper", "claim", "condition", "verdict", "verdict at a shared lr", "verdict changes with tuning",
-               "effect, % [CI]", "primary", "margin", "size_flips", "regime", "paper_regime", "comparisons", "missing",
-               "rule"]]
+    df["primary comparison"] = [_primary_text(r) for _, r in df.iterrows()]
+    df["condition"] = [f"{r['condition']} ({r['role']})".strip() if r["condition"] else r["role"]
+                       for _, r in df.iterrows()]
+    return df[["id", "paper", "claim", "condition", "verdict", "decided_by", "effect, % [CI]", "primary comparison",
+               "verdict at a shared lr (sensitivity)", "verdict changes with tuning", "margin", "size_flips", "regime",
+               "paper_regime", "comparisons", "missing", "rule"]]
+
+
+def _primary_text(r) -> str:
+    """The primary comparison beside the deciding one, when they differ."""
+    if not r["primary"] or r["primary"] == r["decided_by"]:
+        return "(the deciding one)" if r["primary"] else ""
+    ci = (f" [{r['primary_ci_low'] * 100:+.2f}, {r['primary_ci_high'] * 100:+.2f}]"
+          if np.isfinite(r["primary_ci_low"]) else "")
+    eff = f"{r['primary_effect'] * 100:+.2f}{ci}" if np.isfinite(r["primary_effect"]) else "n/a"
+    return f"{r['primary']}: {eff}"
 
 
 def _effect_text(r) -> str:
-    """The primary comparison's effect and its (Bonferroni-adjusted) interval, in percent."""
+    """The deciding comparison's effect and its 95% interval, as a relative change in percent."""
     def pct(x):
         return f"{x * 100:+.2f}"
     if not np.isfinite(r["effect"]):
@@ -278,9 +291,11 @@ def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Sect
     if forest is not None:
         _save(forest, out_dir, "forest", written)
     sections.append(Section("comparisons", "Every comparison behind the claims",
-                            "One row per comparison (comparisons.csv); effect and interval in percent (log2 of the lr "
-                            "ratio for the learning-rate claim), each interval Bonferroni-adjusted over its claim's "
-                            "comparisons. Forest plot: the grey band is each claim's smallest effect of interest, a "
+                            "One row per comparison (comparisons.csv); effect and 95% interval as relative changes in "
+                            "percent, built on the log scale (log2 of the lr ratio for the learning-rate claim); the "
+                            "decision uses the p-values and one-sided levels shown (intersection-union for 'all' "
+                            "claims, Holm over the planned comparisons for contradictions and 'any'); a position "
+                            "with several candidates is tested at every choice. Forest plot: the grey band is each claim's smallest effect of interest, a "
                             "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
                             "forest.png" if forest is not None else None,
                             [comparisons_file] + (["forest.pdf"] if forest is not None else []),
@@ -320,7 +335,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history)
+    verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, at alpha/K
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
@@ -351,6 +366,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
+        ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale))),
         *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),
@@ -442,7 +458,7 @@ def build_overview(results: list[ReportResult], out: str | Path | None, store: R
         sweeps = list(claim.sweeps)
         s = scale or next((scales[n] for n in sweeps if n in scales), grids.default_scale)
         ctx = contexts.setdefault(s, ReportContext(sweeps[0] if sweeps else "", s, store, grids))
-        verdicts += evaluate([claim], ctx.cells, s, ctx.trials, ctx.history)
+        verdicts += sweep_verdicts([claim], ctx, sweeps[0] if sweeps else None)
     total_runs = sum(r.counts.get("runs", 0) for r in results)
     banner = None
     if total_runs == 0:

@@ -12,18 +12,18 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
-from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
-from cemlab.report.akima import chosen_on_validation
+from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SESOI_LR, SMALL_COST
+from cemlab.report.akima import akima_optimum, chosen_on_validation, read_at
 from cemlab.report.paper_figures import reuse_setting
 from cemlab.report.recursion_rules import (  # noqa: F401 (the recursion claims' rules, bound by name)
     eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1, rule_small_step_t1, rule_t2_beats_t1,
     rule_test_time_recursion)
-from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, t_interval
-from cemlab.report.table import best_lr, selection_key
-from cemlab.report.verdicts import Check, ClaimData, compare, eta_condition, etas_of, log2_ratio, num, pct, pick_cell, \
-    regime_of, rel, sizes_of
+from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence
+from cemlab.report.verdicts import Check, ClaimData, check_of_diffs, compare, eta_condition, etas_of, log2_ratio, \
+    num, pct, pick_cell, regime_of, rel, sizes_of
 
 
 def _size_pairs(cells: pd.DataFrame, missing: list[str], a: tuple[str, dict], b: tuple[str, dict]):
@@ -73,10 +73,15 @@ def rule_mlp_loses_more(data: ClaimData):
             continue
         la, ca = attn[size]
         checks.append(compare(
-            data, missing, size, [llama, cem, la, ca], lambda lm, m, l2, a: (a / l2 - 1) - (m / lm - 1),
-            f"{size}: CEM attention {pct(ca['mean'] / la['mean'] - 1)} vs CEM MLP "
-            f"{pct(cem['mean'] / llama['mean'] - 1)} over Llama (effect: attention's minus the MLP's)", 0.0, "below"))
+            data, missing, size, [llama, cem, la, ca], lambda lm, m, l2, a: (a - l2) - (m - lm),
+            f"{size}: CEM attention {pct(_log_ratio(ca, la))} vs CEM MLP {pct(_log_ratio(cem, llama))} over Llama "
+            f"(effect: attention's log ratio minus the MLP's)", 0.0, "below"))
     return checks, missing
+
+
+def _log_ratio(b, a) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.log(float(b["mean"]) / float(a["mean"])))
 
 
 def rule_param_matching_recovers(data: ClaimData):
@@ -91,8 +96,9 @@ def rule_param_matching_recovers(data: ClaimData):
 
 
 def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dict]]:
-    """Akima optimum of each seed's learning-rate curve, per size and family (llama / cem): the rate
-    chosen on the validation curve, the value read from the test curve at it (``chosen_on_validation``)."""
+    """Per size and family (llama / cem), per seed: the Akima optimum of the seed's own validation
+    curve (its optimal rate, ``own``) and the seed's test curve read at the rate chosen on the
+    *other* seeds' mean validation curve (``value``: chosen without the seed it judges)."""
     sweep = data.sweep(0)
     cells = data.cells(sweep)
     trials = data.trials(sweep)
@@ -104,11 +110,19 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
                 missing.append(f"{sweep} {size} {family}: not in the grid")
                 continue
             t = trials[trials["cell"].isin(set(g["cell"]))] if len(trials) else trials
+            if len(t):
+                t = t.assign(val=t["val"] if "val" in t else math.nan)
+                t = t[np.isfinite(t["value"].to_numpy(dtype=float))]
             per_seed = {}
             for seed, s in t.groupby("seed", sort=True) if len(t) else []:
-                opt = chosen_on_validation(s["lr"], s["val"] if "val" in s else [math.nan] * len(s), s["value"])
-                if opt.n_points:
-                    per_seed[int(seed)] = (opt, float(g["lr"].min()), float(g["lr"].max()), g.iloc[0])
+                own = chosen_on_validation(s["lr"], s["val"], s["value"])
+                rest = t[t["seed"] != seed]
+                key = "val" if np.isfinite(rest["val"].to_numpy(dtype=float)).any() else "value"
+                other = akima_optimum(rest["lr"], rest[key]) if len(rest) else own
+                value = read_at(s["lr"], s["value"], other.lr)
+                if own.n_points:
+                    per_seed[int(seed)] = dict(own=own, value=value, lo=float(g["lr"].min()), hi=float(g["lr"].max()),
+                                               row=g.iloc[0])
             if not per_seed:
                 missing.append(f"{sweep} {size} {family}: no finished run")
                 continue
@@ -116,7 +130,8 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
     return out
 
 
-def _optimum_checks(data: ClaimData, f: Callable, text: Callable, tol: float, side: str, fmt=pct):
+def _optimum_checks(data: ClaimData, f: Callable, text: Callable, tol: float, side: str, fmt=pct,
+                    discrete: bool = False):
     """Per size with both families' per-seed optima (``_seed_optima``): the comparison of
     ``f(llama optimum, cem optimum)`` over the seeds where both have one, described by
     ``text(size, llama optima, cem optima)``, as (size, family optima, Check, seeds, llama optima,
@@ -130,42 +145,45 @@ def _optimum_checks(data: ClaimData, f: Callable, text: Callable, tol: float, si
         if not seeds:
             missing.append(f"{size}: no seed with both optima")
             continue
-        ol = [fam["llama"][s][0] for s in seeds]
-        oc = [fam["cem"][s][0] for s in seeds]
-        iv = t_interval([f(a, b) for a, b in zip(ol, oc)], data.level())
-        ref = fam["llama"][seeds[0]][3]
-        check = Check(size, text(size, ol, oc), iv, tol, side, "", regime_of([ref]), fmt=fmt, margin=data.margin,
-                      level=data.level())
+        ol = [fam["llama"][s] for s in seeds]
+        oc = [fam["cem"][s] for s in seeds]
+        diffs = [f(a, b) for a, b in zip(ol, oc)]
+        t = math.log1p(tol) if fmt is pct else tol
+        check = check_of_diffs(size, text(size, ol, oc), diffs, t, side, "", regime_of([ol[0]["row"]]), fmt,
+                               data.margin, discrete)
         found.append((size, fam, check, seeds, ol, oc))
     return found, missing
 
 
 def _optima_text(size: str, ol: list, oc: list) -> str:
-    edge = "" if all(o.bracketed for o in ol + oc) else " (an optimum is at the grid's edge)"
-    return (f"{size}: Akima optima per seed: Llama {', '.join(num(o.value) for o in ol)}, "
-            f"CEM {', '.join(num(o.value) for o in oc)}{edge}")
+    edge = "" if all(o["own"].bracketed for o in ol + oc) else " (an optimum is at the grid's edge)"
+    return (f"{size}: test perplexity at the rate chosen on the other seeds' validation (Akima), per seed: Llama "
+            f"{', '.join(num(o['value']) for o in ol)}, CEM {', '.join(num(o['value']) for o in oc)}{edge}")
 
 
 def rule_full_cem_matches_llama(data: ClaimData):
-    found, missing = _optimum_checks(data, lambda a, b: b.value / a.value - 1, _optima_text, MATCH_TOL, "below")
+    found, missing = _optimum_checks(data, lambda a, b: math.log(b["value"] / a["value"]), _optima_text, MATCH_TOL,
+                                     "below")
     return [check for _, _, check, *_ in found], missing
 
 
 def _optimal_lr_text(size: str, ol: list, oc: list) -> str:
     def f(o):
-        return f"{o.lr:.3g}{'' if o.bracketed else ' (edge)'}"
+        return f"{o['own'].lr:.3g}{'' if o['own'].bracketed else ' (edge)'}"
     return f"{size}: optimal lr per seed Llama {', '.join(map(f, ol))}; CEM {', '.join(map(f, oc))}"
 
 
 def rule_full_cem_higher_lr(data: ClaimData):
-    """CEM's optimal lr is higher than Llama's: per seed, log2(lr_CEM / lr_Llama) > 0. An optimum at
-    the top (bottom) edge of the grid means the true optimum is at or above (below) it: a verdict
-    stands only if every edge pushes the same way as the verdict, otherwise it is inconclusive."""
-    found, missing = _optimum_checks(data, lambda a, b: math.log2(b.lr / a.lr), _optimal_lr_text, 0.0, "above",
-                                     log2_ratio)
+    """CEM's optimal lr is higher than Llama's: per seed, log2(lr_CEM / lr_Llama) > 0, judged by an
+    exact sign test (optima on a grid take few values; equal optima are ties). An optimum at the
+    top (bottom) edge of the grid means the true optimum is at or above (below) it: a verdict stands
+    only if every edge pushes the same way as the verdict, otherwise it is inconclusive."""
+    data.margin = SESOI_LR
+    found, missing = _optimum_checks(data, lambda a, b: math.log2(b["own"].lr / a["own"].lr), _optimal_lr_text,
+                                     0.0, "above", log2_ratio, discrete=True)
     checks = []
     for size, fam, check, seeds, ol, oc in found:
-        lo, hi = fam["llama"][seeds[0]][1], fam["llama"][seeds[0]][2]
+        lo, hi = ol[0]["lo"], ol[0]["hi"]
 
         def push(o, cem: bool) -> int:  # +1: the true value favours "higher", -1: "lower", 0: none
             if o.bracketed:
@@ -173,8 +191,9 @@ def rule_full_cem_higher_lr(data: ClaimData):
             up = math.isclose(o.lr, hi, rel_tol=1e-9)
             down = math.isclose(o.lr, lo, rel_tol=1e-9)
             return (1 if up else -1 if down else 0) * (1 if cem else -1)
-        pushes = {push(o, False) for o in ol} | {push(o, True) for o in oc}
+        pushes = {push(o["own"], False) for o in ol} | {push(o["own"], True) for o in oc}
         if (check.verdict == SUPPORTED and -1 in pushes) or (check.verdict == CONTRADICTED and 1 in pushes):
+            check.evidence = Evidence()  # no test decides it
             check.verdict = INCONCLUSIVE
             check.text += " (an optimum at the grid's edge leaves it open)"
         checks.append(check)
@@ -201,15 +220,11 @@ def rule_kq_matters(data: ClaimData):
     checks = []
     for size in sizes_of(cells):
         none = pick_cell(cells, missing, f"{size} no diagonal", size=size, kq_diagonal="none")
-        diag = [r for r in (pick_cell(cells, missing, f"{size} shared", size=size, kq_diagonal="shared"),
-                            pick_cell(cells, missing, f"{size} per-head", size=size, kq_diagonal="per_head"))
-                if r is not None]
-        if none is not None and diag:
-            key = selection_key(pd.DataFrame(diag))
-            best = min(diag, key=lambda r: r[key] if math.isfinite(r[key]) else math.inf)
+        best = pick_cell(cells, missing, f"{size} diagonal", size=size, kq_diagonal=["shared", "per_head"])
+        if none is not None and best is not None:
             checks.append(compare(data, missing, size, [none, best], rel,
-                                  f"{size}: none {num(none['mean'])}, best diagonal ({best['kq_diagonal']}, chosen on "
-                                  f"validation) {num(best['mean'])}", -NEGLIGIBLE, "below"))
+                                  f"{size}: none {num(none['mean'])}, best diagonal (every diagonal variant tested; "
+                                  f"shown: {best.get('kq_diagonal', '')}) {num(best['mean'])}", -NEGLIGIBLE, "below"))
     return checks, missing
 
 
@@ -230,13 +245,11 @@ def _reuse_rule(attention: bool):
     the one at the T=2 cell's per-step eta where it was run, else at eta=1."""
     def rule(data: ClaimData):
         missing: list[str] = []
-        cells = data.cells(data.sweep(0))
+        cells = data.at_best_lr(data.sweep(0))
         if cells.empty:
             return [], missing
         cells = cells.copy()
         cells["setting"] = [reuse_setting(r, attention) for _, r in cells.iterrows()]
-        if cells["lr"].nunique() > 1:
-            cells = best_lr(cells, ["setting", "size", "T", "eta"])
         checks = []
         drop = rel
         for size in sizes_of(cells):
@@ -267,10 +280,10 @@ def _reuse_rule(attention: bool):
                                      0.0, "below", cond)]
                     if r1 is not None and r2 is not None:
                         found.append(compare(data, missing, f"{size} {setting} vs reuse {cond}".strip(),
-                                             [t1, t2, r1, r2], lambda a, b, ra, rb: drop(a, b) - drop(ra, rb),
+                                             [t1, t2, r1, r2], lambda a, b, ra, rb: (b - a) - (rb - ra),
                                              f"{size} {setting} {cond}: change minus plain reuse's change", 0.0,
                                              "below", cond))
-                    checks += [ch for ch in found if ch is not None]
+                    checks += found
         return checks, missing
     return rule
 

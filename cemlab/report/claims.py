@@ -35,11 +35,13 @@ class Claim:
     margin: float = paper.SESOI
     combine: str = "all"
     sweeps: tuple[str, ...] = ()
+    primary_condition: str = ""
 
 
 def _claim(e: dict, fn: Callable) -> Claim:
     return Claim(e["id"], e["paper"], e["claim"], e["rule"], fn, e["paper_regime"], e.get("primary", ""),
-                 e.get("margin", paper.SESOI), e.get("combine", "all"), tuple(e.get("sweeps", ())))
+                 e.get("margin", paper.SESOI), e.get("combine", "all"), tuple(e.get("sweeps", ())),
+                 e.get("primary_condition", ""))
 
 
 def bind(entries, rules: ModuleType = claim_rules) -> list[Claim]:

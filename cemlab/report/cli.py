@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cemlab.links import COMMAND, PATH, print_link
+
 EPILOG = """\
 Reports go to DIR/<sweep>/ (index.html, index.md, figures as PNG and PDF, a CSV per figure,
 claims.csv, trials.csv, cells.csv, missing.csv) and are logged as artifacts (report/) of the
@@ -137,7 +139,7 @@ def _report(args, uri: str, not_logged: str | None) -> int:
             _name_other_scales(r, store, grids, count_runs)
     if len(results) != 1:
         overview = build_overview(results, args.out, store, grids, args.scale)
-        print(f"overview: {overview}")
+        print_link("overview:", overview, PATH)
     with_runs = [r for r in results if not r.empty]
     if not with_runs:
         print(f"cemlab report: the MLflow store {uri} holds no runs of any sweep; run `cemlab sweep NAME` first",
@@ -173,8 +175,9 @@ def _name_other_scales(r, store, grids, count_runs) -> None:
 def _print_result(r) -> None:
     c = r.counts
     if r.empty:
-        print(f"{r.sweep} [{r.scale}]: NO RUNS in {r.tracking_uri}; run `cemlab sweep {r.sweep} --scale {r.scale}` "
-              f"first. Page: {r.index_html}")
+        print(f"{r.sweep} [{r.scale}]: NO RUNS in {r.tracking_uri}")
+        print_link("  run first:", f"cemlab sweep {r.sweep} --scale {r.scale}", COMMAND)
+        print_link("  page:", r.index_html, PATH)
         return
     verdicts = ", ".join(f"{v.id}{f' ({v.condition})' if v.condition else ''}: {v.verdict}" for v in r.verdicts) \
         or "no claims"
@@ -182,7 +185,7 @@ def _print_result(r) -> None:
     print(f"{r.sweep} [{r.scale}]: {c['finished']}/{c['trials']} trials finished"
           f"{' (' + others + ')' if others else ''}; figures: {', '.join(r.figures) or 'none'}")
     print(f"  claims: {verdicts}")
-    print(f"  report: {r.index_html}")
+    print_link("  report:", r.index_html, PATH)
     if r.publish_error:
         print(f"cemlab report: the report of {r.sweep} was written, not logged to MLflow run {r.parent_run_id}: "
               f"{r.publish_error}", file=sys.stderr)

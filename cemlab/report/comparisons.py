@@ -1,9 +1,9 @@
 """Every comparison behind the claims, as a page table and a forest plot.
 
-``comparisons.csv`` (``cemlab.report.verdicts.comparison_frame``) has one row per comparison; the
-page shows the same rows (effects in percent, the unit named in the header) under the claims table,
-and one forest plot: a panel per claim, every comparison's effect with its Bonferroni-adjusted
-interval on one axis, the claim's smallest effect of interest shaded around 0 and the threshold of a
+``comparisons.csv`` (``cemlab.report.verdict_tables.comparison_frame``) has one row per comparison; the
+page shows the same rows (effects as relative changes in percent, the unit named in the header)
+under the claims table, and one forest plot: a panel per claim, every comparison's effect with its
+95% interval on one axis, the claim's smallest effect of interest shaded around 0 and the threshold of a
 threshold or equivalence test drawn dashed. The effects follow one sign convention
 (``cemlab.paper.SIGN_CONVENTION``): negative = the variant the claim favours is better.
 """
@@ -15,10 +15,12 @@ import math
 import pandas as pd
 
 from cemlab.report.plotting import pyplot
+from cemlab.report.verdicts import shown
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:+.2f}" if math.isfinite(x) else ""
+    """A log-scale effect as a relative change in percent."""
+    return f"{math.expm1(x) * 100:+.2f}" if math.isfinite(x) else ""
 
 
 def _is_lr(v) -> bool:
@@ -26,18 +28,27 @@ def _is_lr(v) -> bool:
 
 
 def comparisons_table(verdicts: list) -> pd.DataFrame:
-    """The page's comparison rows: claim, condition, comparison, test, effect and interval in
-    percent (log2 for the learning-rate claim), the interval's level, n and the verdict."""
+    """The page's comparison rows: claim, condition (and whether it is the primary one), comparison,
+    test, effect and interval in percent (log2 for the learning-rate claim), n, the sd of the paired
+    log differences, the one-sided levels of its tests, its p-values, the verdict and whether it
+    decided the claim."""
     rows = []
     for v in verdicts:
         for ch in v.checks:
             scale = (lambda x: f"{x:+.3f}" if math.isfinite(x) else "") if _is_lr(v) else _pct
-            rows.append({"claim": v.id, "condition": v.condition, "comparison": ch.label, "test": ch.test,
-                         "effect (% or log2)": scale(ch.iv.effect),
-                         "interval": f"[{scale(ch.iv.low)}, {scale(ch.iv.high)}]" if ch.iv.finite else "none",
-                         "level": f"{ch.level:.2%}", "n": int(ch.iv.n), "verdict": ch.verdict})
-    return pd.DataFrame(rows, columns=["claim", "condition", "comparison", "test", "effect (% or log2)", "interval",
-                                       "level", "n", "verdict"])
+            ev = ch.evidence
+            rows.append({"claim": v.id, "condition": f"{v.condition} ({v.role})".strip(), "comparison": ch.label,
+                         "test": ch.test, "effect (% or log2)": scale(ch.iv.effect),
+                         "95% interval": f"[{scale(ch.iv.low)}, {scale(ch.iv.high)}]" if ch.iv.finite else
+                         (ch.iv.note or "none"),
+                         "n": int(ch.iv.n), "sd (log)": f"{ch.iv.sd:.3g}" if math.isfinite(ch.iv.sd) else "",
+                         "p supported / contradicted": f"{ev.p_claim:.3g} / {ev.p_against:.3g}" if ev else "",
+                         "levels (one-sided)": f"{ch.alpha_claim:.3g} / {ch.alpha_against:.3g}",
+                         "choice": ch.choice, "diverged": ch.diverged, "verdict": ch.verdict,
+                         "decided": "yes" if ch.label == v.decided_by else ""})
+    return pd.DataFrame(rows, columns=["claim", "condition", "comparison", "test", "effect (% or log2)",
+                                       "95% interval", "n", "sd (log)", "p supported / contradicted",
+                                       "levels (one-sided)", "choice", "diverged", "verdict", "decided"])
 
 
 def forest_plot(verdicts: list):
@@ -55,18 +66,17 @@ def forest_plot(verdicts: list):
         ax.axvspan(-v.margin * unit, v.margin * unit, color="0.88", zorder=0, label="smallest effect of interest")
         ax.axvline(0.0, color="0.3", lw=0.8)
         for y, ch in zip(ys, v.checks):
-            e = ch.iv.effect * unit
+            e, lo, hi = (shown(x, ch.fmt) * unit for x in (ch.iv.effect, ch.iv.low, ch.iv.high))
             if ch.iv.finite:
-                ax.errorbar(e, y, xerr=[[e - ch.iv.low * unit], [ch.iv.high * unit - e]], fmt="o", color="C0",
-                            ms=4, capsize=2)
+                ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="o", color="C0", ms=4, capsize=2)
             elif math.isfinite(e):
                 ax.plot(e, y, "x", color="C0")
             if ch.tol:
                 for t in ((-ch.tol, ch.tol) if ch.side == "within" else (ch.tol,)):
-                    ax.plot([t * unit] * 2, [y - 0.4, y + 0.4], ls="--", color="C3", lw=1)
+                    ax.plot([shown(t, ch.fmt) * unit] * 2, [y - 0.4, y + 0.4], ls="--", color="C3", lw=1)
         ax.set_yticks(ys)
         ax.set_yticklabels([f"{ch.label} [{ch.verdict}]" for ch in v.checks], fontsize=7)
-        ax.set_title(f"{v.id} {v.condition}: {v.verdict}".strip(), fontsize=8, loc="left")
+        ax.set_title(f"{v.id} {v.condition} ({v.role}): {v.verdict}", fontsize=8, loc="left")
         ax.set_xlabel("log2 lr ratio" if _is_lr(v) else "effect (%)", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
         ax.set_ylim(-0.7, len(v.checks) - 0.3)

@@ -8,15 +8,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from cemlab.report.akima import akima_optimum
+from cemlab.report.akima import chosen_on_validation
 from cemlab.report.plotting import finite
 
 
 def lr_optima(cells: pd.DataFrame) -> pd.DataFrame:
-    """Akima optimum of each (group, variant, size) over the cells' learning rates."""
+    """Akima optimum of each (group, variant, size) over the cells' learning rates: the rate chosen
+    on the validation curve (seed means), the test curve read at it (``chosen_on_validation``)."""
     rows = []
     for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
-        opt = akima_optimum(g["lr"].to_numpy(dtype=float), g["mean"].to_numpy(dtype=float))
+        val = g["val_mean"].to_numpy(dtype=float) if "val_mean" in g else np.full(len(g), np.nan)
+        opt = chosen_on_validation(g["lr"].to_numpy(dtype=float), val, g["mean"].to_numpy(dtype=float))
         params = g["params_total"].to_numpy(dtype=float)
         params = params[np.isfinite(params)]
         rows.append(dict(family=g["family"].iloc[0], group=group, variant=variant, size=size, n_lr=int(len(g)),

@@ -242,7 +242,8 @@ def fig3a(ctx) -> Figure | None:
     caption = ("Test perplexity against learning rate (seed means, bars = std), one colour per variant ("
                + ", ".join(f"{v} {color_name(c)}" for (_, v), c in colors.items()) + "), one marker per size. "
                "Lines: Akima (makima) "
-               "interpolation in log learning rate; stars: interpolated optima, hollow when the optimum lies "
+               "interpolation in log learning rate; stars: the optimum chosen on the validation curve (its "
+               "Akima minimum), drawn at the test curve's value there, hollow when it lies "
                "at the edge of the grid (not bracketed). x at the top: diverged runs; | at the bottom: learning "
                "rates sampled by Optuna whose runs ASHA stopped early (no final result, so not a point).")
     tables = {"fig3a": csv, "akima_optima": optima}

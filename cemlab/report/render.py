@@ -20,15 +20,17 @@ VERDICT_CLASS = {SUPPORTED: "supported", CONTRADICTED: "contradicted", INCONCLUS
 
 #: How the claims are judged, said once above the claims table.
 METHOD_TEXT = (
-    "Verdicts: supported / contradicted / negligible / inconclusive / not enough runs. Every choice among runs (the "
-    "best cell, the best learning rate, the Akima optimum) is made on the validation metric; the verdict is computed "
-    "on test. Each comparison is a paired t-interval over seeds, Bonferroni-adjusted over the k comparisons of its "
-    "claim (level 1 - 0.05/k). A difference claim is supported when its interval lies wholly on the favoured side "
-    "of 0, contradicted when wholly on the other, negligible when wholly inside +-margin (the claim's smallest effect "
-    "of interest); an equivalence claim (TOST) is supported when its (1 - 0.10/k) interval lies inside +-threshold. "
-    f"A claim's comparisons combine by its rule: 'all' = {COMBINE_RULES['all']}; 'any' = {COMBINE_RULES['any']}. "
-    "The verdict column is each cell at its own validation-chosen learning rate (tuned); beside it the verdict with "
-    "every cell at one shared learning rate (the one best on validation averaged over cells). "
+    "Verdicts: supported / contradicted / negligible / inconclusive / not enough runs (docs/verdicts.md). Effects are "
+    "paired over seeds on the log scale and shown as relative changes, exp(effect) - 1. Each comparison is a paired "
+    "t-test over seeds, every one-sided decision at 2.5% (so a comparison's 95% interval and its verdict agree); "
+    "where a cell may be any of several (its learning rates, the best of several variants) every choice is tested, "
+    "nothing is chosen on the seeds that judge, and the effect shown takes each choice on the other seeds' "
+    "validation metric. A cell where a seed diverged or failed is no candidate; a planned comparison without runs "
+    "counts and leaves an 'all' claim at best 'not enough runs'. "
+    f"A claim's comparisons combine by its rule: 'all' = {COMBINE_RULES['all']} (supported by intersection-union, "
+    f"contradicted by Holm over the planned comparisons); 'any' = {COMBINE_RULES['any']} (supported by Holm). "
+    "Each claim has one primary condition; other conditions and the verdict at a shared learning rate (judged at "
+    "every rate of the grid) are sensitivity checks. The table names the comparison that decided each verdict. "
     f"Sign convention: {SIGN_CONVENTION} A verdict at a small scale says what those runs show, not what the paper's "
     "runs show.")
 

@@ -11,22 +11,23 @@ The interval is a t-interval over the paired differences (``METHOD``), not a boo
 2-5 seeds a sweep affords, a bootstrap's percentile interval is too narrow and too coarse. Only
 seeds at which every compared cell finished enter; fewer than two give no interval.
 
-Verdict of one comparison against the claim's tolerance ``tol`` on the side the claim states:
+The interval shown is a 95% t-interval of the paired differences (on the log scale of the
+effects, ``cemlab.report.verdicts``); the *decision* uses one-sided p-values at alpha/2 each
+(``t_pvalues``; ``sign_pvalues`` for a discrete effect), so that for one comparison without choices
+the interval and the decision agree:
 
-- ``supported``: the whole interval is on the claim's side of ``tol``;
-- ``contradicted``: the whole interval is on the other side;
-- ``negligible``: a difference claim (``tol`` = 0) whose whole interval lies inside +-``margin``,
-  the claim's smallest effect of interest: whatever its sign, the effect is too small to matter;
-- ``inconclusive``: the interval contains ``tol``, or there is one seed only (the numbers are
-  still shown, never a yes or no);
-- ``not enough runs``: no seed at which every compared cell finished.
+- ``supported``: the claim's side of its tolerance (below, above, or inside +-tol by two one-sided
+  tests);
+- ``contradicted``: the other side;
+- ``negligible``: a difference claim (tolerance 0) whose effect lies inside +-``margin``, the claim's
+  smallest effect of interest, by two one-sided tests;
+- ``inconclusive``: none of these, in particular one seed only or zero spread (``ZERO_SPREAD``);
+- ``not enough runs``: no usable seed at which every compared cell finished.
 
-An equivalence claim (``side='within'``: |effect| < tol) is judged by two one-sided tests (TOST):
-supported when the (1 - 2 alpha) interval lies wholly inside +-tol, contradicted when it lies
-wholly outside, inconclusive otherwise (``cemlab.report.verdicts.compare`` passes that level).
-
-Family-wise correction: the k comparisons behind one claim (one step-size condition) are each
-judged at level 1 - alpha/k (Bonferroni-adjusted intervals, ``bonferroni_level``).
+Where a position of a comparison may be one of several cells (learning rates, the best of several
+variants), ``every_choice_p`` tests every choice; ``decide`` combines a claim's planned comparisons:
+intersection-union for ``all`` claims, Holm for their contradiction and for ``any`` claims
+(``docs/verdicts.md``).
 
 scipy is imported inside :func:`t_interval`, so ``cemlab report`` refuses a bad sweep name without
 loading it.
@@ -47,14 +48,6 @@ NOT_ENOUGH = "not enough runs"
 VERDICTS = (SUPPORTED, CONTRADICTED, NEGLIGIBLE, INCONCLUSIVE, NOT_ENOUGH)
 
 LEVEL = 0.95
-METHOD = "paired t-interval over seeds, Bonferroni-adjusted over the claim's comparisons"
-
-
-def bonferroni_level(k: int, level: float = LEVEL, equivalence: bool = False) -> float:
-    """Confidence level of each of ``k`` comparisons so that the family keeps ``level``: 1 - alpha/k;
-    for an equivalence (TOST) the two one-sided tests at alpha/k each, i.e. 1 - 2 alpha/k."""
-    alpha = (1 - level) / max(int(k), 1)
-    return 1 - 2 * alpha if equivalence else 1 - alpha
 
 
 @dataclass(frozen=True)
@@ -65,6 +58,8 @@ class Interval:
     low: float
     high: float
     n: int
+    sd: float = math.nan  # sample sd of the paired differences (ddof=1)
+    note: str = ""  # why there is no interval although n >= 2 (e.g. zero spread)
 
     @property
     def finite(self) -> bool:
@@ -83,8 +78,47 @@ def t_interval(diffs, level: float = LEVEL) -> Interval:
     mean = float(d.mean())
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
+    sd = float(d.std(ddof=1))
+    if not sd > 1e-12 * max(1.0, abs(mean)):
+        return Interval(mean, math.nan, math.nan, n, 0.0, ZERO_SPREAD.format(n=n))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n, sd)
+
+
+#: Why a comparison whose paired differences are all equal decides nothing.
+ZERO_SPREAD = ("the {n} paired differences are identical (zero spread): a t interval would have zero width, so it "
+               "decides nothing")
+
+
+def t_pvalues(diffs, tol: float) -> tuple[float, float]:
+    """One-sided p-values of the paired t-test against ``tol``: (p that the mean is below ``tol``,
+    p that it is above); NaN with fewer than two finite differences or zero spread."""
+    from scipy.special import stdtr  # Student t's distribution function (scipy.stats.t.cdf without its overhead)
+
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    n = len(d)
+    if n < 2:
+        return math.nan, math.nan
+    sd = float(d.std(ddof=1))
+    if not sd > 1e-12 * max(1.0, abs(float(d.mean()))):
+        return math.nan, math.nan
+    t = (float(d.mean()) - tol) / (sd / math.sqrt(n))
+    return float(stdtr(n - 1, t)), float(stdtr(n - 1, -t))
+
+
+def sign_pvalues(diffs, tol: float) -> tuple[float, float]:
+    """Exact one-sided sign-test p-values against ``tol`` (ties dropped): (p below, p above). For a
+    discrete effect such as an optimum on a grid, where a t interval can have zero width."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    up, down = int((d > tol).sum()), int((d < tol).sum())
+    m = up + down
+    if m == 0:
+        return 1.0, 1.0
+    return float(stats.binom.cdf(up, m, 0.5)), float(stats.binom.cdf(down, m, 0.5))
 
 
 def judge(iv: Interval, tol: float, side: str, margin: float = 0.0) -> str:
@@ -119,17 +153,141 @@ COMBINE_RULES = {
 
 
 def combine(verdicts: list[str], rule: str = "all") -> str:
-    """A claim's verdict from its comparisons' by ``rule`` (``COMBINE_RULES``); ``not enough runs``
-    without any comparison."""
+    """A claim's verdict from its comparisons' words by ``rule`` (``COMBINE_RULES``), as ``decide``
+    combines them: a planned comparison without runs (``not enough runs``) leaves an ``all`` claim at
+    best ``not enough runs`` and never counts as decided; ``not enough runs`` without any comparison."""
     vs = [v for v in verdicts if v != NOT_ENOUGH]
     if not vs:
         return NOT_ENOUGH
+    gap = len(vs) < len(verdicts)
     if rule == "any":
         if SUPPORTED in vs:
             return SUPPORTED
-        return CONTRADICTED if all(v == CONTRADICTED for v in vs) else INCONCLUSIVE
+        return NOT_ENOUGH if gap else CONTRADICTED if all(v == CONTRADICTED for v in vs) else INCONCLUSIVE
     if CONTRADICTED in vs:
         return CONTRADICTED
-    if all(v == SUPPORTED for v in vs):
-        return SUPPORTED
-    return NEGLIGIBLE if all(v in (SUPPORTED, NEGLIGIBLE) for v in vs) else INCONCLUSIVE
+    if all(v in (SUPPORTED, NEGLIGIBLE) for v in vs):
+        return NOT_ENOUGH if gap else SUPPORTED if all(v == SUPPORTED for v in vs) else NEGLIGIBLE
+    return INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------------------------
+# Decisions from p-values: every choice tested, intersection-union for "all", Holm for the rest
+# ----------------------------------------------------------------------------------------------
+
+#: The family's two-sided error rate; every one-sided decision (supported, contradicted,
+#: negligible) is held to half of it, so that a 95% interval and the decision agree.
+ALPHA = 1 - LEVEL
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One comparison's one-sided p-values: that the claim's side holds (``p_claim``), that the
+    other side holds (``p_against``) and, for a difference claim, that the effect lies inside
+    +-margin (``p_negligible``). NaN-free: an undecidable test has p = 1."""
+
+    p_claim: float = 1.0
+    p_against: float = 1.0
+    p_negligible: float = 1.0
+
+
+def _p(x: float) -> float:
+    return float(x) if math.isfinite(x) else 1.0
+
+
+def every_choice_p(pvals: dict[tuple, float], coefs, n_choices, direction: str) -> float:
+    """p-value that the *tuned* effect sum_i c_i min_j mu_ij lies on ``direction`` ('below' or
+    'above') of the tolerance, from the p-values of every choice (one candidate j per position i:
+    a learning rate, or one of several cells the claim may pick from). For 'below' a position with
+    c_i > 0 may be chosen (any one choice below bounds the tuned effect), one with c_i <= 0 must hold
+    at every choice; for 'above' the reverse. The chosen positions pay Bonferroni over their choices.
+    Nothing is selected on the seeds that judge: every choice is tested."""
+    sign = 1 if direction == "below" else -1
+    free = [i for i, c in enumerate(coefs) if c * sign > 0]
+    worst: dict[tuple, float] = {}
+    for combo, p in pvals.items():
+        key = tuple(combo[i] for i in free)
+        worst[key] = max(worst.get(key, 0.0), _p(p))
+    if not worst:
+        return 1.0
+    m = int(np.prod([n_choices[i] for i in free])) if free else 1
+    return min(1.0, min(worst.values()) * m)
+
+
+def comparison_evidence(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, tol: float, side: str,
+                        margin: float = 0.0, discrete: bool = False) -> Evidence:
+    """The ``Evidence`` of a comparison from the per-seed differences of every choice (``diffs_of``:
+    choice -> differences), on the claim's ``side`` of ``tol`` ('below', 'above', or 'within':
+    |effect| < tol, two one-sided tests). ``discrete``: an exact sign test instead of the t-test."""
+    test = sign_pvalues if discrete else t_pvalues
+
+    def p(direction: str, at: float) -> float:
+        ps = {c: test(d, at)[0 if direction == "below" else 1] for c, d in diffs_of.items()}
+        return every_choice_p(ps, coefs, n_choices, direction)
+
+    if side == "within":
+        return Evidence(max(p("below", tol), p("above", -tol)), min(1.0, 2 * min(p("above", tol), p("below", -tol))))
+    against = "above" if side == "below" else "below"
+    neg = max(p("below", margin), p("above", -margin)) if tol == 0 and margin > 0 else 1.0
+    return Evidence(p(side, tol), p(against, tol), neg)
+
+
+def holm(pvals: list[float], alpha: float) -> list[bool]:
+    """Holm's step-down: which of ``pvals`` are rejected at family-wise level ``alpha``."""
+    order = sorted(range(len(pvals)), key=lambda i: pvals[i])
+    out = [False] * len(pvals)
+    for rank, i in enumerate(order):
+        if pvals[i] > alpha / (len(pvals) - rank):
+            break
+        out[i] = True
+    return out
+
+
+def holm_levels(pvals: list[float], alpha: float) -> list[float]:
+    """The level each p-value was compared with in Holm's procedure (alpha / (k - rank))."""
+    order = sorted(range(len(pvals)), key=lambda i: pvals[i])
+    out = [math.nan] * len(pvals)
+    for rank, i in enumerate(order):
+        out[i] = alpha / (len(pvals) - rank)
+    return out
+
+
+def decide(evidence: list[Evidence | None], rule: str = "all", alpha: float = ALPHA) -> tuple[str, list[str], list[float]]:
+    """A claim's verdict from its planned comparisons (None: planned but without runs), each word
+    of its comparisons and the level each comparison's deciding test was held to.
+
+    ``all`` (``COMBINE_RULES``): supported by intersection-union (every comparison supported, each at
+    alpha/2); contradicted when Holm over the k planned comparisons rejects one (p_against);
+    negligible when every comparison is supported or negligible and one is negligible (each at
+    alpha/2). ``any``: supported when Holm over the k planned comparisons rejects one (p_claim);
+    contradicted when every comparison is contradicted (intersection-union). A planned comparison
+    without runs leaves an ``all`` claim at best ``not enough runs``."""
+    a = alpha / 2
+    k = len(evidence)
+    have = [e for e in evidence if e is not None]
+    if not have:
+        return NOT_ENOUGH, [NOT_ENOUGH] * k, [math.nan] * k
+    gap = len(have) < k
+    fill = [e if e is not None else Evidence() for e in evidence]
+    if rule == "any":
+        sup = holm([e.p_claim for e in fill], a)
+        levels = holm_levels([e.p_claim for e in fill], a)
+        con = [e.p_against <= a for e in fill]
+    else:
+        sup = [e.p_claim <= a for e in fill]
+        con = holm([e.p_against for e in fill], a)
+        levels = holm_levels([e.p_against for e in fill], a)
+    neg = [e.p_negligible <= a for e in fill]
+    words = [NOT_ENOUGH if e is None else SUPPORTED if s else CONTRADICTED if c else NEGLIGIBLE if n else INCONCLUSIVE
+             for e, s, c, n in zip(evidence, sup, con, neg)]
+    if rule == "any":
+        if any(sup):
+            return SUPPORTED, words, levels
+        return (CONTRADICTED if all(con) and not gap else NOT_ENOUGH if gap else INCONCLUSIVE), words, levels
+    if any(con):
+        return CONTRADICTED, words, levels
+    if all(w in (SUPPORTED, NEGLIGIBLE) for w in words if w != NOT_ENOUGH):
+        if gap:
+            return NOT_ENOUGH, words, levels
+        return (SUPPORTED if all(sup) else NEGLIGIBLE), words, levels
+    return INCONCLUSIVE, words, levels

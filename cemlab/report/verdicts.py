@@ -1,28 +1,23 @@
-"""How a claim's rule turns runs into a verdict, and the claims.csv table of verdicts.
+"""How a claim's rule turns runs into a verdict, and the claims.csv / comparisons.csv tables.
 
-Every comparison is made per seed (``cemlab.report.stats``): the effect is the mean over seeds of a
-paired difference, usually the relative change of the main metric (test perplexity; test RMSE for
-the GP study) ``value_B(seed) / value_A(seed) - 1``, with a 95% t-interval over the seeds. A
-verdict is one of
+The method is stated for a reviewer in ``docs/verdicts.md``; in short:
 
-- ``supported``: every comparison's interval lies wholly on the claim's side of its tolerance;
-- ``contradicted``: at least one comparison's interval lies wholly on the other side;
-- ``inconclusive``: otherwise, in particular an interval that straddles the tolerance, or a
-  comparison with one seed only (its numbers are shown, it never decides);
-- ``not enough runs``: no comparison could be made (cells missing, diverged or failed).
-
-Where a sweep has several learning rates, each model enters at its best learning rate of the grid
-(by the seed mean), except for the learning-rate claims, which use the Akima-interpolated optimum of
-each seed's curve (``cemlab.report.akima``). Every verdict lists the numbers behind it, the cells
-that were missing, and its regime: the scale, the corpus, tokens per parameter, optimizer steps and
-seeds behind it (next to the paper's regime, ``cemlab.paper.PAPER_REGIME``). A verdict at ``tiny``
-or ``smoke`` scale says what those runs show, not what the paper's 100M-parameter runs show.
-
-The recursion claims are judged separately for each step-size setting ``eta`` of the sweep (one
-verdict row per value, column ``condition``), because the T=1 -> T=2 comparison depends on it: at
-eta = 1 two steps move the state about twice as far as one, at eta = 1/T the same distance.
-``claims.csv`` gives, per row, the comparison that decides the verdict (the least favourable one
-for a claim made at every size); ``numbers`` lists them all.
+- **Effects on the log scale.** Per seed, a comparison's difference is a linear combination of the
+  compared cells' log metrics (for perplexity: of their mean cross-entropies), e.g.
+  log(ppl_favoured / ppl_reference); the interval is built there and shown as exp(.) - 1 in percent.
+  Tolerances and margins are relative changes, compared on the same scale (log(1 + tol)).
+- **Choose on other seeds than you judge.** Where a position of a comparison may be any of several
+  cells (a cell's learning rates, the best of several preconditioners), the *decision* tests every
+  choice (``stats.every_choice_p``), so nothing is selected on the seeds that judge; the *effect
+  and interval shown* take each choice on the validation metric of the other seeds
+  (leave-one-seed-out). A rate (or cell) where a seed diverged or failed is not a candidate.
+- **No silent gaps.** A planned comparison whose cells have no usable runs is a comparison of its
+  own with the word ``not enough runs``; it counts in k and leaves an ``all`` claim at best
+  ``not enough runs``.
+- **Multiplicity that matches the decision** (``stats.decide``): ``all`` claims are supported by
+  intersection-union, contradicted by Holm over the k planned comparisons; ``any`` the reverse. Each
+  claim has one primary condition (its entry's ``primary_condition``); other conditions and the
+  shared-rate verdict are sensitivity checks, labelled as such.
 """
 
 from __future__ import annotations
@@ -31,68 +26,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from cemlab.paper import PAPER_REGIME, SESOI
-from cemlab.report.stats import LEVEL, METHOD, Interval, bonferroni_level, combine, judge, t_interval
-from cemlab.report.table import best_lr, selection_key
+from cemlab.report.pairing import (  # noqa: F401 (re-exported: the rules and plugins build comparisons with them)
+    Check, ClaimData, UNUSABLE, Unrun, WHERE, cells_compared, check_of_diffs, coefficients, compare, eta_condition,
+    etas_of, log2_ratio, num, pct, pick_cell, regime_of, rel, shown, sizes_of)
+from cemlab.report.stats import ALPHA, NOT_ENOUGH, decide
 
 
-def pct(x: float) -> str:
-    return f"{x * 100:+.1f}%" if math.isfinite(x) else "n/a"
-
-
-def num(x: float) -> str:
-    return f"{x:.4g}" if math.isfinite(x) else "n/a"
-
-
-def log2_ratio(x: float) -> str:
-    return f"{x:+.2f} (log2 of the lr ratio)" if math.isfinite(x) else "n/a"
-
-
-@dataclass
-class Check:
-    """One comparison: where (``label``), its paired interval over seeds, the tolerance and the side
-    of it the claim states (``below``: effect < tol; ``above``: effect > tol; ``within``: |effect| <
-    tol), its verdict, its numbers, the step-size ``condition`` it belongs to and its regime."""
-
-    label: str
-    text: str
-    iv: Interval
-    tol: float = 0.0
-    side: str = "below"
-    condition: str = ""
-    regime: dict = field(default_factory=dict)
-    verdict: str = ""
-    fmt: Callable[[float], str] = pct
-    margin: float = SESOI
-    level: float = LEVEL
-    cells: dict = field(default_factory=dict)
-    #: The table's ``cell`` ids of every cell this comparison read (its candidates included).
-    cell_ids: tuple = ()
-
-    def __post_init__(self):
-        if not self.verdict:
-            self.verdict = judge(self.iv, self.tol, self.side, self.margin)
-
-    @property
-    def test(self) -> str:
-        """What kind of test judged it: a difference (against 0, with a smallest effect of interest),
-        a threshold (non-inferiority against ``tol``) or an equivalence (TOST within +-``tol``)."""
-        if self.side == "within":
-            return "equivalence (TOST)"
-        return "difference" if self.tol == 0 else "threshold"
-
-    def describe(self) -> str:
-        iv = self.iv
-        ci = f"{self.level:.1%} CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else "no interval"
-        return f"{self.text}: effect {self.fmt(iv.effect)}, {ci}, n={iv.n} [{self.verdict}]"
+METHOD = ("paired t-test over seeds on the log scale; every choice tested; intersection-union for 'all', Holm for "
+          "'any' and contradictions (docs/verdicts.md)")
 
 
 @dataclass
 class Verdict:
-    """A claim with its verdict (one per step-size ``condition`` for the recursion claims)."""
+    """A claim with its verdict (one per ``condition`` for the claims judged per step size)."""
 
     id: str
     paper: str
@@ -118,198 +67,43 @@ class Verdict:
     n_comparisons: int = 0
     lr_mode: str = "tuned"
     verdict_shared_lr: str = ""
-    shared_lr: float = math.nan
+    shared_lr: str = ""
     checks: list = field(default_factory=list)
     size_flips: str = ""
+    #: ``primary`` (the claim's primary condition) or ``sensitivity`` (another condition: shown, never
+    #: changes the primary verdict).
+    role: str = "primary"
+    #: The comparison that decided the verdict (its label).
+    decided_by: str = ""
 
     @property
     def verdict_changes(self) -> bool:
-        """The verdict at each cell's own (validation-chosen) learning rate differs from the one at a
-        single shared learning rate."""
-        return bool(self.verdict_shared_lr) and self.verdict_shared_lr != self.verdict
+        """The tuned verdict differs from the verdict at every shared learning rate."""
+        return self.verdict_shared_lr in (SUPPORTED_W, CONTRADICTED_W, NEGLIGIBLE_W) and self.verdict_shared_lr != self.verdict
 
 
-class ClaimData:
-    """Cells and per-seed values of the sweeps a claim reads, at one scale. ``own``: the sweeps its
-    entry names, in its order, which its rule reads by position (``sweep(i)``); with ``sweeps``,
-    any other sweep reads as one without runs."""
-
-    def __init__(self, cells_of: Callable[[str], pd.DataFrame],
-                 trials_of: Callable[[str], pd.DataFrame] | None = None,
-                 history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
-                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
-                 alpha: float = 1 - LEVEL):
-        self._cells_of = cells_of
-        self._trials_of = trials_of
-        self.history = history
-        self.sweeps = sweeps
-        self.own = tuple(own)
-        self.margin = margin
-        self.k = k  # comparisons in the claim's family (Bonferroni)
-        self.alpha = alpha  # the family's two-sided error rate
-        self.lr_mode = lr_mode  # "tuned": each cell at its own best lr; "shared": one lr for all
-        self.shared_lr: dict[str, float] = {}
-        self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
-
-    def level(self, equivalence: bool = False) -> float:
-        return bonferroni_level(self.k, 1 - self.alpha, equivalence)
-
-    def sweep(self, i: int = 0) -> str:
-        """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
-        return self.own[i] if i < len(self.own) else ""
-
-    def _listed(self, sweep: str) -> bool:
-        return self.sweeps is None or sweep in self.sweeps
-
-    def cells(self, sweep: str, **where) -> pd.DataFrame:
-        df = self._cells_of(sweep) if self._listed(sweep) else self._cells_of(sweep).iloc[:0]
-        for k, v in where.items():
-            if df.empty:
-                break
-            df = df[df[k].isin(v) if isinstance(v, (list, tuple, set)) else df[k] == v]
-        return df
-
-    def at_best_lr(self, sweep: str, by: list[str], **where) -> pd.DataFrame:
-        """Cells at their own validation-best learning rate (``lr_mode='tuned'``), or all at the one
-        learning rate whose validation mean, averaged over the cells, is lowest (``'shared'``)."""
-        df = self.cells(sweep, **where)
-        if df.empty or df["lr"].nunique() <= 1:
-            return df
-        if self.lr_mode == "shared":
-            lr = shared_lr(self.cells(sweep))
-            self.shared_lr[sweep] = lr
-            return df[np.isclose(df["lr"].to_numpy(dtype=float), lr)]
-        return best_lr(df, by)
-
-    def trials(self, sweep: str) -> pd.DataFrame:
-        if self._trials_of is None:
-            return pd.DataFrame(columns=["cell", "seed", "value", "run_id", "lr"])
-        return self._trials_of(sweep) if self._listed(sweep) else self._trials_of(sweep).iloc[:0]
-
-    def seed_trials(self, row) -> pd.DataFrame:
-        """The finished trials of a cell (one per seed), indexed by seed."""
-        sweep = str(row["sweep"])
-        if sweep not in self._by_cell:
-            t = self.trials(sweep)
-            self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
-        g = self._by_cell[sweep].get(row["cell"])
-        if g is None:
-            return pd.DataFrame(columns=["seed", "value", "run_id"]).set_index("seed")
-        g = g[np.isfinite(g["value"].to_numpy(dtype=float))]
-        return g.drop_duplicates("seed").set_index("seed")
-
-    def seed_values(self, row) -> pd.Series:
-        return self.seed_trials(row)["value"].astype(float)
-
-    def aligned(self, rows: list) -> tuple[list[int], list[np.ndarray]]:
-        """Seeds at which every cell of ``rows`` finished, and each cell's values at them."""
-        series = [self.seed_values(r) for r in rows]
-        seeds = sorted(set.intersection(*(set(s.index) for s in series))) if series else []
-        return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
+SUPPORTED_W, CONTRADICTED_W, NEGLIGIBLE_W = "supported", "contradicted", "negligible"
 
 
-def regime_of(rows: list) -> dict:
-    """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
-    with the number of passes over its training split (token budget / training tokens)."""
-    r = rows[0]
-    budget, params = float(r.get("token_budget", math.nan)), float(r.get("params_total", math.nan))
-    corpus, have = str(r.get("corpus", "") or ""), float(r.get("train_tokens", math.nan))
-    if corpus and math.isfinite(budget) and math.isfinite(have) and have > 0:
-        corpus += f" ({budget / have:.2g} epochs)"
-    return dict(tokens_per_param=budget / params if params and math.isfinite(params) else math.nan,
-                steps=float(r.get("total_steps", math.nan)), corpus=corpus)
-
-
-def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Callable, text: str, tol: float = 0.0,
-            side: str = "below", condition: str = "", fmt: Callable = pct) -> Check | None:
-    """A paired comparison of the cells ``rows``: ``f(values of each cell at a seed)`` per seed."""
-    seeds, vals = data.aligned(rows)
-    if not seeds:
-        missing.append(f"{label}: no seed at which every compared cell finished")
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        diffs = np.asarray(f(*vals), dtype=float)
-    level = data.level(side == "within")
-    return Check(label, text, t_interval(diffs, level), tol, side, condition, regime_of(rows), fmt=fmt,
-                 margin=data.margin, level=level, cells=cells_compared(rows),
-                 cell_ids=tuple(str(r.get("cell", "")) for r in rows))
-
-
-#: Columns of comparisons.csv that say where a comparison was made (from its cells).
-WHERE = ("size", "family", "precond", "T", "eta", "lr")
-
-
-def cells_compared(rows: list) -> dict:
-    """Where a comparison was made: per column of ``WHERE``, the value of its cells (``a vs b`` when
-    they differ, the favoured variant's last)."""
-    out = {}
-    for col in WHERE:
-        vals = [str(r.get(col, "")) for r in rows]
-        uniq = list(dict.fromkeys(vals))
-        out[col] = uniq[0] if len(uniq) == 1 else " vs ".join(uniq)
-    out["compared"] = " vs ".join(str(r.get("variant", "")) for r in rows)
-    return out
-
-
-def rel(a, b):
-    """Relative change of b over a, per seed."""
-    return b / a - 1
-
-
-def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
-    """The cell of ``df`` matching ``where`` (the lowest seed mean if several match, e.g. one per
-    learning rate); None, and a note in ``missing``, when none has a finished run."""
-    d = df
-    for k, v in where.items():
-        if d.empty:
-            break
-        d = d[d[k] == v]
-    if d.empty:
-        missing.append(f"{label}: not in the grid")
-        return None
-    vals = d["mean"].to_numpy(dtype=float)
-    if not np.isfinite(vals).any():
-        note = "; ".join(n for n in d["note"] if n) or "no finished run"
-        missing.append(f"{label}: {note}")
-        return None
-    d = d[np.isfinite(vals)]
-    key = d[selection_key(d)].to_numpy(dtype=float)
-    return d.iloc[int(np.nanargmin(key))] if np.isfinite(key).any() else d.iloc[0]
-
-
-def shared_lr(cells: pd.DataFrame) -> float:
-    """The one learning rate of the grid for every cell: the lowest validation mean (test mean for
-    runs without one, ``selection_key``) averaged over the cells that finished at every rate."""
-    done = cells[np.isfinite(cells["mean"].to_numpy(dtype=float))]
-    if done.empty:
-        return float(cells["lr"].iloc[0])
-    key = selection_key(done)
-    wide = done.pivot_table(index=[c for c in ("family", "variant", "size") if c in done], columns="lr",
-                            values=key, aggfunc="mean")
-    full = wide.dropna()
-    means = (full if len(full) else wide).mean(axis=0)
-    return float(means.idxmin())
-
-
-def sizes_of(df: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(df.sort_values("order")["size"])) if not df.empty else []
-
-
-def etas_of(df: pd.DataFrame) -> list[str]:
-    """The step-size settings present (column ``eta``), in grid order."""
-    if df.empty or "eta" not in df:
-        return [""]
-    return list(dict.fromkeys(str(e) for e in df.sort_values("order")["eta"])) or [""]
-
-
-def eta_condition(eta: str) -> str:
-    return f"eta={eta}" if eta else ""
-
-
-def _primary(checks: list[Check], primary: str) -> Check:
+def primary_check(checks: list[Check], primary: str) -> Check:
     """The claim's primary comparison: the first whose label contains ``primary`` (the entry's
     headline contrast), else the first."""
     return next((c for c in checks if primary and primary in c.label), checks[0])
+
+
+def _deciding(checks: list[Check], verdict: str) -> Check:
+    """The comparison that decided a verdict: for ``supported`` (every comparison had to be) the
+    weakest, for ``contradicted`` the strongest contradiction, for ``negligible`` the weakest
+    negligible one, otherwise the first that left the claim open."""
+    ev = [c for c in checks if c.evidence is not None]
+    if verdict == SUPPORTED_W and ev:
+        return max(ev, key=lambda c: c.evidence.p_claim)
+    if verdict == CONTRADICTED_W and ev:
+        return min(ev, key=lambda c: c.evidence.p_against)
+    if verdict == NEGLIGIBLE_W:
+        neg = [c for c in ev if c.verdict == NEGLIGIBLE_W]
+        return max(neg, key=lambda c: c.evidence.p_negligible) if neg else checks[0]
+    return next((c for c in checks if c.verdict == verdict), checks[0])
 
 
 def size_flips(checks: list[Check]) -> str:
@@ -332,112 +126,102 @@ def size_flips(checks: list[Check]) -> str:
     return "; ".join(out)
 
 
-def _judged(c, data_of: Callable[..., ClaimData]) -> tuple[list[Check], list[str]]:
-    """The claim's comparisons, each at the Bonferroni level of its condition's family: a first
-    pass counts them, a second judges at 1 - alpha/k (the rules are cheap, pure pandas)."""
-    checks, _ = c.evaluate(data_of(k=1))
-    counts: dict[str, int] = {}
-    for ch in checks:
-        if ch is not None:
-            counts[ch.condition] = counts.get(ch.condition, 0) + 1
-    k = max(counts.values(), default=1)
-    checks, missing = c.evaluate(data_of(k=k))
-    return [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
+def _condition_verdict(checks: list[Check], combine: str, alpha: float) -> str:
+    """Decide one condition of a claim (``stats.decide``) and write each comparison's word and the
+    one-sided levels its tests were held to."""
+    verdict, words, levels = decide([ch.evidence for ch in checks], combine, alpha)
+    for ch, w, lv in zip(checks, words, levels):
+        ch.verdict = w
+        ch.level = 1 - alpha
+        if combine == "any":
+            ch.alpha_claim, ch.alpha_against = lv, alpha / 2
+        else:
+            ch.alpha_claim, ch.alpha_against = alpha / 2, lv
+    return verdict
+
+
+def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float]) -> dict[str, str]:
+    """Per condition, the verdict with every cell at one shared learning rate, at each rate of the
+    grid (a sensitivity check): the word the verdicts at every rate agree on, else the list."""
+    per: dict[str, list[str]] = {}
+    for lr in rates:
+        checks, _ = c.evaluate(data_of("shared", lr))
+        checks = [ch for ch in checks if ch is not None]
+        for cond in dict.fromkeys(ch.condition for ch in checks):
+            mine = [ch for ch in checks if ch.condition == cond]
+            per.setdefault(cond, []).append(f"lr {lr:.3g}: {_condition_verdict(mine, c.combine, ALPHA)}")
+    out = {}
+    for cond, vs in per.items():
+        words = {v.split(": ", 1)[1] for v in vs}
+        out[cond] = words.pop() + " at every rate" if len(words) == 1 and len(vs) == len(rates) else "; ".join(vs)
+    return out
 
 
 def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              trials_of: Callable[[str], pd.DataFrame] | None = None,
              history: Callable[[str, str], list] | None = None,
-             sweeps: dict[str, list[str]] | None = None, alpha: float = 1 - LEVEL) -> list[Verdict]:
+             sweeps: dict[str, list[str]] | None = None, alpha: float = ALPHA) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
-    of their sweeps at ``scale``: one per claim, or one per step-size condition for the claims
-    judged per eta. A claim reads the sweeps its entry names (``Claim.sweeps``) and no other;
-    ``sweeps`` (claim id -> sweeps) narrows that to the sweeps given for it.
+    of their sweeps at ``scale``: one per claim and condition, the claim's primary condition first
+    marked ``primary``, the others ``sensitivity``. A claim reads the sweeps its entry names
+    (``Claim.sweeps``) and no other; ``sweeps`` (claim id -> sweeps) narrows that to the sweeps given
+    for it. ``alpha``: the error rate each decision is held to (the sequential seeding of a sweep
+    judges each planned look at a share of it).
 
-    Each verdict is made twice where a sweep has several learning rates: with every cell at its
-    own validation-chosen rate (``verdict``, tuned) and with all at one shared rate
-    (``verdict_shared_lr``). ``alpha``: the error rate each claim's decision is held to (the
-    sequential seeding of a sweep judges each planned look at a share of it)."""
+    The verdict (tuned) lets every cell be at any of its learning rates, every choice tested; the
+    sensitivity verdict ``verdict_shared_lr`` puts all cells at one shared rate, at each rate of
+    the grid (``n/a`` with the reason for a grid with one rate)."""
     out = []
     for c in claims:
         own = tuple(getattr(c, "sweeps", ()))
         mine_sweeps = (list(own) or None) if sweeps is None else sweeps.get(c.id, [])
-        by_mode = {}
-        for mode in ("tuned", "shared"):
-            def data_of(k, mode=mode):
-                d = ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, k, mode, own, alpha)
-                by_mode[mode + "_data"] = d
-                return d
-            by_mode[mode] = _judged(c, data_of)
-        checks, missing = by_mode["tuned"]
-        shared_checks = by_mode["shared"][0]
-        shared_lrs = by_mode["shared_data"].shared_lr
+
+        def data_of(mode="tuned", lr=math.nan):
+            return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, 1, mode, own, alpha, lr)
+
+        first = data_of()
+        checks, missing = c.evaluate(first)
+        checks, missing = [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
+        rates = first.rates(own[0]) if own else []
+        shared = _shared_verdicts(c, data_of, rates) if len(rates) > 1 and first.per_rate else {}
         conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
+        want = getattr(c, "primary_condition", "")
+        primary_cond = next((x for x in conditions if want and x == want), conditions[0])
+        conditions = [primary_cond] + [x for x in conditions if x != primary_cond]
         for cond in conditions:
             mine = [ch for ch in checks if ch.condition == cond]
-            verdict = combine([ch.verdict for ch in mine], c.combine)
+            verdict = _condition_verdict(mine, c.combine, alpha) if mine else NOT_ENOUGH
             v = Verdict(c.id, c.paper, c.claim, c.rule, mine_sweeps or [], verdict,
                         "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime,
-                        margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine)
-            if shared_lrs:
-                v.verdict_shared_lr = combine([ch.verdict for ch in shared_checks if ch.condition == cond], c.combine)
-                v.shared_lr = float(next(iter(shared_lrs.values())))
+                        margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine,
+                        role="primary" if cond == primary_cond else "sensitivity")
+            if len(rates) > 1 and not first.per_rate:
+                v.verdict_shared_lr = "n/a: the rule reads each seed's whole learning-rate curve, not one rate per cell"
+            elif len(rates) > 1:
+                v.verdict_shared_lr = shared.get(cond, NOT_ENOUGH)
+                v.shared_lr = " ".join(f"{r:.3g}" for r in rates)
             else:
-                v.verdict_shared_lr = verdict
-            v.size_flips = size_flips(mine)
-            if mine:
-                d = _primary(mine, c.primary)
-                v.effect, v.ci_low, v.ci_high, v.n_seeds = d.iv.effect, d.iv.low, d.iv.high, d.iv.n
-                v.tokens_per_param = d.regime.get("tokens_per_param", math.nan)
-                v.steps = d.regime.get("steps", math.nan)
-                corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in mine)
-                v.corpus = ", ".join(x for x in corpora if x)
+                v.verdict_shared_lr = "n/a: one learning rate in the grid (the verdict is at that rate)"
+            settle(v, mine, verdict)
             out.append(v)
     return out
 
 
-#: claims.csv columns (scripts read these names).
-CLAIM_COLUMNS = ["id", "paper", "claim", "condition", "verdict", "effect", "ci_low", "ci_high", "n_seeds", "scale",
-                 "corpus", "tokens_per_param", "steps", "paper_regime", "method", "numbers", "missing", "rule",
-                 "sweeps", "verdict_shared_lr", "shared_lr", "verdict_changes", "margin", "n_comparisons",
-                 "primary", "size_flips"]
-
-
-def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
-    return pd.DataFrame([dict(id=v.id, paper=v.paper, claim=v.claim, condition=v.condition, verdict=v.verdict,
-                              effect=v.effect, ci_low=v.ci_low, ci_high=v.ci_high, n_seeds=v.n_seeds, scale=v.scale,
-                              corpus=v.corpus, tokens_per_param=v.tokens_per_param, steps=v.steps,
-                              paper_regime=v.paper_regime, method=v.method, numbers=v.numbers,
-                              missing="; ".join(v.missing), rule=v.rule, sweeps=" ".join(v.sweeps),
-                              verdict_shared_lr=v.verdict_shared_lr, shared_lr=v.shared_lr,
-                              verdict_changes=v.verdict_changes, margin=v.margin, n_comparisons=v.n_comparisons,
-                              primary=_primary(v.checks, v.primary).label if v.checks else "",
-                              size_flips=v.size_flips)
-                         for v in verdicts], columns=CLAIM_COLUMNS)
-
-
-def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """Count columns as integers in a CSV (``160``, not ``160.0``; empty where unknown)."""
-    df = df.copy()
-    for c in cols:
-        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
-    return df
-
-
-#: comparisons.csv columns: one row per comparison behind every claim.
-COMPARISON_COLUMNS = ["id", "condition", "comparison", *WHERE, "compared", "test", "side", "threshold", "margin",
-                      "effect", "ci_low", "ci_high", "level", "n", "verdict", "primary", "text"]
-
-
-def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
-    """Every comparison behind every verdict (tuned), with its Bonferroni-adjusted interval."""
-    rows = []
-    for v in verdicts:
-        prim = _primary(v.checks, v.primary) if v.checks else None
-        for ch in v.checks:
-            where = {k: ch.cells.get(k, "") for k in (*WHERE, "compared")}
-            rows.append(dict(id=v.id, condition=v.condition, comparison=ch.label, **where, test=ch.test,
-                             side=ch.side, threshold=ch.tol, margin=ch.margin, effect=ch.iv.effect,
-                             ci_low=ch.iv.low, ci_high=ch.iv.high, level=ch.level, n=ch.iv.n, verdict=ch.verdict,
-                             primary=ch is prim, text=ch.text))
-    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+def settle(v: Verdict, checks: list[Check], verdict: str) -> Verdict:
+    """Give ``v`` its comparisons and verdict, and what follows from them: the numbers, the
+    comparison that decided it with its effect and interval (relative changes), and the regime of
+    the claim's primary comparison."""
+    v.checks, v.verdict, v.n_comparisons = checks, verdict, len(checks)
+    v.numbers = "; ".join(ch.describe() for ch in checks)
+    v.size_flips = size_flips(checks)
+    if checks:
+        d = _deciding(checks, verdict)
+        v.decided_by = d.label
+        v.effect, v.ci_low, v.ci_high = (shown(x, d.fmt) for x in (d.iv.effect, d.iv.low, d.iv.high))
+        v.n_seeds = d.iv.n
+        p = primary_check(checks, v.primary)
+        v.tokens_per_param = p.regime.get("tokens_per_param", math.nan)
+        v.steps = p.regime.get("steps", math.nan)
+        corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in checks)
+        v.corpus = ", ".join(x for x in corpora if x)
+    return v

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cemlab.data import prepare_data
 from cemlab.data.store import print_progress
+from cemlab.links import PATH, print_link
 from cemlab.tasks import task_of
 from cemlab.train.plan import make_plan
 
@@ -87,5 +88,6 @@ def prepare_sweep_data(trials: list["Trial"], *, cache_dir: str | None = None, w
             how = ("in the store" if stats["cache_hit"] else
                    f"tokenised in {stats['prepare_seconds']:.1f} s ({tokens / max(stats['prepare_seconds'], 1e-9) / 1e3:.0f} k tokens/s)")
             console.print(f"Data for {need.trials} trial(s): {stats['source']}, {stats['tokenizer']}, "
-                          f"{tokens:,} tokens {how}; {stats['cache_path']}", highlight=False)
+                          f"{tokens:,} tokens {how}", highlight=False, markup=False)
+            print_link("  token cache:", stats["cache_path"], PATH, console=console)
     return out

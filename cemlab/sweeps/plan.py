@@ -8,6 +8,10 @@ so a CEM variant trains on its baseline's tokens), training FLOPs = tokens x
 of the newest run with the trial's config hash in the MLflow store, from any sweep:
 ``done`` (finished), ``diverged``, ``running``, ``failed`` / ``interrupted`` or ``todo``.
 
+A sweep with ``seeding:`` lists its grid's own seeds as rows; the plan adds its planned looks (the
+seeds each reads, the level each judges at) and the trials it runs at most, if every cell stayed
+open to the last look (``Plan.seeding``).
+
 ``search: optuna`` sweeps: a row is a grid cell whose learning rate Optuna samples ``samples``
 times, so its tokens and FLOPs count ``samples`` runs (per row: one run's; the totals and GPU-hours
 multiply). That is an upper bound: ASHA stops some samples early. A cell's status comes from the
@@ -99,6 +103,23 @@ class Plan:
     paper_throughput_mfu: float | None = None  # MFU implied by the paper's A100 throughput
     paper_samples: int | None = None     # search: optuna: samples per cell at the paper scale
     data_prep: dict[str, Any] = field(default_factory=dict)  # the data step at the paper scale (data_prep_estimate)
+    looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
+
+    @property
+    def max_trials(self) -> int:
+        """Trials if every cell stayed open to the last look (``seeding``); the grid's otherwise."""
+        if len(self.looks) < 2 or not self.looks[0]:
+            return len(self.rows)
+        return len(self.rows) // len(self.looks[0]) * len(self.looks[-1])
+
+    def seeding(self) -> dict:
+        """The planned looks of a ``seeding`` sweep: seeds of each, the level each judges at, trials at most."""
+        from cemlab.sweeps.looks import look_alpha
+
+        if len(self.looks) < 2:
+            return {}
+        return {"looks": [{"look": j, "seeds": seeds} for j, seeds in enumerate(self.looks)],
+                "alpha_per_look": look_alpha(len(self.looks)), "max_trials": self.max_trials}
 
     @property
     def searched(self) -> bool:
@@ -270,4 +291,4 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
     return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
                 paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
-                data_prep=data_prep_estimate(spec))
+                data_prep=data_prep_estimate(spec), looks=spec.looks(scale, trials))

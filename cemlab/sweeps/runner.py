@@ -13,7 +13,9 @@ goes down them once:
    (``cemlab.sweeps.stages.decide``);
 4. **execute** the trials that need running on Ray Tune, one Tuner for a grid or one per searched
    cell, and turn each Tune result into the trial's outcome (``cemlab.sweeps.stages.execute``; inside a
-   trial: ``cemlab.sweeps.trial.trainable``);
+   trial: ``cemlab.sweeps.trial.trainable``); a sweep with ``seeding:`` then judges its claims at
+   each planned look and runs more seeds of the cells still open, through the same two stages
+   (``cemlab.sweeps.stages.seeding``);
 5. **record** the outcomes: check them against the store, finish the parent run, write
    ``<runs>/logs/<sweep>-<scale>/summary.json`` (``cemlab.sweeps.stages.record.finish``);
 6. **report progress** all along: one table while trials run, a summary at the end
@@ -53,7 +55,7 @@ from rich.console import Console
 
 from cemlab import timing
 from cemlab.paths import runs_dir
-from cemlab.sweeps.stages import decide, execute, preflight, record
+from cemlab.sweeps.stages import decide, execute, preflight, record, seeding
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult
@@ -72,12 +74,14 @@ log = logging.getLogger("cemlab.sweeps")
 
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
-              interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None) -> SweepResult:
+              interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
+              looker: "seeding.Looker | None" = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
-    (default: rebuilt from the sweep, scale and overrides)."""
+    (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
+    with ``seeding`` (``cemlab.report.look_store.sweep_look``, handed in by ``cemlab sweep``)."""
     t0 = time.time()
     started = timing.process_start()
     console = console or Console(highlight=False)
@@ -106,9 +110,10 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             driver_lock = DriverLock(log_dir)
             inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
                                          cache_dir=cache, faults=faults)
+        inv.overrides = list(overrides or [])
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         with timing.stage("trials"):
-            interrupted, lost = _run_trials(inv, trials, console, live, interval)
+            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker)
         if interrupted or lost:
             _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
@@ -144,7 +149,7 @@ def _shutdown_ray() -> None:
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
-                interval: float) -> tuple[bool, str | None]:
+                interval: float, looker: "seeding.Looker | None" = None) -> tuple[bool, str | None]:
     """Decide and execute every trial under the progress table and the guards. Returns whether
     Ctrl-C / SIGTERM interrupted them, and why the store was lost (None: it was not)."""
     interrupted = False
@@ -157,6 +162,7 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
                         execute.run_searches(inv, decide.decide_searches(inv, trials))
                     else:
                         execute.run_grid(inv, decide.decide_grid(inv, trials))
+                        seeding.add_seeds(inv, trials, inv.overrides, looker)  # more seeds where a verdict is open
             except Exception as e:  # a store call of the driver failed: is the store gone?
                 if not watch.confirm_lost(e):
                     raise

@@ -2,12 +2,14 @@
 
 Without ``$MLFLOW_TRACKING_URI`` it starts (or reuses) the local ``mlflow server`` on the project's
 store under ``<runs>/mlflow`` (``cemlab.tracking.server``; the same server ``cemlab sweep`` uses),
-on port 5000 (``--port`` or ``$CEMLAB_UI_PORT``; the next free one if taken), prints its address
+on port 5000 (``--port`` or ``$CEMLAB_UI_PORT``; the next free one if taken), prints its link
 and returns; the server keeps running in its own session until
-``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that address.
-Below the address, one link per cemlab experiment to its runs table in MLflow's model-training view
-(``cemlab.tracking.conventions.experiment_url``; MLflow 3 opens an experiment on its GenAI overview
-otherwise).
+``cemlab ui --stop``. With ``$MLFLOW_TRACKING_URI`` set to a server, it prints that server's link.
+The link opens the runs of every cemlab experiment in one table (the server's bare address opens
+MLflow 3's welcome page, which lists no runs); below it, one link per cemlab experiment to its runs
+table in MLflow's model-training view (``cemlab.tracking.conventions.experiment_url``; MLflow 3
+opens an experiment on its GenAI overview otherwise); then the server's address, as the command
+that points other MLflow clients at it. Each is printed whole (``cemlab.links``).
 Exit codes: 0 the dashboard is up (or stopped with ``--stop``); 1 nothing to stop; 2 the server
 could not be started or does not answer.
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from cemlab.links import COMMAND, print_link
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
         except StoreError as e:
             print(f"cemlab ui: {e}", file=sys.stderr)
             return 2
-        print(f"MLflow dashboard: {remote} (MLFLOW_TRACKING_URI)")
-        _print_experiments(remote)
+        _print_dashboard(remote, "MLFLOW_TRACKING_URI")
         return 0
     was_running = running_server()
     if args.port is not None and was_running is not None and was_running.port != args.port:
@@ -63,20 +66,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab ui: {e}", file=sys.stderr)
         return 2
     state = "running" if was_running else "started"
-    print(f"MLflow dashboard: {url} ({state}; store {default_tracking_uri()}; stop it with `cemlab ui --stop`)")
-    _print_experiments(url)
+    _print_dashboard(url, f"{state}; store {default_tracking_uri()}")
+    print_link("Point other clients at it:", f"export MLFLOW_TRACKING_URI={url}", COMMAND)
+    print_link("Stop it with:", "cemlab ui --stop", COMMAND)
     return 0
 
 
-def _print_experiments(url: str) -> None:
-    """One line per cemlab experiment: its runs table in the model-training view."""
-    from cemlab.tracking.conventions import experiment_url
+def _print_dashboard(url: str, note: str) -> None:
+    """The dashboard's link, ``note`` below it, then one line per cemlab experiment: its runs table
+    in the model-training view. The dashboard's link opens the runs of every cemlab experiment in
+    one table (the server's bare address opens MLflow's welcome page, which lists no runs); the
+    address itself without any experiment yet."""
+    from cemlab.tracking.conventions import experiment_url, experiments_url
     from cemlab.tracking.store import get_client
 
     try:
         experiments = get_client(url).search_experiments(filter_string="name LIKE 'cemlab%'", max_results=200)
-    except Exception as e:  # the address above is what was asked for; the list is a convenience
-        print(f"  (experiments not listed: {type(e).__name__})")
-        return
-    for exp in sorted(experiments, key=lambda e: e.name):
-        print(f"  {exp.name}: {experiment_url(url, exp.experiment_id)}")
+    except Exception as e:  # the address is what was asked for; the list is a convenience
+        experiments, note = [], f"{note}; experiments not listed: {type(e).__name__}"
+    experiments = sorted(experiments, key=lambda e: e.name)
+    print_link("MLflow dashboard:", experiments_url(url, [e.experiment_id for e in experiments]) if experiments else url)
+    print(f"  ({note})")
+    for exp in experiments:
+        print_link(f"  {exp.name}:", experiment_url(url, exp.experiment_id))

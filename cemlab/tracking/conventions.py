@@ -57,7 +57,7 @@ from urllib.parse import quote
 from cemlab.tracking import schema
 from cemlab.tasks import format_lr, task_of
 from cemlab.tracking.mlflow_run import git_commit, model_kind, size_label
-from cemlab.tracking.store import search_runs
+from cemlab.tracking.store import get_client, search_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -347,10 +347,47 @@ def experiment_url(tracking_uri: str, experiment_id: str) -> str:
     return _ui_link(tracking_uri, f"#/experiments/{experiment_id}?{ML_VIEW}")
 
 
+def experiments_url(tracking_uri: str, experiment_ids: list[str]) -> str:
+    """The runs of several experiments in one table (MLflow's experiment comparison, model-training
+    view); one experiment: its own runs table (:func:`experiment_url`)."""
+    if len(experiment_ids) == 1:
+        return experiment_url(tracking_uri, experiment_ids[0])
+    ids = quote(json.dumps(sorted(experiment_ids), separators=(",", ":")), safe="")
+    return _ui_link(tracking_uri, f"#/compare-experiments/s?experiments={ids}&{ML_VIEW}")
+
+
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     """The run's page in MLflow's UI (model-training view): absolute on a server, the UI's own
     fragment otherwise."""
     return _ui_link(tracking_uri, f"#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}")
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """What a command prints for a run: its page on a server (:func:`run_url`; a sweep's parent
+    run lists its trials there as child runs), else the store's URI (no UI serves it)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return run_url(tracking_uri, experiment_id, run_id)
+    return tracking_uri
+
+
+def experiment_link(tracking_uri: str, experiment_id: str) -> str:
+    """The experiment's runs table on a server (:func:`experiment_url`), else the store's URI."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return experiment_url(tracking_uri, experiment_id)
+    return tracking_uri
+
+
+def runs_table_link(tracking_uri: str, run_id: str) -> str:
+    """The runs table of ``run_id``'s experiment on a server (the run is listed there), else the
+    store's URI: what ``cemlab train`` prints instead of MLflow's bare experiment link."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri
+    try:
+        experiment_id = get_client(tracking_uri).get_run(run_id).info.experiment_id
+    except Exception as e:  # the run is trained and logged; only the link is missing
+        log.warning("could not look up the experiment of run %s: %s", run_id, e)
+        return tracking_uri
+    return experiment_url(tracking_uri, experiment_id)
 
 
 def link_reused_runs(client: "MlflowClient", parent_run_id: str, runs: list) -> list[str]:

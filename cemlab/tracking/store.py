@@ -64,6 +64,10 @@ HTTP_SETTINGS = {
 #: they start) unless ``CEMLAB_TELEMETRY=1``: a researcher's runs should not phone home unasked,
 #: and MLflow's telemetry thread changes the environment while other threads read it.
 TELEMETRY_OFF = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "RAY_USAGE_STATS_ENABLED": "0"}
+#: MLflow prints "View run ... at: URL" / "View experiment at: URL" on stdout when a run on a server
+#: ends; its experiment link opens MLflow 3's GenAI overview, not the runs. cemlab prints its own
+#: links (to the runs table or the sweep's parent run, ``cemlab.tracking.conventions``) instead.
+QUIET_URLS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 #: Set to 1 to leave MLflow's and Ray's telemetry as their defaults.
 TELEMETRY_OPT_IN = "CEMLAB_TELEMETRY"
 #: Lock file beside a sqlite database, held while a process opens (creates, migrates) it.
@@ -277,6 +281,8 @@ def get_client(uri: str | None = None) -> "MlflowClient":
     from mlflow.tracking import MlflowClient
 
     configure_http()
+    for k, v in QUIET_URLS.items():
+        os.environ.setdefault(k, v)
     uri = uri or tracking_uri()
     if is_local_sqlite(uri):
         open_sqlite_store(uri)

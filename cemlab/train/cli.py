@@ -37,6 +37,7 @@ import sys
 
 from cemlab.config import ConfigError, config_sections, load_run_config
 from cemlab.data import DataError, check_data
+from cemlab.links import print_link
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NO_SPACE = 5
@@ -143,9 +144,11 @@ def _load_config(args: argparse.Namespace):
 
 
 def _report(result, as_json: bool, cfg) -> int:
-    """Print the result (one line on stderr; JSON on stdout with ``--json``); its exit code. The
-    headline names the metrics of the run's task (``Task.test_metric``, ``Task.val_metric``)."""
+    """Print the result (on stderr: one line, then the run's link; JSON on stdout with ``--json``);
+    its exit code. The headline names the metrics of the run's task (``Task.test_metric``,
+    ``Task.val_metric``)."""
     from cemlab.tasks import task_of
+    from cemlab.tracking.conventions import runs_table_link
 
     if result.run_id is None:  # a DDP rank other than zero: rank zero reports
         return EXIT_DIVERGED if result.diverged else EXIT_OK
@@ -165,8 +168,10 @@ def _report(result, as_json: bool, cfg) -> int:
         what = {"reused": "already in the store, not trained again",
                 "recorded": "recorded from local state into the store, not trained again"}.get(result.outcome,
                                                                                              result.outcome)
-    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id} in "
-          f"{result.tracking_uri}", file=sys.stderr)
+    print(f"cemlab train: {result.run_name}{size}: {what}; {headline}; MLflow run {result.run_id}", file=sys.stderr)
+    link = runs_table_link(result.tracking_uri or "", result.run_id)
+    where = "the run in MLflow's runs table" if link != result.tracking_uri else "MLflow store"
+    print_link(f"cemlab train: {where}:", link, file=sys.stderr)
     if result.diverged:
         print(f"cemlab train: diverged at step {result.diverged_step}", file=sys.stderr)
         return EXIT_DIVERGED

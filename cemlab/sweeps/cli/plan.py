@@ -154,7 +154,7 @@ def _plan_json(plan) -> dict:
         "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
-        "data_prep": plan.data_prep,
+        "data_prep": plan.data_prep, "seeding": plan.seeding(),
     }
 
 
@@ -182,6 +182,12 @@ def _print_plan(plan, console) -> None:
     every = f" for every sample ({UPPER_BOUND})" if searched else ""
     console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs{every}; {counts}")
     console.print(f"Store: {plan.store or 'not read'}")
+    seeding = plan.seeding()
+    if seeding:
+        looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))}" for lk in seeding["looks"])
+        console.print(f"Seeding: {len(seeding['looks'])} planned looks ({looks}), each and the report judging at "
+                      f"alpha {seeding['alpha_per_look']:.3g}; seeds are added only to cells whose comparison is "
+                      f"still open: {len(plan.rows)} trials at least, {seeding['max_trials']} at most")
     paper = f", {plan.paper_samples} samples per cell, {UPPER_BOUND}" if plan.paper_samples else ""
     console.print(f"At the paper scale ({_sci(plan.paper_flops)} training FLOPs{paper}): {_hours(plan.gpu_hours_mfu)} "
                   f"at {plan.mfu:.0%} MFU of dense bf16 peak")

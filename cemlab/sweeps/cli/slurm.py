@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
+
+from cemlab.links import COMMAND, PATH, print_link
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).write_text(text)
         os.chmod(args.output, 0o755)
-        print(f"wrote {args.output} ({len(trials)} trials; the job logs to {log_dir}); "
-              f"submit it with: sbatch {args.output}")
+        print_link(f"wrote {len(trials)} trials' job script:", args.output, PATH)
+        print_link("  the job logs to:", log_dir, PATH)
+        print_link("  submit it with:", shlex.join(["sbatch", str(args.output)]), COMMAND)
     else:
         sys.stdout.write(text)
     return 0

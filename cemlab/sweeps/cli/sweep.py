@@ -1,7 +1,8 @@
 """``cemlab sweep SWEEP --scale S [key=value ...]``: run a sweep's grid with Ray Tune, every trial in MLflow.
 
 See ``cemlab.sweeps.runner`` for what happens. The sweep's report at the end is built by the
-command (``cemlab.cli`` hands it in as ``after``: the sweep layer never imports the report).
+command (``cemlab.cli`` hands it in as ``after``, and the judge of a seeded sweep's looks as ``looker``: the
+sweep layer never imports the report).
 
 Exit codes: 0 every trial has a result (finished, diverged, stopped early by ASHA, or already in
 the store); 1 at least one trial failed after its retries (the others ran; the failures and their
@@ -21,6 +22,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Callable
 
+from cemlab.links import COMMAND, print_link
 from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
 from cemlab.sweeps.spec.schema import SweepError
 
@@ -62,9 +64,11 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None) -> int:
+def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
+        looker: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
-    outcome counts in the exit code."""
+    outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
+    (``cemlab.report.look_store.sweep_look``)."""
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
@@ -80,13 +84,13 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     try:
         result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
-                           interval=args.interval, command=resume_command(args))
+                           interval=args.interval, command=resume_command(args), looker=looker)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)
     except (SweepError, StoreError, ServerError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the trials started or while the report was built
-        print(f"cemlab sweep: interrupted; run `{resume_command(args)}` again to resume", file=sys.stderr)
+        print_link("cemlab sweep: interrupted; to resume, run:", resume_command(args), COMMAND, file=sys.stderr)
         return EXIT_INTERRUPTED
     return result.exit_code

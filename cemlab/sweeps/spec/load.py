@@ -27,6 +27,9 @@ Sweep file schema (every mapping forbids unknown keys)::
         axes: {T: [1, 2], precond: [diag, dplr]}
     scales:                         # per-scale axis values (replace the file's values at that scale)
       tiny: {size: [86m, 108m], lr: [2.0e-3]}
+    seeding:                        # optional: seeds added where a claim's verdict is still open
+      max_seeds: {tiny: 6}          # per scale; a scale not named runs its seed axis once
+      batch: 3                      # seeds added to each open cell at a look
 
 Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` then)::
 
@@ -74,7 +77,7 @@ from cemlab.sweeps.spec.expand import expand_spec, with_overrides
 from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
 from cemlab.sweeps.spec.layers import leaves, nest, template_names
 from cemlab.sweeps.spec.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
-                                  SearchKind, SweepError, Trial, Variant, StrictSpec)
+                                  SearchKind, Seeding, SweepError, Trial, Variant, StrictSpec)
 from cemlab.tasks import get_task
 
 
@@ -93,6 +96,7 @@ class SweepSpec(StrictSpec):
     scales: dict[str, dict[str, list[Scalar]]] = Field(default_factory=dict)
     search: SearchKind = Field(default="grid", description="grid, or optuna (learning rate searched per cell).")
     optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
+    seeding: Seeding | None = Field(default=None, description="Seeds added where a claim's verdict is open.")
 
     _path: Path | None = PrivateAttr(default=None)
 
@@ -126,6 +130,13 @@ class SweepSpec(StrictSpec):
                                  "remove axes.lr (or use search: grid)")
         elif self.optuna is not None:
             raise ValueError("optuna: this block is only read with search: optuna; add search: optuna or remove it")
+        if self.seeding is not None:
+            if self.search == "optuna":
+                raise ValueError("seeding: adds grid seeds where a verdict is open; a search: optuna sweep samples its "
+                                 "learning rate instead: remove seeding (or use search: grid)")
+            if not self.claims:
+                raise ValueError("seeding: adds seeds where a claim's verdict is still open, and this sweep lists no "
+                                 "claims: list the claims it judges (claims: [...]) or remove seeding")
         if get_task(self.task).sized and self.axes.size is None:
             raise ValueError("axes.size is missing: a language-model sweep lists its sizes, e.g. size: [86m, 108m]")
         if not get_task(self.task).sized and self.axes.size is not None:
@@ -144,6 +155,15 @@ class SweepSpec(StrictSpec):
     def top_axes(self) -> dict[str, list]:
         """Top-level axes that this sweep defines, in grid order."""
         return {k: getattr(self.axes, k) for k in TOP_AXES if getattr(self.axes, k) is not None}
+
+    def looks(self, scale: str, trials: list["Trial"]) -> list[list[int]]:
+        """The seeds of each planned look at ``scale`` for the grid ``trials`` (its seed axis as
+        expanded, overrides included): one look of its own seeds without ``seeding``."""
+        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
+        if self.seeding is None or self.search == "optuna" or not seeds:
+            return [seeds]
+        like = load_scales(scales_path_for(self._path)).get(scale)
+        return self.seeding.looks(scale, seeds, like.like if like is not None else None)
 
     def axis_names(self) -> set[str]:
         names = set(self.top_axes())
@@ -204,8 +224,25 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
     spec.name = p.stem
     spec._path = p
     _check_templates(spec)
-    check_scale_overrides(spec, load_scales(scales_path_for(p)))
+    scales = load_scales(scales_path_for(p))
+    check_scale_overrides(spec, scales)
+    _check_seeding(spec, scales)
     return spec
+
+
+def _check_seeding(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
+    """``seeding.max_seeds``: known scales, each at least the seeds the grid runs there."""
+    if spec.seeding is None:
+        return
+    for name, top in spec.seeding.max_seeds.items():
+        if name not in scales:
+            raise SweepError(f"{spec.source}: seeding.max_seeds.{name}: unknown scale; choose one of {sorted(scales)}")
+        like = scales[name].like
+        own = spec.scales.get(name, spec.scales.get(like, {}) if like else {})
+        seeds = own.get("seed", spec.axes.seed)
+        if top < len(seeds):
+            raise SweepError(f"{spec.source}: seeding.max_seeds.{name}: {top} is fewer than the {len(seeds)} seeds "
+                             f"{seeds} the grid runs at {name}; give at least {len(seeds)} (or fewer seeds)")
 
 
 def _check_templates(spec: SweepSpec) -> None:

@@ -187,6 +187,52 @@ class LrSearch(StrictSpec):
         return optuna.samplers.RandomSampler(seed=seed)
 
 
+class Seeding(StrictSpec):
+    """``seeding:``: seeds added where a claim's verdict is still open. The sweep first runs the
+    seeds of its ``seed`` axis; at each planned *look* the report's own verdicts are computed from
+    the store on the seeds run so far, and the cells of the comparisons still inconclusive get the
+    next ``batch`` seeds, until nothing is open or ``max_seeds`` is reached. Look ``j`` (0, 1, ...)
+    reads the first ``initial + j * batch`` seeds (the last look at most ``max_seeds``), fixed in
+    advance; every look, and the report, judges at ``alpha / K`` over the ``K`` planned looks
+    (``cemlab.report.sequential``). A scale not named runs its seeds once, without looks."""
+
+    max_seeds: dict[str, int] = Field(description="Seeds per cell at most, per scale name, e.g. {tiny: 6}.")
+    batch: int = Field(default=3, ge=1, description="Seeds added to each open cell at a look.")
+
+    @field_validator("max_seeds")
+    @classmethod
+    def _max_seeds(cls, v: dict[str, int]) -> dict[str, int]:
+        if not v:
+            raise ValueError("name at least one scale, e.g. max_seeds: {tiny: 6}, or remove the seeding block")
+        bad = {k: n for k, n in v.items() if not isinstance(n, int) or n < 2}
+        if bad:
+            raise ValueError(f"max_seeds must be whole numbers >= 2 per scale, got {bad}; e.g. max_seeds: {{tiny: 6}}")
+        return v
+
+    def looks(self, scale: str, seeds: list[int], like: str | None = None) -> list[list[int]]:
+        """The seeds of every planned look at ``scale`` for a grid whose seed axis is ``seeds``:
+        look 0 the axis's own seeds, each later one ``batch`` more (counting up from the largest),
+        the last capped at ``max_seeds``. One look (no seeds added) where the scale has no budget."""
+        top = self.max_seeds.get(scale, self.max_seeds.get(like) if like else None)
+        if top is None or top <= len(seeds):
+            return [list(seeds)]
+        extra = list(range(max(seeds) + 1, max(seeds) + 1 + top - len(seeds)))
+        k = 1 + math.ceil(len(extra) / self.batch)
+        return [list(seeds) + extra[:j * self.batch] for j in range(k)]
+
+
+#: The error rate of one claim's decision in the report (two-sided; ``cemlab.report.stats.LEVEL`` = 1 - it).
+ALPHA = 0.05
+
+
+def look_alpha(looks: int, alpha: float = ALPHA) -> float:
+    """The level each of ``looks`` planned looks of a ``seeding`` sweep (and its report) judges at:
+    ``alpha / looks``, Bonferroni over the looks (``cemlab.report.sequential``)."""
+    if looks < 1:
+        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
+    return alpha / looks
+
+
 def round_lr(lr: float) -> float:
     """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
     return float(f"{lr:.3g}")

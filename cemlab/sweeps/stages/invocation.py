@@ -21,7 +21,7 @@ from cemlab.sweeps.spec.load import SweepSpec
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import schema
-from cemlab.tracking.conventions import run_url
+from cemlab.tracking.conventions import run_link
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -84,6 +84,7 @@ class SweepResult:
     concurrent_with: list[str] = field(default_factory=list)   # parent runs of sweeps this one waited on
     counts_checked: bool = False         # the counts were checked against the store after the sweep
     command: str = ""                    # the command line that reruns (resumes) this sweep
+    looks: list[dict] = field(default_factory=list)   # seeding: the looks made (cemlab.sweeps.stages.seeding)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -109,9 +110,7 @@ class SweepResult:
 
     def dashboard_url(self) -> str:
         """The parent run in the MLflow UI (a server), else the store's URI."""
-        if self.tracking_uri.startswith(("http://", "https://")):
-            return run_url(self.tracking_uri, self.experiment_id, self.parent_run_id)
-        return self.tracking_uri
+        return run_link(self.tracking_uri, self.experiment_id, self.parent_run_id)
 
 
 @dataclass
@@ -135,6 +134,8 @@ class Invocation:
     outcomes: dict[str, TrialOutcome] = field(default_factory=dict)
     searches: list[SearchOutcome] = field(default_factory=list)
     watch: Any = None                 # the store's watch while trials run (cemlab.sweeps.stages.guards.StoreWatch)
+    overrides: list[str] = field(default_factory=list)   # the command line's key=value
+    looks: list[dict] = field(default_factory=list)      # seeding: each look made (cemlab.sweeps.stages.seeding)
 
     def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> TrialJob:
         return TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,

@@ -27,11 +27,13 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from cemlab.links import COMMAND, PATH, print_link
 from cemlab.sweeps.trial import tune_report as tr
 from cemlab.sweeps.stages.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
 from cemlab.tasks import get_task
 from cemlab.tracking import schema
+from cemlab.tracking.conventions import run_link
 from cemlab.train.plan import duration as _duration
 
 QUEUED = "queued"
@@ -448,8 +450,11 @@ def print_start(inv, trials: list, console: Console, other_pid: int | None = Non
     spec, scale = inv.spec, inv.scale
     what = (f"{len(trials)} grid cell(s), learning rate searched ({trials[0].search.samples} samples each)"
             if spec.search == "optuna" and trials else f"{len(trials)} trials")
-    console.print(f"Sweep {spec.name} ({spec.figure}), scale {scale}: {what}; MLflow {inv.uri}, "
-                  f"parent run {inv.parent_run_id}{' (resumed)' if inv.parent_reopened else ''}; logs {inv.log_dir}")
+    console.print(f"Sweep {spec.name} ({spec.figure}), scale {scale}: {what}; parent run {inv.parent_run_id}"
+                  f"{' (resumed)' if inv.parent_reopened else ''}", highlight=False, markup=False)
+    print_link("  MLflow, the parent run (its trials are listed as they start):",
+               run_link(inv.uri, inv.experiment_id, inv.parent_run_id), console=console)
+    print_link("  logs:", inv.log_dir, PATH, console=console)
     if inv.other_driver is not None:
         console.print(f"note: another `cemlab sweep {spec.name} --scale {scale}` is running "
                       f"(pid {other_pid or '?'}, parent run {inv.other_driver or 'not known yet'}); trials it "
@@ -464,8 +469,8 @@ def print_end(result, console: Console) -> None:
     console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'}{checked} in "
                   f"{_duration(result.seconds)}", highlight=False)
     for o in result.failed:
-        console.print(f"  {o.status}: {o.trial.trial_id}: {o.error or 'see its log'}\n          log {o.log_path}",
-                      highlight=False)
+        console.print(f"  {o.status}: {o.trial.trial_id}: {o.error or 'see its log'}", highlight=False, markup=False)
+        print_link("          log:", o.log_path, PATH, console=console)
     for o in result.outcomes:
         if o.status == RECORDED:
             console.print(f"  recorded: {o.trial.trial_id}: {o.note} (run {o.run_id})", highlight=False)
@@ -475,9 +480,9 @@ def print_end(result, console: Console) -> None:
                       f"{', '.join(result.concurrent_with)}); this sweep took their runs", highlight=False)
     if result.store_error:
         console.print(f"Stopped: {result.store_error}. Finished trials are kept in the store, stopped ones keep "
-                      f"their checkpoints. Once the server answers again, run `{result.command}` again to resume.",
-                      highlight=False, markup=False)
+                      f"their checkpoints.", highlight=False, markup=False)
+        print_link("Once the server answers again, to resume, run:", result.command, COMMAND, console=console)
     elif result.interrupted:
-        console.print(f"Interrupted: run `{result.command}` again to resume (finished trials are kept, "
-                      "interrupted ones continue from their checkpoints).", highlight=False, markup=False)
-    console.print(f"MLflow: {result.dashboard_url()}", highlight=False)
+        print_link("Interrupted (finished trials are kept, interrupted ones continue from their checkpoints); "
+                   "to resume, run:", result.command, COMMAND, console=console)
+    print_link("MLflow, the parent run and its trials:", result.dashboard_url(), console=console)

@@ -1,0 +1,371 @@
+"""How one comparison of a claim is made: the cells it pairs over seeds (``pick_cell``: every usable
+candidate of a position), the per-seed log differences, the evidence of every choice and the interval
+shown (``compare``), and the ``Check`` that carries them; the claim's data (``ClaimData``). The
+method: ``docs/verdicts.md``; how a claim's comparisons make its verdict: ``cemlab.report.verdicts``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from cemlab.paper import SESOI
+from cemlab.report.stats import (ALPHA, LEVEL, NOT_ENOUGH, Evidence, Interval, comparison_evidence, decide,
+                                 t_interval)
+from cemlab.report.table import selection_key
+
+
+def pct(x: float) -> str:
+    """A log-scale effect shown as a relative change, exp(x) - 1, in percent."""
+    return f"{math.expm1(x) * 100:+.1f}%" if math.isfinite(x) else "n/a"
+
+
+def num(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else "n/a"
+
+
+def log2_ratio(x: float) -> str:
+    return f"{x:+.2f} (log2 of the lr ratio)" if math.isfinite(x) else "n/a"
+
+
+def shown(x: float, fmt: Callable = pct) -> float:
+    """The value a CSV file gives for a log-scale effect: the relative change exp(x) - 1 (the
+    learning-rate claim's log2 ratio stays as it is)."""
+    return math.expm1(x) if fmt is pct and math.isfinite(x) else x
+
+
+@dataclass
+class Check:
+    """One comparison: where (``label``), the interval shown (``iv``, log scale), the tolerance and
+    the side of it the claim states (``below``: effect < tol; ``above``: effect > tol; ``within``:
+    |effect| < tol; ``tol`` and ``margin`` on the effect's own scale), its ``evidence`` (one-sided
+    p-values, every choice tested; None: planned but without runs), its verdict (set by the claim's
+    decision, ``stats.decide``), its numbers, the ``condition`` it belongs to and its regime."""
+
+    label: str
+    text: str
+    iv: Interval
+    tol: float = 0.0
+    side: str = "below"
+    condition: str = ""
+    regime: dict = field(default_factory=dict)
+    verdict: str = ""
+    fmt: Callable[[float], str] = pct
+    margin: float = math.log1p(SESOI)
+    level: float = LEVEL
+    cells: dict = field(default_factory=dict)
+    #: The table's ``cell`` ids of every cell this comparison read (its candidates included).
+    cell_ids: tuple = ()
+    evidence: Evidence | None = None
+    #: How the cells shown were chosen where a position had several candidates.
+    choice: str = ""
+    #: Candidates per position (1 everywhere: nothing chosen).
+    n_choices: tuple = ()
+    #: Cells (or candidates) left out because a seed diverged or failed, with their counts.
+    diverged: str = ""
+    #: The one-sided levels the comparison's supported / contradicted test was held to.
+    alpha_claim: float = ALPHA / 2
+    alpha_against: float = ALPHA / 2
+
+    def __post_init__(self):
+        if not self.verdict:
+            self.verdict = decide([self.evidence])[0] if self.evidence is not None else NOT_ENOUGH
+
+    @property
+    def test(self) -> str:
+        """What kind of test judged it: a difference (against 0, with a smallest effect of interest),
+        a threshold (non-inferiority against ``tol``) or an equivalence (TOST within +-``tol``)."""
+        if self.side == "within":
+            return "equivalence (TOST)"
+        return "difference" if self.tol == 0 else "threshold"
+
+    def describe(self) -> str:
+        iv = self.iv
+        ci = f"{self.level:.0%} CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else (iv.note or "no interval")
+        return f"{self.text}: effect {self.fmt(iv.effect)}, {ci}, n={iv.n} [{self.verdict}]"
+
+
+def check_of_diffs(label: str, text: str, diffs, tol: float = 0.0, side: str = "below", condition: str = "",
+                   regime: dict | None = None, fmt: Callable = pct, margin: float = math.log1p(SESOI),
+                   discrete: bool = False, cells: dict | None = None, cell_ids: tuple = ()) -> Check:
+    """A comparison of one choice from its per-seed differences (already on the effect's scale):
+    the t-interval shown and the evidence (``discrete``: an exact sign test, for an effect that takes
+    few values, such as an optimum on a grid)."""
+    d = np.asarray(diffs, dtype=float)
+    iv = t_interval(d)
+    ev = comparison_evidence({(): d}, (), (), tol, side, margin, discrete) if iv.n else None
+    return Check(label, text, iv, tol, side, condition, regime or {}, fmt=fmt, margin=margin, evidence=ev,
+                 cells=cells or {}, cell_ids=cell_ids, choice="sign test (a discrete effect)" if discrete else "")
+
+
+class Unrun(dict):
+    """A planned cell (in the grid) without a usable run: a comparison that needs it is
+    ``not enough runs``. Reads as NaN for any value (texts show ``n/a``)."""
+
+    def __init__(self, label: str, note: str, cell_ids: tuple = ()):
+        super().__init__()
+        self.label, self.note, self.cell_ids = label, note, cell_ids
+
+    def __missing__(self, key):
+        return math.nan
+
+
+class ClaimData:
+    """Cells and per-seed values of the sweeps a claim reads, at one scale. ``own``: the sweeps its
+    entry names, in its order, which its rule reads by position (``sweep(i)``); with ``sweeps``,
+    any other sweep reads as one without runs. ``lr_mode``: ``tuned`` (every learning rate of a cell
+    is a candidate) or ``shared`` (every cell at the one rate ``lr``)."""
+
+    def __init__(self, cells_of: Callable[[str], pd.DataFrame],
+                 trials_of: Callable[[str], pd.DataFrame] | None = None,
+                 history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
+                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
+                 alpha: float = ALPHA, lr: float = math.nan):
+        self._cells_of = cells_of
+        self._trials_of = trials_of
+        self.history = history
+        self.sweeps = sweeps
+        self.own = tuple(own)
+        self.margin = math.log1p(margin)  # on the log scale of the effects
+        self.k = k
+        self.alpha = alpha
+        self.lr_mode = lr_mode
+        self.lr = lr
+        self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
+        self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
+
+    def level(self, equivalence: bool = False) -> float:
+        return LEVEL
+
+    def sweep(self, i: int = 0) -> str:
+        """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
+        return self.own[i] if i < len(self.own) else ""
+
+    def _listed(self, sweep: str) -> bool:
+        return self.sweeps is None or sweep in self.sweeps
+
+    def cells(self, sweep: str, **where) -> pd.DataFrame:
+        df = self._cells_of(sweep) if self._listed(sweep) else self._cells_of(sweep).iloc[:0]
+        for k, v in where.items():
+            if df.empty:
+                break
+            df = df[df[k].isin(v) if isinstance(v, (list, tuple, set)) else df[k] == v]
+        return df
+
+    def rates(self, sweep: str) -> list[float]:
+        cells = self.cells(sweep)
+        return sorted(set(cells["lr"].astype(float))) if not cells.empty else []
+
+    def at_best_lr(self, sweep: str, by: list[str] | None = None, **where) -> pd.DataFrame:
+        """The cells a comparison may use: in ``tuned`` mode every learning rate of each cell (each a
+        candidate, ``pick_cell``); in ``shared`` mode only those at the one rate ``self.lr``."""
+        self.per_rate = True  # the rule compares cells at their rates: a shared-rate verdict means something
+        df = self.cells(sweep, **where)
+        if df.empty or df["lr"].nunique() <= 1 or self.lr_mode != "shared":
+            return df
+        return df[np.isclose(df["lr"].to_numpy(dtype=float), self.lr)]
+
+    def trials(self, sweep: str) -> pd.DataFrame:
+        if self._trials_of is None:
+            return pd.DataFrame(columns=["cell", "seed", "value", "run_id", "lr"])
+        return self._trials_of(sweep) if self._listed(sweep) else self._trials_of(sweep).iloc[:0]
+
+    def seed_trials(self, row) -> pd.DataFrame:
+        """The finished trials of a cell (one per seed), indexed by seed."""
+        sweep = str(row["sweep"])
+        if sweep not in self._by_cell:
+            t = self.trials(sweep)
+            self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
+        g = self._by_cell[sweep].get(row["cell"])
+        if g is None:
+            return pd.DataFrame(columns=["seed", "value", "run_id", "val"]).set_index("seed")
+        g = g[np.isfinite(g["value"].to_numpy(dtype=float))]
+        return g.drop_duplicates("seed").set_index("seed")
+
+    def seed_values(self, row) -> pd.Series:
+        return self.seed_trials(row)["value"].astype(float)
+
+    def seed_logs(self, row) -> tuple[pd.Series, pd.Series]:
+        """log test metric and log validation metric of a cell per seed."""
+        t = self.seed_trials(row)
+        val = t["val"].astype(float) if "val" in t else pd.Series(math.nan, index=t.index)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(t["value"].astype(float)), np.log(val)
+
+    def aligned(self, rows: list) -> tuple[list[int], list[np.ndarray]]:
+        """Seeds at which every cell of ``rows`` finished, and each cell's values at them."""
+        series = [self.seed_values(r) for r in rows]
+        seeds = sorted(set.intersection(*(set(s.index) for s in series))) if series else []
+        return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
+
+
+def regime_of(rows: list) -> dict:
+    """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
+    with the number of passes over its training split (token budget / training tokens)."""
+    r = rows[0]
+    budget, params = float(r.get("token_budget", math.nan)), float(r.get("params_total", math.nan))
+    corpus, have = str(r.get("corpus", "") or ""), float(r.get("train_tokens", math.nan))
+    if corpus and math.isfinite(budget) and math.isfinite(have) and have > 0:
+        corpus += f" ({budget / have:.2g} epochs)"
+    return dict(tokens_per_param=budget / params if params and math.isfinite(params) else math.nan,
+                steps=float(r.get("total_steps", math.nan)), corpus=corpus)
+
+
+def _candidates(row) -> list:
+    """The cells a position of a comparison may be: the candidates ``pick_cell`` found, else the row."""
+    cands = getattr(row, "attrs", {}).get("candidates") if isinstance(row, pd.Series) else None
+    return [r for _, r in cands.iterrows()] if cands is not None and len(cands) else [row]
+
+
+def coefficients(f: Callable, n: int) -> tuple[float, ...]:
+    """The coefficients of a comparison's linear function ``f`` of its cells' log metrics."""
+    zero = float(f(*([0.0] * n)))
+    return tuple(float(f(*[1.0 if j == i else 0.0 for j in range(n)])) - zero for i in range(n))
+
+
+def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Callable, text: str, tol: float = 0.0,
+            side: str = "below", condition: str = "", fmt: Callable = pct, log_tol: bool = True) -> Check:
+    """A paired comparison of the cells ``rows``: per seed ``f(log metric of each cell)``, a linear
+    function (e.g. ``rel``: log(b / a)). ``tol`` is a relative change (compared as log(1 + tol)) unless
+    ``log_tol`` is False. A row may stand for several candidates (``pick_cell``): every choice is
+    tested, and the effect shown takes each choice on the other seeds' validation metric. A row that
+    is ``Unrun`` makes the comparison ``not enough runs``."""
+    t = math.log1p(tol) if log_tol and fmt is pct else tol
+    where = cells_compared([r for r in rows if not isinstance(r, Unrun)] or rows)
+    unrun = [r for r in rows if isinstance(r, Unrun)]
+    if unrun:
+        notes = "; ".join(f"{u.label}: {u.note}" for u in unrun)
+        missing.append(f"{label}: {notes}")
+        return Check(label, f"{text} ({notes})", Interval(math.nan, math.nan, math.nan, 0), t, side, condition,
+                     fmt=fmt, margin=data.margin, cells=where, verdict=NOT_ENOUGH,
+                     cell_ids=tuple(i for u in unrun for i in u.cell_ids))
+    cands = [_candidates(r) for r in rows]
+    coefs = coefficients(f, len(rows))
+    logs = [[data.seed_logs(c) for c in cs] for cs in cands]
+    diffs_of: dict[tuple, np.ndarray] = {}
+    for combo in itertools.product(*(range(len(cs)) for cs in cands)):
+        tests = [logs[i][j][0] for i, j in enumerate(combo)]
+        seeds = sorted(set.intersection(*(set(x.index) for x in tests)))
+        if seeds:
+            diffs_of[combo] = sum(c * x.reindex(seeds).to_numpy(dtype=float) for c, x in zip(coefs, tests))
+    n_choices = tuple(len(cs) for cs in cands)
+    ids = tuple(str(c.get("cell", "")) for cs in cands for c in cs)
+    if not diffs_of:
+        missing.append(f"{label}: no seed at which every compared cell finished")
+        return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
+                     margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
+    evidence = comparison_evidence(diffs_of, coefs, n_choices, t, side, data.margin)
+    if max(n_choices) > 1:
+        iv, choice = _loso_interval(logs, coefs), ("every choice tested (" + " x ".join(map(str, n_choices)) +
+                                                   "); effect shown: each choice on the other seeds' validation")
+    else:
+        iv, choice = t_interval(next(iter(diffs_of.values()))), ""
+    return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
+                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
+                 diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
+                                    if isinstance(r, pd.Series) and r.attrs.get("diverged")))
+
+
+def _loso_interval(logs: list, coefs) -> Interval:
+    """The interval shown for a comparison with candidates: at each seed, every position takes the
+    candidate with the lowest mean validation metric over the *other* seeds (leave-one-seed-out),
+    then the seed's difference is formed; a t-interval over those differences."""
+    seeds = sorted(set.union(*(set(t.index) for pos in logs for t, _ in pos)))
+    diffs = []
+    for s in seeds:
+        d = 0.0
+        for c, pos in zip(coefs, logs):
+            def key(tv):
+                t, v = tv
+                other = v.drop(s, errors="ignore")
+                other = other[np.isfinite(other.to_numpy(dtype=float))]
+                if not len(other):  # no validation metric: the other seeds' test metric (older runs)
+                    other = t.drop(s, errors="ignore")
+                return float(other.mean()) if len(other) else math.inf
+            t, _ = min(pos, key=key)
+            if s not in t.index:
+                d = math.nan
+                break
+            d += c * float(t[s])
+        diffs.append(d)
+    return t_interval(diffs)
+
+
+#: Columns of comparisons.csv that say where a comparison was made (from its cells).
+WHERE = ("size", "family", "precond", "T", "eta", "lr")
+
+
+def cells_compared(rows: list) -> dict:
+    """Where a comparison was made: per column of ``WHERE``, the value of its cells (``a vs b`` when
+    they differ, the favoured variant's last); a position with several candidates names them all."""
+    out = {}
+    for col in WHERE:
+        vals = ["/".join(dict.fromkeys(str(c.get(col, "")) for c in _candidates(r))) for r in rows]
+        uniq = list(dict.fromkeys(vals))
+        out[col] = uniq[0] if len(uniq) == 1 else " vs ".join(uniq)
+    out["compared"] = " vs ".join(str(r.get("variant", "")) for r in rows)
+    return out
+
+
+def rel(a, b):
+    """The log ratio of b over a, per seed (arguments: log metrics): log(b / a)."""
+    return b - a
+
+
+#: Run statuses that make a cell no candidate: a seed that diverged or failed.
+UNUSABLE = ("n_diverged", "n_failed")
+
+
+def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
+    """The cells of ``df`` matching ``where`` (a value or a list of values per column) as one
+    position of a comparison: the row shown (the lowest validation mean over seeds) carrying every
+    usable match as a candidate (``row.attrs['candidates']``: one per learning rate, or per cell a
+    claim may pick from). A cell where a seed diverged or failed is no candidate (counted in
+    ``row.attrs['diverged']``). None when nothing matches (not in the grid); ``Unrun`` when the
+    grid has the cell but no usable finished run."""
+    d = df
+    for k, v in where.items():
+        if d.empty:
+            break
+        d = d[d[k].isin(v) if isinstance(v, (list, tuple, set)) else d[k] == v]
+    if d.empty:
+        missing.append(f"{label}: not in the grid")
+        return None
+    bad = np.zeros(len(d), dtype=bool)
+    for col in UNUSABLE:
+        if col in d:
+            bad |= d[col].fillna(0).to_numpy(dtype=float) > 0
+    vals = d["mean"].to_numpy(dtype=float)
+    ok = d[np.isfinite(vals) & ~bad]
+    diverged = "; ".join(f"{r.get('variant', '')} lr={float(r['lr']):.3g}: "
+                         + ", ".join(f"{int(r[c])} {c[2:]}" for c in UNUSABLE if c in r and r[c] > 0)
+                         + f" of {int(r.get('n_expected', 0))} seeds" for _, r in d[bad].iterrows())
+    if ok.empty:
+        note = diverged or "; ".join(n for n in d.get("note", pd.Series(dtype=str)) if n) or "no finished run"
+        missing.append(f"{label}: {note}")
+        return Unrun(label, note, tuple(str(c) for c in d["cell"]))
+    key = ok[selection_key(ok)].to_numpy(dtype=float)
+    row = ok.iloc[int(np.nanargmin(key))] if np.isfinite(key).any() else ok.iloc[0]
+    row = row.copy()
+    row.attrs["candidates"] = ok
+    row.attrs["diverged"] = diverged
+    return row
+
+
+def sizes_of(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df.sort_values("order")["size"])) if not df.empty else []
+
+
+def etas_of(df: pd.DataFrame) -> list[str]:
+    """The step-size settings present (column ``eta``), in grid order."""
+    if df.empty or "eta" not in df:
+        return [""]
+    return list(dict.fromkeys(str(e) for e in df.sort_values("order")["eta"])) or [""]
+
+
+def eta_condition(eta: str) -> str:
+    return f"eta={eta}" if eta else ""

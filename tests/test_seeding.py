@@ -1,0 +1,245 @@
+"""Seeds added where a verdict is open: the ``seeding`` key of a sweep file, its planned looks, the
+level each look judges at, the trials a look adds and which cells it opens.
+
+The sweep itself (Ray, MLflow) is tested at smoke scale in ``test_sweep_run_seeding.py``; the
+error rates of the procedure in ``test_seeding_calibration.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cemlab.report.look import cell_of, full_grid, level_note, open_cells, seed_of
+from cemlab.report.sequential import ALPHA, look_alpha, sweep_alpha
+from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Interval
+from cemlab.report.verdicts import Check, Verdict
+from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.spec.schema import Seeding, SweepError
+
+from sweep_support import REPO_SWEEPS
+
+HEAD = """\
+figure: "Fig X"
+claims: [t2-beats-t1]
+axes: {size: [86m], lr: [2.0e-3], seed: [0, 1, 2]}
+variants:
+  - {group: cem-attn, label: "cem-attn T{T}", set: {model.attention: cem, model.attn_steps: "{T}"}, axes: {T: [1, 2]}}
+"""
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "sweeps"
+    d.mkdir()
+    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
+    return d
+
+
+def write(d: Path, name: str, text: str) -> Path:
+    p = d / f"{name}.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# The key: every mistake named with its field and its fix, when the file is read
+# ---------------------------------------------------------------------------------------------
+
+BAD = {
+    "unknown_key": (HEAD + "seeding: {max_seed: {tiny: 6}}\n", ["seeding", "max_seed"]),
+    "no_max_seeds": (HEAD + "seeding: {batch: 2}\n", ["seeding.max_seeds", "required key is missing"]),
+    "empty_max_seeds": (HEAD + "seeding: {max_seeds: {}}\n", ["seeding.max_seeds", "max_seeds: {tiny: 6}"]),
+    "one_seed": (HEAD + "seeding: {max_seeds: {tiny: 1}}\n", ["seeding.max_seeds", ">= 2"]),
+    "zero_batch": (HEAD + "seeding: {max_seeds: {tiny: 6}, batch: 0}\n", ["seeding.batch", "greater than or equal to 1"]),
+    "unknown_scale": (HEAD + "seeding: {max_seeds: {tiyn: 6}}\n", ["seeding.max_seeds.tiyn", "unknown scale", "tiny"]),
+    "fewer_than_grid": (HEAD + "seeding: {max_seeds: {tiny: 2}}\n",
+                        ["seeding.max_seeds.tiny", "fewer than the 3 seeds", "give at least 3"]),
+    "no_claims": (HEAD.replace("claims: [t2-beats-t1]\n", "") + "seeding: {max_seeds: {tiny: 6}}\n",
+                  ["seeding", "lists no claims", "claims: [...]"]),
+    "optuna": ("figure: x\nclaims: [t2-beats-t1]\naxes: {size: [86m]}\nvariants: [{group: llama, label: llama}]\n"
+               "search: optuna\noptuna: {lr: [1.0e-3, 4.0e-3], samples: 2}\nseeding: {max_seeds: {tiny: 6}}\n",
+               ["seeding", "search: optuna", "remove seeding"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_seeding_key_fails_naming_the_field_and_the_fix(sweep_dir, case):
+    text, expected = BAD[case]
+    path = write(sweep_dir, case, text)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    msg = str(info.value)
+    assert str(path) in msg, msg
+    for fragment in expected:
+        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Planned looks and their level
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("top, batch, looks", [
+    (6, 3, [[0, 1, 2], [0, 1, 2, 3, 4, 5]]),
+    (5, 2, [[0, 1, 2], [0, 1, 2, 3, 4]]),
+    (6, 2, [[0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]),   # the last look capped at max_seeds
+    (7, 3, [[0, 1, 2], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6]]),
+    (3, 3, [[0, 1, 2]]),                                         # no room: one look, nothing added
+])
+def test_looks_add_batches_up_to_max_seeds(top, batch, looks):
+    got = Seeding(max_seeds={"tiny": top}, batch=batch).looks("tiny", [0, 1, 2])
+    assert got == looks
+    assert len(got) == 1 + math.ceil((top - 3) / batch)   # K = 1 + ceil((max - initial) / batch)
+    assert all(a == b[:len(a)] for a, b in zip(got, got[1:]))   # nested: look j reads the first n_j seeds
+
+
+def test_looks_count_up_from_the_grids_largest_seed_and_follow_like_scales():
+    s = Seeding(max_seeds={"tiny": 4}, batch=1)
+    assert s.looks("tiny", [3, 7]) == [[3, 7], [3, 7, 8], [3, 7, 8, 9]]
+    assert s.looks("smoke", [0, 1]) == [[0, 1]]                       # a scale without a budget
+    assert s.looks("tiny-prose", [0, 1], like="tiny") == [[0, 1], [0, 1, 2], [0, 1, 2, 3]]
+
+
+def test_each_look_judges_at_alpha_over_the_planned_looks():
+    assert look_alpha(1) == pytest.approx(ALPHA) and look_alpha(2) == pytest.approx(0.025) and look_alpha(3) == pytest.approx(ALPHA / 3)
+    with pytest.raises(ValueError, match="at least one look"):
+        look_alpha(0)
+
+
+def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(monkeypatch):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    spec = load_sweep("recursion_ablation")
+    tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
+    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4]]
+    assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(ALPHA / 2)
+    assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
+    # an override of the seed axis moves the plan with it
+    assert spec.looks("tiny", spec.expand("tiny", overrides=["seed=[0]"])) == [[0], [0, 1, 2], [0, 1, 2, 3, 4]]
+    assert "alpha 0.05/2 = 0.025" in level_note(spec, "tiny", tiny)
+    assert level_note(load_sweep("lr_search"), "tiny", []).startswith("none: this sweep's file lists no claim (")
+
+
+def test_added_seeds_are_the_trials_a_file_listing_them_would_have(sweep_dir):
+    seeded = load_sweep(write(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
+    listed = load_sweep(write(sweep_dir, "listed", HEAD.replace("seed: [0, 1, 2]", "seed: [0, 1, 2, 3, 4]")))
+    grid = seeded.expand("tiny")
+    full = full_grid(seeded, "tiny", grid)
+    assert len(grid) == 6 and len(full) == 10
+    ids = lambda ts: {t.trial_id: t.config_hash for t in ts}   # noqa: E731
+    # the same ids and config hashes as a file that lists the seeds, apart from the sweep's name
+    assert {k: v for k, v in ids(full).items()}.keys() == ids(listed.expand("tiny")).keys()
+    assert ids(full).items() >= ids(grid).items()                   # the grid's own trials unchanged
+    assert {seed_of(t) for t in full} == {0, 1, 2, 3, 4}
+    assert len({cell_of(t) for t in full}) == 2                      # the added seeds join the grid's cells
+
+
+def test_the_plan_shows_the_looks_and_the_most_trials(sweep_dir):
+    from cemlab.sweeps.plan import plan_sweep
+
+    plan = plan_sweep(write(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 6}, batch: 2}\n").as_posix(),
+                      "tiny", read_store=False)
+    s = plan.seeding()
+    assert [lk["seeds"] for lk in s["looks"]] == [[0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]
+    assert s["alpha_per_look"] == pytest.approx(ALPHA / 3) and len(plan.rows) == 6 and s["max_trials"] == 12
+
+
+# ---------------------------------------------------------------------------------------------
+# Which cells a look opens
+# ---------------------------------------------------------------------------------------------
+
+
+def _cell(name: str, sweep: str = "mine") -> str:
+    return json.dumps({"sweep": sweep, "variant": name}, sort_keys=True)
+
+
+def _check(verdict: str, *cells: str) -> Check:
+    return Check("c", "c", Interval(0.0, -1.0, 1.0, 3), verdict=verdict, cell_ids=cells)
+
+
+def _verdict(verdict: str, checks: list, cond: str = "") -> Verdict:
+    return Verdict("claim", "", "", "", ["mine"], verdict, "", "tiny", condition=cond, checks=checks)
+
+
+def test_only_the_cells_of_open_comparisons_in_open_conditions_get_seeds():
+    a, b, c, d, other = _cell("a"), _cell("b"), _cell("c"), _cell("d"), _cell("x", sweep="theirs")
+    verdicts = [
+        # open: the comparison a-b is open, b-c is decided (c gets nothing from it)
+        _verdict(INCONCLUSIVE, [_check(INCONCLUSIVE, a, b, other), _check(SUPPORTED, b, c)], "eta=1"),
+        # decided conditions add nothing, even with an open comparison inside
+        _verdict(CONTRADICTED, [_check(INCONCLUSIVE, d, c), _check(CONTRADICTED, d, a)], "eta=1/2"),
+        _verdict(SUPPORTED, [_check(SUPPORTED, c, d)], "eta=2"),
+    ]
+    claims, cells = open_cells(verdicts, "mine")
+    assert claims == ["claim [eta=1]"]
+    assert cells == [a, b]   # not the other sweep's cell: its own sweep adds its seeds
+    assert open_cells(verdicts[1:], "mine") == ([], [])
+
+
+def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monkeypatch):
+    from cemlab.report.claims import all_claims
+    from cemlab.report.grids import SweepGrids
+    from cemlab.report.sequential import claim_alpha
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    grids, by_id = SweepGrids(), {c.id: c for c in all_claims()}
+    assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(ALPHA / 2)
+    assert claim_alpha(by_id["t2-beats-t1"], grids, "smoke") == ALPHA
+    assert claim_alpha(by_id["attn-small-cost"], grids, "tiny") == ALPHA
+
+
+def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkeypatch):
+    from cemlab.sweeps.spec.files import list_sweeps
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    judged = 0
+    for name in list_sweeps():
+        spec = load_sweep(name)
+        if not spec.claims:   # nothing judged from its runs; lr_search's description says why
+            assert name != "lr_search" or "judges no claim" in spec.description
+            continue
+        judged += 1
+        seeds = spec.looks("tiny", spec.expand("tiny"))[0]
+        assert len(seeds) >= 3, (name, seeds)
+    assert judged >= 8
+
+
+def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
+    from types import SimpleNamespace
+
+    from cemlab.report.look import LookLoop
+
+    a, b, c = _cell("a"), _cell("b"), _cell("c")
+    loop = LookLoop([SimpleNamespace(id="claim", combine="all")], "tiny", "mine", [[0, 1, 2], [0, 1, 2, 3, 4]], 0.025)
+
+    def look(first: str, second: str) -> Verdict:
+        checks = [Check("a-b", "a-b", Interval(-0.05, -0.08, -0.02, 3), verdict=first, cell_ids=(a, b)),
+                  Check("b-c", "b-c", Interval(0.0, -0.05, 0.05, 3), verdict=second, cell_ids=(b, c))]
+        return loop._freeze(_verdict(INCONCLUSIVE, checks))
+
+    v0 = look(SUPPORTED, INCONCLUSIVE)
+    assert open_cells([v0], "mine") == (["claim"], [b, c])      # a gets nothing: a-b is decided
+    decided = v0.checks[0]
+    # look 1: b has more seeds (for b-c), a does not; a-b is not judged again, b-c decides
+    v1 = look(INCONCLUSIVE, SUPPORTED)
+    assert v1.checks[0] is decided and v1.verdict == SUPPORTED and v1.effect == pytest.approx(math.expm1(-0.05))  # log scale, shown as exp - 1
+    assert open_cells([v1], "mine") == ([], [])
+
+
+def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
+    from cemlab.report.look import next_trials
+
+    spec = load_sweep(write(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
+                            + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
+    grid = spec.expand("tiny")
+    full = full_grid(spec, "tiny", grid)
+    t1 = next(t for t in grid if t.axes["T"] == 1 and t.axes["lr"] == 2e-3)
+    added = next_trials(full, [cell_of(t1)], [3, 4])   # the comparison read T=1 at lr 2e-3 only
+    assert sorted((t.axes["T"], t.axes["lr"], seed_of(t)) for t in added) == \
+        [(1, 2e-3, 3), (1, 2e-3, 4), (1, 4e-3, 3), (1, 4e-3, 4)]
