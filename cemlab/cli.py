@@ -105,17 +105,22 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
     sweep as the command named it (a name, or the path of a ``.yaml`` file, which the report reads too)."""
     if result.interrupted or result.store_error:
         return
+    from cemlab import timing
+
     try:
         from cemlab.report import build_report
 
-        result.report = build_report(source or result.sweep, scale=result.scale, tracking_uri=result.tracking_uri,
-                                     overrides=overrides)
+        with timing.stage("report"):
+            result.report = build_report(source or result.sweep, scale=result.scale, tracking_uri=result.tracking_uri,
+                                         overrides=overrides)
     except Exception as e:  # the sweep's runs are safe in MLflow; `cemlab report` can retry
         result.report_error = f"{type(e).__name__}: {e}"
         again = shlex.join(["cemlab", "report", source or result.sweep, *(overrides or [])])
         console.print(f"Report: not built ({result.report_error})", highlight=False, markup=False)
         print_link("To retry, run:", again, COMMAND, console=console)
         return
+    finally:
+        timing.flush()
     print_link("Report:", result.report, PATH, console=console)
 
 

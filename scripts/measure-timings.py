@@ -3,6 +3,9 @@
     python3 scripts/measure-timings.py install train   # measure these rows now (any of: sweep install train)
     python3 scripts/measure-timings.py sweep           # the main job alone
     python3 scripts/measure-timings.py                 # print the table of what docs/timings.json holds
+    python3 scripts/measure-timings.py stages --save after.json   # where one sweep's time goes
+    python3 scripts/measure-timings.py --compare before.json after.json  # two stage tables side by side
+    python3 scripts/measure-timings.py cli [--against OTHER_CHECKOUT]  # how fast the CLI answers
 
 Each row is measured on its own, from a clean state in a temporary folder, with the command a new
 user types:
@@ -13,6 +16,17 @@ user types:
   cache as the machine has it);
 * ``train``: ``cemlab train configs/default.yaml`` with a fresh runs folder, so the corpus is
   tokenised as on a first run.
+
+* ``stages``: ``cemlab sweep recursion_ablation --scale tiny seed=[0]`` (18 trials) with a fresh runs
+  folder, run by this interpreter on this checkout; its wall time broken into stages from the
+  timestamps the sweep writes (``cemlab.timing``: ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
+  and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
+  README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
+
+* ``cli``: the wall time of ``cemlab --help``, a refused argument, ``cemlab plan recursion_ablation
+  --scale smoke`` and a tab completion, each in a fresh interpreter on this checkout (median of
+  ``--rounds``); ``--against DIR`` times another checkout in the same rounds, interleaved, and
+  prints the ratios. Not a README row either.
 
 A measured row replaces that row in ``docs/timings.json`` (``--no-write``: only print); the
 table is rendered from that file, and the README quotes it verbatim (``tests/test_docs.py``
@@ -108,6 +122,75 @@ def measure(row: str, keep: Path | None = None) -> dict:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def stages_command(scale: str = "tiny", all_seeds: bool = False) -> list[str]:
+    """The one-seed sweep (default), or the main job's whole grid (``all_seeds``)."""
+    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]"]), "--plain"]
+
+
+def measure_stages(command: list[str]) -> dict:
+    """Run ``cemlab <command>`` from a fresh runs folder with this interpreter and this checkout; the
+    stage summary of its ``stages.jsonl`` (``cemlab.timing.summarize``), the machine and its load."""
+    sys.path.insert(0, str(ROOT))
+    from cemlab import timing
+
+    with tempfile.TemporaryDirectory(prefix="cemlab-timing-stages-") as d:
+        tmp = Path(d)
+        env = _env(tmp)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        cemlab = [sys.executable, "-m", "cemlab.cli"]
+        load, start = os.getloadavg()[0], time.perf_counter()
+        try:
+            print(f"measure-timings: cemlab {' '.join(command)}", file=sys.stderr, flush=True)
+            subprocess.run(cemlab + command, env=env, check=True, cwd=ROOT, stdout=sys.stderr)
+        finally:
+            subprocess.run(cemlab + ["ui", "--stop"], env=env, check=False, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        files = sorted((tmp / "runs" / "logs").glob(f"*/{timing.STAGES_NAME}"))
+        if not files:
+            raise SystemExit("measure-timings: the sweep wrote no stages.jsonl")
+        summary = timing.summarize(timing.read_spans(files[0]))
+    summary.update(command="cemlab " + " ".join(command), run_seconds=round(seconds, 1),
+                   machine=f"{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
+                   date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    return summary
+
+
+CLI_COMMANDS = {
+    "cemlab --help": (["--help"], {}),
+    "refused argument": (["plan", "--no-such-flag"], {}),
+    "cemlab plan (smoke)": (["plan", "recursion_ablation", "--scale", "smoke"], {}),
+    "tab completion": ([], {"_ARGCOMPLETE": "1", "COMP_LINE": "cemlab sw", "COMP_POINT": "9", "COMP_TYPE": "9",
+                            "_ARGCOMPLETE_STDOUT_FILENAME": os.devnull}),
+}
+
+
+def measure_cli(roots: list[Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Median seconds of each CLI command per checkout, the checkouts interleaved in every round."""
+    import statistics
+
+    times: dict[str, dict[str, list[float]]] = {str(r): {c: [] for c in CLI_COMMANDS} for r in roots}
+    with tempfile.TemporaryDirectory(prefix="cemlab-timing-cli-") as d:
+        env = _env(Path(d))
+        for _ in range(rounds):
+            for root in roots:
+                for name, (args, extra) in CLI_COMMANDS.items():
+                    run_env = {**env, **extra, "PYTHONPATH": str(root)}
+                    t0 = time.perf_counter()
+                    subprocess.run([sys.executable, "-m", "cemlab.cli", *args], env=run_env, cwd=d,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    times[str(root)][name].append(time.perf_counter() - t0)
+    return {root: {c: statistics.median(v) for c, v in per.items()} for root, per in times.items()}
+
+
+def stage_tables(summaries: dict[str, dict]) -> str:
+    sys.path.insert(0, str(ROOT))
+    from cemlab import timing
+
+    notes = [f"- {label}: `{s['command']}`, {s['run_seconds']} s, {s['machine']}, {s['date']}" for label, s in summaries.items()]
+    return timing.format_table(summaries) + "\n\n" + "\n".join(notes)
+
+
 def _duration(s: float) -> str:
     s = round(s)
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
@@ -137,7 +220,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rows", nargs="*", help=f"rows to measure now, of {', '.join(ROWS)} (none: print the table)")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports into DIR/<row>/")
+    parser.add_argument("--save", type=Path, metavar="FILE", help="stages: write the stage summary to FILE (JSON)")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
+    parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
+    parser.add_argument("--all-seeds", action="store_true",
+                        help="stages: the main job's whole grid (every seed) instead of seed=[0]")
+    parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
+    parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
+                        help="print the stage tables of these saved summaries side by side (labels: file names)")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(stage_tables({p.stem: json.loads(p.read_text()) for p in args.compare}))
+        return 0
+    if "cli" in args.rows:
+        roots = [ROOT] + ([args.against.resolve()] if args.against else [])
+        load = os.getloadavg()[0]
+        medians = measure_cli(roots, args.rounds)
+        head = "| command | " + " | ".join(f"{r} (s)" for r in medians) + (" | ratio |" if len(roots) > 1 else " |")
+        print(head + "\n|---|" + "---:|" * (len(medians) + (len(roots) > 1)))
+        for name in CLI_COMMANDS:
+            cells = [f"{m[name]:.2f}" for m in medians.values()]
+            if len(roots) > 1:
+                cells.append(f"{medians[str(roots[0])][name] / medians[str(roots[1])][name]:.2f}")
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"\n{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+              f"median of {args.rounds} rounds, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+        args.rows = [r for r in args.rows if r != "cli"]
+        if not args.rows:
+            return 0
+    if "stages" in args.rows:
+        summary = measure_stages(stages_command(args.scale, args.all_seeds))
+        if args.save:
+            args.save.write_text(json.dumps(summary, indent=2) + "\n")
+        print(stage_tables({"this run": summary}))
+        args.rows = [r for r in args.rows if r != "stages"]
+        if not args.rows:
+            return 0
     unknown = [r for r in args.rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")

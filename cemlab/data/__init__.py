@@ -6,22 +6,33 @@
 See :mod:`cemlab.data.pipeline` for the flow and :mod:`cemlab.data.corpus` for the sources.
 """
 
-from cemlab.data.config import DataConfig
-from cemlab.data.dataset import PackedDataset, unigram_perplexity
-from cemlab.data.errors import DataError
-from cemlab.data.pipeline import DataBundle, prepare_data, token_dtype
-from cemlab.data.preflight import check_data
-from cemlab.data.tokenizer import EOT_TOKEN, TextTokenizer
+# The names are imported when first used (PEP 562), so that importing a light submodule (a config)
+# does not load torch through this package.
+import importlib
 
-__all__ = [
-    "DataBundle",
-    "DataConfig",
-    "DataError",
-    "EOT_TOKEN",
-    "PackedDataset",
-    "TextTokenizer",
-    "check_data",
-    "prepare_data",
-    "token_dtype",
-    "unigram_perplexity",
-]
+_EXPORTS = {
+    "DataConfig": "cemlab.data.config",
+    "PackedDataset": "cemlab.data.dataset",
+    "unigram_perplexity": "cemlab.data.dataset",
+    "DataError": "cemlab.data.errors",
+    "DataBundle": "cemlab.data.pipeline",
+    "prepare_data": "cemlab.data.pipeline",
+    "token_dtype": "cemlab.data.pipeline",
+    "check_data": "cemlab.data.preflight",
+    "EOT_TOKEN": "cemlab.data.tokenizer",
+    "TextTokenizer": "cemlab.data.tokenizer",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -8,10 +8,32 @@
 - The regressor itself is ``cemlab.models.gp.GPRegressor`` (pure PyTorch, the language models' CEM MLP).
 """
 
-from cemlab.gp.config import GPConfig
-from cemlab.gp.data import (
-    GPData, GPSamplingError, GPSplit, kernel_matrix, load_gp_data, make_gp_data, posterior_mean_rmse, rmse,
-)
+# The names are imported when first used (PEP 562), so that importing a light submodule (a config)
+# does not load torch through this package.
+import importlib
 
-__all__ = ["GPConfig", "GPData", "GPSplit", "GPSamplingError", "kernel_matrix", "load_gp_data", "make_gp_data",
-           "posterior_mean_rmse", "rmse"]
+_EXPORTS = {
+    "GPConfig": "cemlab.gp.config",
+    "GPData": "cemlab.gp.data",
+    "GPSamplingError": "cemlab.gp.data",
+    "GPSplit": "cemlab.gp.data",
+    "kernel_matrix": "cemlab.gp.data",
+    "load_gp_data": "cemlab.gp.data",
+    "make_gp_data": "cemlab.gp.data",
+    "posterior_mean_rmse": "cemlab.gp.data",
+    "rmse": "cemlab.gp.data",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

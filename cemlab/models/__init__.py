@@ -8,8 +8,30 @@
 - ``cemlab.models.gp``: the GP study's regressor (``GPRegressor``), recursive CEM MLPs.
 """
 
-from cemlab.models.accounting import count_parameters, flops_per_token
-from cemlab.models.cem import CEMAttention, CEMMLP
-from cemlab.models.model import Block, CausalLM, build_model
+# The names are imported when first used (PEP 562), so that importing a light submodule (a config)
+# does not load torch through this package.
+import importlib
 
-__all__ = ["build_model", "CausalLM", "Block", "CEMAttention", "CEMMLP", "count_parameters", "flops_per_token"]
+_EXPORTS = {
+    "count_parameters": "cemlab.models.accounting",
+    "flops_per_token": "cemlab.models.accounting",
+    "CEMAttention": "cemlab.models.cem",
+    "CEMMLP": "cemlab.models.cem",
+    "Block": "cemlab.models.model",
+    "CausalLM": "cemlab.models.model",
+    "build_model": "cemlab.models.model",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

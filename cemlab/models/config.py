@@ -29,7 +29,19 @@ from pydantic import (
     BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator,
 )
 
-from cemlab.models.preconditioners import PRECONDITIONERS, preconditioner_kind
+
+def preconditioner_kind(name: str, field: str) -> str:
+    """``cemlab.models.preconditioners.preconditioner_kind``, imported when a config is validated
+    (the kinds are torch modules: reading this file does not load torch)."""
+    from cemlab.models.preconditioners import preconditioner_kind as kind
+
+    return kind(name, field)
+
+
+def _preconditioner(kind: str):
+    from cemlab.models.preconditioners import PRECONDITIONERS
+
+    return PRECONDITIONERS.get(kind)
 
 SublayerKind = Literal["llama", "cem"]
 KQDiagonal = Literal["none", "shared", "per_head"]
@@ -291,7 +303,7 @@ class ModelConfig(StrictModel):
                 f"head width d_model/n_heads={self.d_model // self.n_heads} is odd: RoPE needs an even head width"
             )
         for sub in (a, m):
-            problem = PRECONDITIONERS.get(sub.precond).check_width(self.d_model, sub.precond_rank, "d_model",
+            problem = _preconditioner(sub.precond).check_width(self.d_model, sub.precond_rank, "d_model",
                                                                     sub.FLAT["precond_rank"])
             if problem:
                 errors.append(problem)
@@ -377,7 +389,7 @@ class GPRegressorConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> "GPRegressorConfig":
-        problem = PRECONDITIONERS.get(self.precond).check_width(self.latent_dim, self.precond_rank, "latent_dim",
+        problem = _preconditioner(self.precond).check_width(self.latent_dim, self.precond_rank, "latent_dim",
                                                                  "precond_rank")
         if problem:
             raise ValueError(problem)

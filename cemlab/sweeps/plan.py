@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
-from cemlab.models import flops_per_token
 from cemlab.models.config import ModelConfig
 from cemlab.sweeps.spec.expand import sampled_trials
 from cemlab.sweeps.spec.schema import Trial
@@ -183,7 +182,7 @@ class Plan:
 def plan_trial(trial: Trial) -> TrialPlan:
     """One row of the plan: the trial's parameters, budget, steps and training FLOPs, as its task
     counts them (``cemlab.tasks``: parameter counts are cached by model config, so a sweep's many
-    trials on a few models build each model once, on the meta device)."""
+    trials on a few models build each model once, for its shapes only)."""
     cfg = trial.config
     task = task_of(cfg)
     tp = make_plan(cfg, world_size=trial.resources.workers)
@@ -228,6 +227,8 @@ def search_statuses(cells: list[Trial], client: "MlflowClient") -> dict[str, tup
 
 def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     """GPU-hours of ``spec`` at the paper scale (see the module docstring)."""
+    from cemlab.models import flops_per_token
+
     rows = [plan_trial(t) for t in spec.expand("paper")]
     flops = sum((r.flops or 0.0) * r.samples for r in rows)  # search: optuna: every sample, an upper bound
     ref = ModelConfig.preset(PAPER_REFERENCE_PRESET)

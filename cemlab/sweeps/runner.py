@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 import ray
 from rich.console import Console
 
+from cemlab import timing
 from cemlab.paths import runs_dir
 from cemlab.sweeps.stages import decide, execute, preflight, record, seeding
 from cemlab.sweeps.stages import progress as pg
@@ -82,6 +83,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
     with ``seeding`` (``cemlab.report.look_store.sweep_look``, handed in by ``cemlab sweep``)."""
     t0 = time.time()
+    started = timing.process_start()
     console = console or Console(highlight=False)
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
@@ -93,18 +95,25 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     log_dir = runs / "logs" / f"{spec.name}-{scale}"
     log_dir.mkdir(parents=True, exist_ok=True)
     cache = str(Path(cache_dir).resolve()) if cache_dir else None
+    timing.start_file(log_dir / timing.STAGES_NAME)  # where this sweep's stage timestamps go (trials too)
+    timing.record("driver start", started, t0)
+    timing.record("sweep file and store", t0)  # the sweep expanded, the store checked or its server started
 
     execute.quiet_tune(spec.search)
-    owns_ray = execute.connect_ray(cpus)
+    with timing.stage("ray start"):
+        owns_ray = execute.connect_ray(cpus)
     driver_lock = None
     try:
-        preflight.prepare_on_ray(trials, scale, uri, cache, cpus, console)
-        driver_lock = DriverLock(log_dir)
-        inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
-                                     cache_dir=cache, faults=faults)
+        with timing.stage("data step"):
+            preflight.prepare_on_ray(trials, scale, uri, cache, cpus, console)
+        with timing.stage("open invocation"):
+            driver_lock = DriverLock(log_dir)
+            inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
+                                         cache_dir=cache, faults=faults)
         inv.overrides = list(overrides or [])
         pg.print_start(inv, trials, console, driver_lock.other_pid())
-        interrupted, lost = _run_trials(inv, trials, console, live, interval, looker)
+        with timing.stage("trials"):
+            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker)
         if interrupted or lost:
             _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
@@ -112,13 +121,16 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
                 record.mark_store_lost(inv, lost)
             else:
                 record.mark_interrupted(inv)
-        result = record.finish(inv, interrupted and not lost, t0, store_error=lost)
+        with timing.stage("finish"):
+            result = record.finish(inv, interrupted and not lost, t0, store_error=lost)
         result.command = command or shlex.join(["cemlab", "sweep", str(sweep), "--scale", scale, *(overrides or [])])
     finally:
         if driver_lock is not None:
             driver_lock.release()
         if owns_ray:
-            _shutdown_ray()
+            with timing.stage("ray shutdown"):
+                _shutdown_ray()
+        timing.flush()
     pg.print_end(result, console)
     return result
 

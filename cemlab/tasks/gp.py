@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
 
 from cemlab.config import RunConfig
-from cemlab.gp import make_gp_data
-from cemlab.gp.data import TensorPairs
-from cemlab.models.gp import build_gp_model, count_parameters, flops_per_example
 from cemlab.tasks.base import Task, TaskData, format_lr, parameter_count
 import cemlab.metric_names as schema
+
+if TYPE_CHECKING:  # torch and the models are imported where a run needs them (cemlab plan, --help do not)
+    import torch
 
 
 class GPRegression(Task):
@@ -41,12 +39,18 @@ class GPRegression(Task):
 
     def budget_parameters(self, cfg: "RunConfig") -> int:
         """The regressor's own parameters."""
+        from cemlab.models.gp import build_gp_model, count_parameters
+
         return parameter_count(cfg.gp, build_gp_model, count_parameters)
 
     def parameters(self, cfg: "RunConfig") -> int:
+        from cemlab.models.gp import build_gp_model, count_parameters
+
         return parameter_count(cfg.gp, build_gp_model, count_parameters)
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
+        from cemlab.models.gp import flops_per_example
+
         return flops_per_example(cfg.gp)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -100,6 +104,8 @@ class GPRegression(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Draw the GP data (cached by its settings)."""
+        from cemlab.gp.data import TensorPairs, make_gp_data
+
         d = make_gp_data(cfg.gp)
         return TaskData(TensorPairs(d.train.x, d.train.y), TensorPairs(d.val.x, d.val.y),
                         TensorPairs(d.test.x, d.test.y), stats={**d.meta, "train_examples": len(d.train)})
@@ -118,10 +124,14 @@ class GPTraining:
     def __init__(self, cfg: "RunConfig", task: GPRegression):
         self.cfg, self.task = cfg, task
         self.gp = cfg.gp
+        from cemlab.models.gp import build_gp_model
+
         self.model = build_gp_model(self.gp)
 
     @staticmethod
     def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.mse_loss(out.float(), y.float())
 
     @staticmethod
@@ -134,6 +144,8 @@ class GPTraining:
         return {"loss": mse, "rmse": math.sqrt(mse)}
 
     def static_metrics(self, seq_len: int) -> dict[str, float]:
+        from cemlab.models.gp import count_parameters, flops_per_example
+
         counts = count_parameters(self.model)
         return {schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_MLP: counts["cem"],
                 schema.FLOPS_PER_EXAMPLE: flops_per_example(self.gp)["forward"]}

@@ -11,18 +11,16 @@ import os
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any
 
 from cemlab.config import ConfigError, RunConfig
-from cemlab.data import PackedDataset, prepare_data
 from cemlab.data.corpus import stdlib_root
-from cemlab.models import build_model, count_parameters, flops_per_token
 from cemlab.models.config import PRESETS
 from cemlab.tasks.base import Task, TaskData, format_eta, format_lr, parameter_count
 import cemlab.metric_names as schema
+
+if TYPE_CHECKING:  # torch and the models are imported where a run needs them (cemlab plan, --help do not)
+    import torch
 
 #: Model dimensions that make a size, with their short labels (``d128 L3``).
 SIZE_DIMS = (("d_model", "d"), ("n_layers", "L"), ("n_heads", "h"), ("d_mlp", "mlp"))
@@ -64,14 +62,20 @@ class LanguageModelling(Task):
         return seq_len
 
     def budget_parameters(self, cfg: "RunConfig") -> int:
-        """The matched Llama baseline's parameters, counted on the meta device (no memory), so that
+        """The matched Llama baseline's parameters, counted on a shapes-only build (nothing initialised), so that
         a CEM variant trains on exactly the tokens of its baseline."""
+        from cemlab.models import build_model, count_parameters
+
         return parameter_count(cfg.model.matched_baseline(), build_model, count_parameters, exclude={"name"})
 
     def parameters(self, cfg: "RunConfig") -> int:
+        from cemlab.models import build_model, count_parameters
+
         return parameter_count(cfg.model, build_model, count_parameters, exclude={"name"})
 
     def train_flops_per_unit(self, cfg: "RunConfig", seq_len: int) -> float:
+        from cemlab.models import flops_per_token
+
         return flops_per_token(cfg.model, seq_len)["train"]
 
     # -- names and descriptions ------------------------------------------------------------------
@@ -183,6 +187,8 @@ class LanguageModelling(Task):
     # -- training ----------------------------------------------------------------------------------
     def load_data(self, cfg: "RunConfig", plan) -> TaskData:
         """Tokenised and cached corpus splits, packed into sequences of ``plan.seq_len``."""
+        from cemlab.data import PackedDataset, prepare_data
+
         min_tokens = plan.tokens if cfg.data.source == "hf" else None
         bundle = prepare_data(cfg.data, cfg.model.vocab_size, plan.seq_len, min_train_tokens=min_tokens)
         return TaskData(
@@ -235,16 +241,22 @@ class LanguageModelTraining:
     energy_batch_size = 4     # validation sequences the energy traces are taken on
 
     def __init__(self, cfg: "RunConfig", task: LanguageModelling):
+        from cemlab.models import build_model
+
         self.cfg, self.task = cfg, task
         self.model = build_model(cfg.model)
 
     # -- loss and metrics ---------------------------------------------------------------------
     @staticmethod
     def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
     @staticmethod
     def eval_sums(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        import torch.nn.functional as F
+
         nll = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1), reduction="sum")
         return nll.double(), y.numel()
 
@@ -255,6 +267,8 @@ class LanguageModelTraining:
 
     # -- facts --------------------------------------------------------------------------------
     def static_metrics(self, seq_len: int) -> dict[str, float]:
+        from cemlab.models import count_parameters
+
         counts = count_parameters(self.model)
         return {
             schema.PARAMS_TOTAL: counts["total"], schema.PARAMS_ATTENTION: counts["attention"],

@@ -54,8 +54,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import torch
-
 from cemlab.tracking import schema
 from cemlab.tasks import format_lr, task_of
 from cemlab.tracking.mlflow_run import git_commit, model_kind, size_label
@@ -286,6 +284,7 @@ def log_final_model(client: "MlflowClient", run_id: str, model, cfg: "RunConfig"
     ``mlflow.pytorch`` flavour, linked as the run's output at ``step``; returns ``models:/<id>``,
     also set as the run's ``cemlab.model_uri`` tag."""
     import mlflow.pytorch
+    import torch
     from mlflow.entities import LoggedModelOutput
 
     experiment_id = client.get_run(run_id).info.experiment_id

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 
+from cemlab import timing
 from cemlab.tracking import schema
 from cemlab.train import checkpoint as ckpt
 from cemlab.train.data import eval_indices
@@ -67,13 +68,20 @@ class RunCallback(L.Callback):
         if step == self._seen_step:
             return  # a micro-batch within gradient accumulation
         self._seen_step = step
+        t0 = time.perf_counter()
         self._log_step(trainer, pl_module, step)
+        logged = time.perf_counter() - t0
         if step % pl_module.cfg.train.val_interval == 0 or step == self.plan.total_steps:
-            self.validate(trainer, pl_module, step)
+            with timing.stage("validation"):
+                self.validate(trainer, pl_module, step)
         if step % pl_module.cfg.train.checkpoint_every == 0 or step == self.plan.total_steps:
-            self.checkpoint(trainer, step)
+            with timing.stage("checkpoint"):
+                self.checkpoint(trainer, step)
         elif self.metrics is not None:
+            t1 = time.perf_counter()
             self.metrics.maybe_flush()
+            logged += time.perf_counter() - t1
+        timing.add("step logging", logged)
         self._t_last = time.perf_counter()  # validation and checkpoint time are not training time
 
     # -- pieces -------------------------------------------------------------------------------

@@ -19,9 +19,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from cemlab.config import ConfigError, RunConfig
-from cemlab.models.cem import CEMAttention
-from cemlab.models.common import RMSNorm
-from cemlab.models.preconditioners import Preconditioner
 from cemlab.tasks import task_of
 from cemlab.tracking.mlflow_run import run_name
 
@@ -114,6 +111,10 @@ def decay_groups(model: "nn.Module") -> tuple[list[str], list[str]]:
     weights, biases, the rest of a preconditioner (the diagonal ``p``), KQ diagonals ``kq_diag``
     and the self-token biases ``self_bias`` (2-D parameters that are not matrices, so they are
     found by the module that owns them)."""
+    from cemlab.models.cem import CEMAttention
+    from cemlab.models.common import RMSNorm
+    from cemlab.models.preconditioners import Preconditioner
+
     exempt: set[int] = set()
     for mod in model.modules():
         if isinstance(mod, RMSNorm):

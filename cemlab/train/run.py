@@ -58,6 +58,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from cemlab import timing
 from cemlab.config import ConfigError, RunConfig, flatten
 from cemlab.tasks import Task, TaskData, task_of
 from cemlab.tracking import conventions, schema, store
@@ -87,16 +88,21 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
     process is one worker of a Ray Train ``TorchTrainer`` (DDP over Ray's process group;
     ``train.devices`` is then ignored)."""
     run = resolve_config(run_config, tracking_uri=tracking_uri, parent_run_id=parent_run_id, role=role)
-    data = run.task.load_data(run.cfg, run.plan)  # bad input fails here, before anything is logged
-    model = build_model(run)
-    start = decide_start(run, resume)
-    if isinstance(start, RunResult):  # the store or the runs folder already holds the result
-        return start
-    logger = open_logger(run, model, data, start)
-    callback = make_run_callback(run, model, data, start, logger, report)
+    with timing.stage("data load"):
+        data = run.task.load_data(run.cfg, run.plan)  # bad input fails here, before anything is logged
+    with timing.stage("model build"):
+        model = build_model(run)
+    with timing.stage("run start"):
+        start = decide_start(run, resume)
+        if isinstance(start, RunResult):  # the store or the runs folder already holds the result
+            return start
+        logger = open_logger(run, model, data, start)
+        callback = make_run_callback(run, model, data, start, logger, report)
     try:
-        trainer, module, loader = set_up_trainer(run, model, data, start, callback, progress_bar, ray_train)
-        fit(trainer, module, loader, start)
+        with timing.stage("trainer setup"):
+            trainer, module, loader = set_up_trainer(run, model, data, start, callback, progress_bar, ray_train)
+        with timing.stage("fit"):
+            fit(trainer, module, loader, start)
     except Diverged as e:
         return record_divergence(run, model, start, logger, callback, e)
     except BaseException as e:
@@ -104,8 +110,10 @@ def train(run_config: RunConfig | dict, *, tracking_uri: str | None = None, pare
         if interruption is None:
             raise
         raise interruption from e
-    curve = test(run, model, data, trainer, module, callback, logger)
-    return record(run, model, start, logger, callback, trainer, module, curve, report)
+    with timing.stage("test"):
+        curve = test(run, model, data, trainer, module, callback, logger)
+    with timing.stage("run end"):
+        return record(run, model, start, logger, callback, trainer, module, curve, report)
 
 
 # -- the run's facts, as the steps pass them on -----------------------------------------------------

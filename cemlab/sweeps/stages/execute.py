@@ -31,11 +31,13 @@ import logging
 import math
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import ray
 from ray import tune
 
+from cemlab import timing
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as rk
 from cemlab.sweeps.stages.decide import CellSearch
@@ -52,6 +54,10 @@ from cemlab.train.plan import make_plan
 
 #: Ray's logical memory (bytes) the Tune process of a multi-worker trial asks for (it only waits).
 DRIVER_MEMORY = 256 * 2**20
+
+
+#: Set to 0: every grid trial in a fresh worker process instead of a reused one.
+REUSE_WORKERS_ENV = "CEMLAB_SWEEP_REUSE_WORKERS"
 
 
 #: The address local Ray binds to: loopback only (Ray has no authentication here).
@@ -145,6 +151,26 @@ class HaltOnLostStore(tune.Callback):
             self._halt()
 
     on_trial_recover = on_trial_error   # a failed trial about to be retried
+
+
+class TrialSpans(tune.Callback):
+    """Each trial's span as the driver sees it, from Tune's start to its end (``cemlab.timing``)."""
+
+    def __init__(self, resolve):
+        self.resolve, self.started = resolve, {}
+
+    def __getstate__(self):   # Tune pickles its callbacks into the experiment state
+        return {"resolve": None, "started": {}}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.started[trial.trial_id] = time.time()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        start = self.started.pop(trial.trial_id, None)
+        if start is not None and self.resolve is not None:
+            timing.record("trial", start, trial=self.resolve(trial.config).trial_id)
+
+    on_trial_error = on_trial_complete
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
@@ -253,6 +279,13 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     slots = concurrency or (trial_slots(resources) if distributed or searcher is not None else None)
     request = ({"cpu": 0, "gpu": 0, "memory": DRIVER_MEMORY} if distributed
                else {"cpu": resources.cpus, "gpu": resources.gpus})
+    # A grid's trials run one after another in a warm worker per slot (its imports and Ray actor
+    # paid once; each trial starts from a clean state, cemlab.sweeps.trial.job.trial_scope). Not for
+    # searches, whose stopped trials end their process (the driver waits for that to mark them), nor
+    # for multi-worker trials, whose process only waits for its Ray Train workers.
+    # $CEMLAB_SWEEP_REUSE_WORKERS=0: a fresh process for every trial (tests compare the two).
+    reuse = (searcher is None and scheduler is None and not distributed
+             and os.environ.get(REUSE_WORKERS_ENV, "1") != "0")
     trainable = tune.with_resources(tune.with_parameters(run_trial, job=job), request)
     # Registered by name under a lock: Tune's trainable registry is not safe to fill from the
     # threads that run searched cells at once (it iterates a dict another thread adds to).
@@ -261,11 +294,11 @@ def _fit(state: Invocation, job: TrialJob, *, param_space: dict, name: str, reso
     tuner = tune.Tuner(
         f"cemlab-{name}", param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
-                                    max_concurrent_trials=slots, reuse_actors=False,
+                                    max_concurrent_trials=slots, reuse_actors=reuse,
                                     trial_dirname_creator=lambda t: f"{job.resolve(t.config).trial_id[:100]}_{t.trial_id}"),
         run_config=tune.RunConfig(name=name, storage_path=str(state.runs_dir / "ray"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=state.retries),
-                                  callbacks=[HaltOnLostStore(state.watch), callback]),
+                                  callbacks=[HaltOnLostStore(state.watch), callback, TrialSpans(job.resolve)]),
     )
     results = tuner.fit()
     for r in results:

@@ -1,6 +1,7 @@
 """What the sweep driver hands to every trial (:class:`TrialJob`), and what a trial process sets
 up from it: its config (:func:`prepare_config`), its log file (:func:`redirect_output`) and the
-test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trial.trainable``).
+test hook that injects faults (:func:`set_fault`, see ``cemlab.sweeps.trial.trainable``), and the
+clean state a reused worker gives each trial (:func:`trial_scope`).
 
 The driver ships the job to every trial with ``tune.with_parameters``; the Tune config of a trial
 only names it (``{"trial_id": ...}`` for a grid, ``{"lr": ...}`` for an Optuna-searched cell).
@@ -19,10 +20,12 @@ import json
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cemlab import timing
 from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.spec.expand import trial_with_lr
 from cemlab.sweeps.spec.schema import Trial, round_lr
@@ -48,6 +51,8 @@ class TrialJob:
     cell: Trial | None = None                                  # optuna: the searched cell
     cache_dir: str | None = None                               # data.cache_dir for every trial
     faults: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the driver's stage timestamps file (cemlab.timing), read where the job is made: the driver
+    stages_file: str | None = field(default_factory=lambda: os.environ.get(timing.STAGES_ENV))
 
     def resolve(self, config: dict[str, Any]) -> Trial:
         """The trial a Tune config stands for."""
@@ -62,7 +67,8 @@ class TrialJob:
 
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
-        return {"CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
+        stages = {timing.STAGES_ENV: self.stages_file} if self.stages_file else {}
+        return {**stages, "CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
 
@@ -112,6 +118,47 @@ def redirect_output(path: Path):
         os.dup2(saved[1], 2)
         for s in saved:
             os.close(s)
+
+
+@contextlib.contextmanager
+def trial_scope():
+    """Run one trial in a worker process that may run others before and after it (Tune's
+    ``reuse_actors``), leaving behind what a fresh process would have: the environment, torch's
+    thread count, default dtype and grad mode, the logging handlers and levels, the warning filters,
+    no active MLflow run, and the memory the trial freed. Seeds need no reset: ``train`` seeds every generator from
+    the config before it builds the model, as in a fresh process."""
+    import gc
+
+    import torch
+
+    env = dict(os.environ)
+    threads, dtype, grad = torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    levels = {name: lg.level for name, lg in logging.Logger.manager.loggerDict.items()
+              if isinstance(lg, logging.Logger)}
+    root_level = root.level
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(threads)
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        for h in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(h)
+        root.setLevel(root_level)
+        for name, lg in list(logging.Logger.manager.loggerDict.items()):
+            if isinstance(lg, logging.Logger):
+                lg.setLevel(levels.get(name, logging.NOTSET))
+        if "mlflow" in sys.modules:  # a run the fluent API left open would receive the next trial's logs
+            import mlflow
+
+            while mlflow.active_run() is not None:
+                mlflow.end_run()
+        gc.collect()
 
 
 def _fault_for(job: TrialJob, trial_id: str) -> dict[str, int] | None:

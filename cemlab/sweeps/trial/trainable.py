@@ -43,6 +43,12 @@ files under ``<runs>/logs/<sweep>-<scale>/faults/``.
 
 The training loop (``cemlab.train.run``, with Lightning) is imported inside the trial, so the sweep
 driver, which imports this module to hand it to Tune, does not load Lightning.
+
+A grid's trials run in warm workers: Tune reuses a slot's worker process for the next trial
+(``reuse_actors``, set in ``cemlab.sweeps.stages.execute``), so the process start and the imports
+(seconds per trial) are paid once per slot. Each trial runs inside ``trial_job.trial_scope``, which
+gives the next trial the state a fresh process has; a reused worker's trial is bit-identical to a
+fresh one (``tests/test_sweep_reuse.py``). A trial's stages are timed (``cemlab.timing``).
 """
 
 from __future__ import annotations
@@ -55,9 +61,10 @@ from typing import Any
 
 import ray
 
+from cemlab import timing
 from cemlab.sweeps.trial.distributed import fit_trial
 from cemlab.sweeps.spec.schema import Trial
-from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault
+from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault, trial_scope
 from cemlab.sweeps.trial.lock import trial_lock
 from cemlab.sweeps.trial.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,
                                        TrialStopped, send)
@@ -65,22 +72,38 @@ from cemlab.tracking import schema
 from cemlab.tracking.store import get_client
 
 
+_fresh = True  # no trial has run in this process yet
+
+
 def run_trial(config: dict[str, Any], job: TrialJob) -> None:
     """The Tune function trainable of a sweep (see the module docstring)."""
+    global _fresh
+    t0 = time.time()
     trial = job.resolve(config)
-    os.environ.update(job.env())
-    with redirect_output(job.files.log(trial.trial_id)):
+    with trial_scope():  # a reused worker: what this trial changes is undone for the next one
+        os.environ.update(job.env())
+        timing.set_trial(trial.trial_id)
+        if _fresh:  # the first trial of this worker process: its start counts for this trial
+            timing.record("worker start", timing.process_start(), t0)
+            _fresh = False
         try:
-            _run(trial, job)
-        except TrialStopped:
-            sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
-        except BaseException:
-            traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
-            raise
+            with redirect_output(job.files.log(trial.trial_id)):
+                try:
+                    _run(trial, job)
+                except TrialStopped:
+                    sys.exit(0)  # Ray's runner thread takes exit code 0 as a graceful end, not an error
+                except BaseException:
+                    traceback.print_exc()  # into the trial's log, which the sweep names when the trial fails
+                    raise
+        finally:
+            timing.record("trial process", t0)
+            timing.flush()
+            timing.set_trial(None)
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
-    from cemlab.train.run import train
+    with timing.stage("imports"):
+        from cemlab.train.run import train
 
     node = ray.get_runtime_context().get_node_id()
     print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} trial {trial.trial_id} (config {trial.config_hash}) "

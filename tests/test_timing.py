@@ -1,0 +1,60 @@
+"""The stage table (``cemlab.timing``): spans written by several processes add up to the slot-time,
+checked on a hand-made sweep whose every number is worked out below, and the spans a process
+keeps reach the file named in ``$CEMLAB_STAGES_FILE`` (nothing is written without it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cemlab import timing
+
+
+def span(stage, start, end, trial=None):
+    return {"stage": stage, "start": start, "end": end, "trial": trial, "pid": 1}
+
+
+def test_summary_adds_up_to_the_slot_time_of_a_hand_made_sweep():
+    # wall 0..100 s, 2 slots = 200 s of slot-time. Driver: 10 s before the trials, trials 10..90,
+    # 10 s after. Trial a: Tune span 10..90, its process 12..90 (worker start 5..12 counted once),
+    # fit 20..80 with 10 s validation and 2 s checkpoint inside and 3 s of step logging.
+    # Trial b: Tune span 10..50, process 10..50, fit 15..45.
+    spans = [span("driver start", 0, 4), span("ray start", 4, 10), span("trials", 10, 90), span("report", 90, 100),
+             span("trial", 10, 90, "a"), span("trial process", 12, 90, "a"), span("worker start", 5, 12, "a"),
+             span("imports", 12, 20, "a"), span("fit", 20, 80, "a"), span("validation", 30, 40, "a"),
+             span("checkpoint", 60, 62, "a"), {"stage": "step logging", "seconds": 3.0, "trial": "a", "pid": 1},
+             span("test", 80, 90, "a"),
+             span("trial", 10, 50, "b"), span("trial process", 10, 50, "b"), span("fit", 15, 45, "b")]
+    s = timing.summarize(spans)
+    assert (s["wall"], s["slots"], s["slot_time"], s["trials"]) == (100, 2, 200, 2)
+    sec = s["seconds"]
+    assert sec["training"] == pytest.approx((60 - 10 - 2 - 3) + 30)
+    assert sec["validation"] == 10 and sec["checkpoint"] == 2 and sec["step logging"] == 3
+    assert sec["around the trial"] == pytest.approx((80 + 40) - (78 + 40))
+    # the trials' phase holds 2 x 80 s of slots; the trials held 120 s of them, worker start 7 s
+    assert sec["slots idle"] == pytest.approx(160 - 120 - 7)
+    assert s["training_share"] == pytest.approx(75 / 200)
+    rows = [r for r in timing.ROWS]
+    assert sum(s["share"][r] for r in rows) == pytest.approx(1.0)   # every second of slot-time in one row
+
+
+def test_spans_reach_the_stages_file_only_when_it_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv(timing.STAGES_ENV, raising=False)
+    with timing.stage("data load"):
+        pass
+    timing.flush()
+    path = tmp_path / "stages.jsonl"
+    monkeypatch.setenv(timing.STAGES_ENV, str(path))
+    timing.set_trial("t1")
+    try:
+        with timing.stage("model build"):
+            pass
+        timing.add("step logging", 0.5)
+        timing.add("step logging", 0.25)
+        timing.flush()
+    finally:
+        timing.set_trial(None)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(x["stage"], x["trial"]) for x in lines] == [("model build", "t1"), ("step logging", "t1")]
+    assert lines[0]["end"] >= lines[0]["start"] and lines[1]["seconds"] == 0.75
