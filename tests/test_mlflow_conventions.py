@@ -9,6 +9,8 @@ plain loop over the same test windows, gives the logged test loss.
 
 from __future__ import annotations
 
+import re
+
 import math
 import os
 from pathlib import Path
@@ -197,7 +199,8 @@ def test_ui_serves_on_a_stable_port_from_5000_or_the_next_free_one(runs_dir, tmp
             assert base < port < base + 20, first
             stop_server()
             assert main(["ui"]) == 0  # restarted: the same address again (links stay valid)
-            assert f"http://127.0.0.1:{port} " in capsys.readouterr().out
+            again = capsys.readouterr().out  # the address whole, ending its line or followed by a space
+            assert re.search(rf"http://127\.0\.0\.1:{port}(\s|$)", again, re.M), again
         finally:
             stop_server()
 
