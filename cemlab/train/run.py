@@ -65,6 +65,7 @@ from cemlab.tracking import conventions, schema, store
 from cemlab.tracking import mlflow_run as mr
 from cemlab.train import checkpoint as ckpt
 from cemlab.train import decide as dc
+from cemlab.train import evaluate as ev
 from cemlab.train.callbacks import RunCallback, progress_callbacks
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices
 from cemlab.train.module import CEMLabModule, Diverged
@@ -293,7 +294,7 @@ def make_run_callback(run: Run, model: Model, data: TaskData, start: Start, logg
     """The callback that logs step metrics, validates, reports and checkpoints (``cemlab.train.callbacks``)."""
     runtime, plan = model.runtime, run.plan
     val_idx = eval_indices(len(data.val), run.cfg.train.val_batches * plan.micro_batch_size)
-    energy_batch = _energy_batch(data.val, val_idx, runtime) if runtime.recursion_T() is not None else None
+    energy_batch = ev.energy_batch(data.val, val_idx, runtime) if runtime.recursion_T() is not None else None
     return RunCallback(
         plan=plan, task=run.task, val_dataset=data.val, energy_batch=energy_batch, folder=start.folder,
         state=logger.state, metrics=logger.metrics, report=report if run.zero else None,
@@ -328,11 +329,11 @@ def test(run: Run, model: Model, data: TaskData, trainer, module: CEMLabModule, 
     here marks the MLflow run failed."""
     runtime = model.runtime
     try:
-        final, curve, traces = _evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan,
-                                                 callback.energy_batch,
-                                                 test_recursion_list(run.cfg, runtime.recursion_T()))
+        final, curve, traces = ev.evaluate_on_test(run.cfg, trainer, module, runtime, data, run.plan,
+                                                   callback.energy_batch,
+                                                   ev.test_recursion_list(run.cfg, runtime.recursion_T()))
         if logger.metrics is not None:
-            _log_test(logger.metrics, run.task, runtime, final, curve, traces, trainer.global_step)
+            ev.log_test(logger.metrics, run.task, runtime, final, curve, traces, trainer.global_step)
     except BaseException as e:
         logger.finish(schema.STATUS_FAILED, {schema.ERROR: f"{type(e).__name__}: {e}"[:500]})
         raise
@@ -452,54 +453,4 @@ def _split_units(data, plan) -> dict[str, int]:
     return {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
 
 
-def _energy_batch(dataset, indices: list[int], runtime):
-    """A fixed validation batch for energy traces (``runtime.energy_batch_size`` inputs)."""
-    return torch.stack([dataset[i][0] for i in indices[:runtime.energy_batch_size]])
-
-
-def _evaluate_on_test(cfg, trainer, module, runtime, data, plan, energy_batch, recursion_list):
-    """Test loss and metric, the test-time recursion curve and the energy traces (rank zero), on the
-    device the model trained on (Lightning moves it to the CPU when ``fit`` ends)."""
-    module.to(trainer.strategy.root_device)
-    cap = cfg.train.test_batches * plan.micro_batch_size if cfg.train.test_batches else None
-    test_idx = eval_indices(len(data.test), cap)
-    mb = plan.micro_batch_size
-    test = module.evaluate(data.test, test_idx, mb)
-    final = {f"test/{k}": v for k, v in test.items()}
-    curve: dict[int, float] = {}
-    T = runtime.recursion_T()
-    for steps in recursion_list:
-        if steps == T:
-            curve[steps] = test[runtime.metric]
-        else:
-            with runtime.recursion_steps(steps):
-                curve[steps] = module.evaluate(data.test, test_idx, mb)[runtime.metric]
-    traces = module.energy_trace(energy_batch) if energy_batch is not None and trainer.is_global_zero else {}
-    return final, curve, traces
-
-
-def _log_test(metrics, task: Task, runtime, final, curve, traces, step: int) -> None:
-    """The test metrics at the last step; the recursion curve, energy traces and step sizes by step."""
-    metrics.add_many(final, step)
-    for steps, value in curve.items():
-        metrics.add(task.test_metric_at_steps, value, steps)
-    for (sub, layer), trace in traces.items():
-        for t, value in enumerate(trace.tolist()):
-            metrics.add(schema.energy_metric(sub, layer), value, t)
-        metrics.add(schema.energy_drop_metric(sub, layer), float(trace[0] - trace[-1]), step)
-    for (sub, layer), etas in runtime.step_sizes().items():  # fixed, 1/T or the learned values at the end
-        for t, eta in enumerate(etas, 1):
-            metrics.add(schema.step_size_metric(sub, layer), eta, t)
-        metrics.add(schema.total_step_metric(sub, layer), sum(etas), step)
-
-
 __all__ = ["RunResult", "train", "resolve_tracking_uri"]
-
-
-def test_recursion_list(cfg: RunConfig, T: int | None) -> list[int]:
-    """Recursion steps tried at test time: ``train.test_recursion_steps`` or 1..2T (none for a
-    model without CEM sublayers)."""
-    if T is None:
-        return []
-    return sorted(set(cfg.train.test_recursion_steps or range(1, 2 * T + 1)))
-
