@@ -17,8 +17,8 @@ user types:
 * ``train``: ``cemlab train configs/default.yaml`` with a fresh runs folder, so the corpus is
   tokenised as on a first run.
 
-* ``stages``: ``cemlab sweep recursion_ablation --scale tiny seed=[0]`` (18 trials) with a fresh runs
-  folder, run by this interpreter on this checkout; its wall time broken into stages from the
+* ``stages``: ``cemlab sweep recursion_ablation --scale tiny seed=[0] --no-seeding`` (18 trials: no
+  seeds added) with a fresh runs folder, run by this interpreter on this checkout; its wall time broken into stages from the
   timestamps the sweep writes (``cemlab.timing``: ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
   and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
   README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
@@ -123,8 +123,9 @@ def measure(row: str, keep: Path | None = None) -> dict:
 
 
 def stages_command(scale: str = "tiny", all_seeds: bool = False) -> list[str]:
-    """The one-seed sweep (default), or the main job's whole grid (``all_seeds``)."""
-    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]"]), "--plain"]
+    """The one-seed sweep, its grid only (default), or the main job as ``make sweep`` runs it (``all_seeds``)."""
+    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]", "--no-seeding"]),
+            "--plain"]
 
 
 def measure_stages(command: list[str]) -> dict:
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
     parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
     parser.add_argument("--all-seeds", action="store_true",
-                        help="stages: the main job's whole grid (every seed) instead of seed=[0]")
+                        help="stages: the main job as make sweep runs it (every seed, and the seeds its looks add) instead of seed=[0] --no-seeding")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")

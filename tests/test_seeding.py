@@ -117,11 +117,11 @@ def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(mo
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     spec = load_sweep("recursion_ablation")
     tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
-    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4]]
+    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]]
     assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(ALPHA / 2)
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
     # an override of the seed axis moves the plan with it
-    assert spec.looks("tiny", spec.expand("tiny", overrides=["seed=[0]"])) == [[0], [0, 1, 2], [0, 1, 2, 3, 4]]
+    assert spec.looks("tiny", spec.expand("tiny", overrides=["seed=[0]"])) == [[0], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7]]
     assert "alpha 0.05/2 = 0.025" in level_note(spec, "tiny", tiny)
     assert level_note(load_sweep("lr_search"), "tiny", []).startswith("none: this sweep's file lists no claim (")
 
@@ -243,3 +243,23 @@ def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
     added = next_trials(full, [cell_of(t1)], [3, 4])   # the comparison read T=1 at lr 2e-3 only
     assert sorted((t.axes["T"], t.axes["lr"], seed_of(t)) for t in added) == \
         [(1, 2e-3, 3), (1, 2e-3, 4), (1, 4e-3, 3), (1, 4e-3, 4)]
+
+
+def test_no_seeding_runs_the_grids_seeds_only_and_its_resume_command_keeps_the_flag(monkeypatch):
+    """``cemlab sweep --no-seeding`` hands the runner no judge (so ``add_seeds`` adds nothing), and
+    the command it prints to resume carries the flag; without it the report's judge is handed in."""
+    import cemlab.sweeps.runner as runner
+    from cemlab.cli import main
+
+    got = []
+
+    def fake_run_sweep(*args, **kwargs):
+        got.append(kwargs)
+        raise KeyboardInterrupt   # stop before anything runs; the command prints how to resume
+
+    monkeypatch.setattr(runner, "run_sweep", fake_run_sweep)
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    assert main(["sweep", "recursion_ablation", "--no-seeding", "--no-report"]) == 130
+    assert main(["sweep", "recursion_ablation", "--no-report"]) == 130
+    assert got[0]["looker"] is None and callable(got[1]["looker"])
+    assert "--no-seeding" in got[0]["command"].split() and "--no-seeding" not in got[1]["command"].split()

@@ -31,13 +31,14 @@ from cemlab.report import claims
 from cemlab.report.look import LookLoop
 from cemlab.report.sequential import ALPHA, look_alpha
 from cemlab.report.stats import CONTRADICTED, SUPPORTED
-from cemlab.sweeps.spec.schema import Seeding
+from cemlab.sweeps.spec.load import load_sweep
+from sweep_support import REPO_SWEEPS
 
 SWEEP = "recursion_ablation"
 CLAIM = [c for c in claims.CLAIMS if c.id == "t2-beats-t1"]
 CELLS = [(1, "1"), (2, "1"), (2, "1/T")]
-#: The main job's plan at tiny: 3 seeds, then 2 more where open (two looks).
-LOOKS = Seeding(max_seeds={"tiny": 5}, batch=2).looks("tiny", [0, 1, 2])
+#: The main job's plan at tiny, read from its sweep file: 3 seeds, then 5 more where open (two looks).
+LOOKS = load_sweep(REPO_SWEEPS / f"{SWEEP}.yaml").seeding.looks("tiny", [0, 1, 2])
 REPS = int(os.environ.get("CEMLAB_CALIBRATION_REPS", "100"))
 SIGMA_CELL = 0.02    # a cell's own noise (log perplexity) per seed
 SIGMA_SEED = 0.03    # the noise the cells share at a seed (data order, init): pairing removes it
@@ -103,7 +104,7 @@ def rates(effects: dict[tuple, float], looks: list[list[int]], alpha: float, rep
 
 
 def test_looks_plan_is_the_main_jobs():
-    assert LOOKS == [[0, 1, 2], [0, 1, 2, 3, 4]]
+    assert LOOKS == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]]
     assert look_alpha(len(LOOKS)) == pytest.approx(ALPHA / 2)
 
 
@@ -129,13 +130,13 @@ def test_power_and_seeds_used_at_a_true_effect_of_one_sd_beside_the_fixed_three_
     reps = max(40, REPS // 3)
     seq, seq_trials = rates(effects, LOOKS, look_alpha(len(LOOKS)), reps, seed=2)
     fixed, fixed_trials = rates(effects, [LOOKS[0]], ALPHA, reps, seed=2)
-    five, _ = rates(effects, [LOOKS[-1]], ALPHA, reps, seed=2)   # 5 seeds everywhere, no looks: the bound's cost
+    most, _ = rates(effects, [LOOKS[-1]], ALPHA, reps, seed=2)   # the budget everywhere, no looks: the bound's cost
     print(f"\ntrue effect 1 sd (paired log ppl), {reps} replications: P(supported) per condition")
     for cond in seq:
-        print(f"  {cond}: sequential (3 -> 5 seeds, alpha/2 per look) {seq[cond][0]:.2f}, "
-              f"fixed 3 seeds (alpha) {fixed[cond][0]:.2f}, fixed 5 seeds (alpha) {five[cond][0]:.2f}")
+        print(f"  {cond}: sequential (3 -> {len(LOOKS[-1])} seeds, alpha/{len(LOOKS)} per look) {seq[cond][0]:.2f}, "
+              f"fixed 3 seeds (alpha) {fixed[cond][0]:.2f}, fixed {len(LOOKS[-1])} seeds (alpha) {most[cond][0]:.2f}")
     print(f"  seeds per cell: sequential {seq_trials / len(CELLS):.2f}, fixed {fixed_trials / len(CELLS):.2f}")
-    assert fixed_trials == 3 * len(CELLS) and 3 * len(CELLS) <= seq_trials <= 5 * len(CELLS)
+    assert fixed_trials == 3 * len(CELLS) and 3 * len(CELLS) <= seq_trials <= len(LOOKS[-1]) * len(CELLS)
     for cond in seq:
         assert seq[cond][1] == 0 and fixed[cond][1] == 0   # never the wrong way at 1 sd
         assert seq[cond][0] > fixed[cond][0]    # more seeds where open buy power despite alpha/2

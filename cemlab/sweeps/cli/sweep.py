@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=None,
                         help="token cache folder shared by the trials (default <runs>/cache)")
     parser.add_argument("--no-report", action="store_true", help="do not build the sweep's report at the end")
+    parser.add_argument("--no-seeding", action="store_true",
+                        help="run the grid's own seeds only, even where the sweep file gives a seed budget (no seeds "
+                             "added; the report still judges at the planned level, alpha / looks, which is stricter)")
     parser.add_argument("--plain", action="store_true",
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,
@@ -84,7 +87,8 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     try:
         result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
-                           interval=args.interval, command=resume_command(args), looker=looker)
+                           interval=args.interval, command=resume_command(args),
+                           looker=None if args.no_seeding else looker)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)
     except (SweepError, StoreError, ServerError, ValueError) as e:
