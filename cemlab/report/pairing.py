@@ -118,19 +118,21 @@ class ClaimData:
     """Cells and per-seed values of the sweeps a claim reads, at one scale. ``own``: the sweeps its
     entry names, in its order, which its rule reads by position (``sweep(i)``); with ``sweeps``,
     any other sweep reads as one without runs. ``lr_mode``: ``tuned`` (every learning rate of a cell
-    is a candidate) or ``shared`` (every cell at the one rate ``lr``)."""
+    is a candidate) or ``shared`` (every cell at the one rate ``lr``). ``margin``: the claim's
+    smallest effect of interest, a relative change kept as log(1 + margin), the scale of the effects
+    (``relative_margin=False``: already on the effect's scale, as the learning-rate claim's log2 ratio)."""
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
                  margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
-                 alpha: float = ALPHA, lr: float = math.nan):
+                 alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
         self.sweeps = sweeps
         self.own = tuple(own)
-        self.margin = math.log1p(margin)  # on the log scale of the effects
+        self.margin = math.log1p(margin) if relative_margin else margin  # on the scale of the effects
         self.k = k
         self.alpha = alpha
         self.lr_mode = lr_mode
