@@ -125,7 +125,7 @@ class ClaimData:
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
-                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
+                 margin: float = SESOI, lr_mode: str = "tuned", own: tuple[str, ...] = (),
                  alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True):
         self._cells_of = cells_of
         self._trials_of = trials_of
@@ -133,15 +133,11 @@ class ClaimData:
         self.sweeps = sweeps
         self.own = tuple(own)
         self.margin = math.log1p(margin) if relative_margin else margin  # on the scale of the effects
-        self.k = k
         self.alpha = alpha
         self.lr_mode = lr_mode
         self.lr = lr
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
         self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
-
-    def level(self, equivalence: bool = False) -> float:
-        return LEVEL
 
     def sweep(self, i: int = 0) -> str:
         """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
