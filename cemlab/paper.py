@@ -70,20 +70,22 @@ NOT_IN_PAPER = "not in the paper"
 
 def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweeps: tuple[str, ...],
            paper_regime: str = PAPER_REGIME, primary: str = "", margin: float = SESOI, combine: str = "all",
-           primary_condition: str = "") -> dict:
+           primary_condition: str = "", relative_margin: bool = True) -> dict:
     """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
     runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
     that rule, the sweeps whose runs judge it (``sweeps``: its own first; the rule reads them by
     position, ``ClaimData.sweep(i)``, and no other; their files list the claim under ``claims:``),
     the regime of the paper's runs behind it, its primary comparison (the first whose
     label contains ``primary``: the paper's headline contrast, whose effect claims.csv shows), its
-    smallest effect of interest ``margin``, how its comparisons combine (``combine``, a key of
+    smallest effect of interest ``margin`` (a relative change, compared as log(1 + margin) like the
+    effects; ``relative_margin=False``: already on the effect's own scale, as the learning-rate
+    claim's log2 ratio), how its comparisons combine (``combine``, a key of
     ``cemlab.report.stats.COMBINE_RULES``) and, for a claim judged per condition (step size), the
     condition whose verdict is the claim's (``primary_condition``; the others are sensitivity
     checks): the paper's own setting, fixed before any run (eta = 1, the residual step of eq. 3)."""
     return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, sweeps=tuple(sweeps),
                 paper_regime=paper_regime, primary=primary, margin=margin, combine=combine,
-                primary_condition=primary_condition)
+                primary_condition=primary_condition, relative_margin=relative_margin)
 
 
 #: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
@@ -126,7 +128,7 @@ CLAIM_ENTRIES: tuple[dict, ...] = (
            "Full CEM Transformers prefer a higher learning rate than Llama.",
            "At every size, CEM's optimal learning rate is higher than Llama's (log2 ratio of the per-seed optima > 0; "
            "an optimum at the grid's edge stands for 'at or beyond the edge').",
-           "rule_full_cem_higher_lr", ('lr_sweep',), margin=SESOI_LR),
+           "rule_full_cem_higher_lr", ('lr_sweep',), margin=SESOI_LR, relative_margin=False),
     claim_entry("full-cem-256m", "appendix (256M)",
            "At 256M parameters, full CEM still matches or beats Llama.",
            f"At every size of the sweep, full CEM's perplexity is at most {MATCH_TOL:.0%} above Llama's.",

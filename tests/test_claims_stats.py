@@ -18,8 +18,8 @@ import pytest
 from scipy import stats as sps
 
 from cemlab.report import claims, verdict_tables, verdicts
-from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, Evidence, Interval,
-                                 combine, comparison_evidence, decide, judge, t_interval)
+from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, Evidence, combine,
+                                 comparison_evidence, decide, t_interval)
 from cemlab.report.table import aggregate
 
 
@@ -31,19 +31,27 @@ def test_t_interval_equals_scipy_one_sample_t_interval(diffs):
     assert (iv.low, iv.high) == pytest.approx((ref.low, ref.high), rel=1e-12)
 
 
+def verdict_of(diffs, tol: float, side: str) -> str:
+    """The word the report gives one comparison without choices (``verdicts.check_of_diffs``): its
+    evidence from the per-seed differences, decided by ``decide``; no seed: no evidence."""
+    d = np.asarray(diffs, dtype=float)
+    return decide([comparison_evidence({(): d}, (), (), tol, side) if np.isfinite(d).any() else None])[0]
+
+
 def test_one_seed_has_no_interval_and_is_inconclusive():
     iv = t_interval([-0.3, math.nan])  # a diverged seed does not count
     assert iv.n == 1 and iv.effect == -0.3 and math.isnan(iv.low) and math.isnan(iv.high)
-    assert judge(iv, 0.0, "below") == INCONCLUSIVE  # even a -30% effect: one seed cannot decide
-    assert judge(t_interval([]), 0.0, "below") == NOT_ENOUGH
+    assert verdict_of([-0.3, math.nan], 0.0, "below") == INCONCLUSIVE  # even a -30% effect: one seed cannot decide
+    assert verdict_of([], 0.0, "below") == NOT_ENOUGH
 
 
-def test_judge_sides_and_combine():
-    assert judge(Interval(-0.05, -0.07, -0.03, 3), 0.0, "below") == SUPPORTED
-    assert judge(Interval(0.05, 0.03, 0.07, 3), 0.0, "below") == CONTRADICTED
-    assert judge(Interval(0.0, -0.02, 0.02, 3), 0.0, "below") == INCONCLUSIVE
-    assert judge(Interval(0.03, 0.02, 0.04, 3), 0.01, "above") == SUPPORTED
-    assert judge(Interval(0.0, -0.01, 0.005, 3), 0.01, "above") == CONTRADICTED
+def test_decision_sides_and_combine():
+    # per-seed differences (3 seeds) whose 95% interval lies below, above, or across the tolerance
+    assert verdict_of([-0.04, -0.05, -0.06], 0.0, "below") == SUPPORTED
+    assert verdict_of([0.04, 0.05, 0.06], 0.0, "below") == CONTRADICTED
+    assert verdict_of([-0.01, 0.0, 0.01], 0.0, "below") == INCONCLUSIVE
+    assert verdict_of([0.025, 0.03, 0.035], 0.01, "above") == SUPPORTED
+    assert verdict_of([-0.002, 0.0, 0.002], 0.01, "above") == CONTRADICTED
     assert combine([SUPPORTED, SUPPORTED]) == SUPPORTED
     assert combine([SUPPORTED, INCONCLUSIVE]) == INCONCLUSIVE
     assert combine([INCONCLUSIVE, CONTRADICTED, SUPPORTED]) == CONTRADICTED

@@ -8,7 +8,7 @@ See :mod:`cemlab.data.pipeline` for the flow and :mod:`cemlab.data.corpus` for t
 
 # The names are imported when first used (PEP 562), so that importing a light submodule (a config)
 # does not load torch through this package.
-import importlib
+from cemlab.lazy import lazy_exports
 
 _EXPORTS = {
     "DataConfig": "cemlab.data.config",
@@ -25,14 +25,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,6 +10,7 @@
 
 # The names are imported when first used (PEP 562), so that importing a light submodule (a config)
 # does not load torch through this package.
+# Its own copy of cemlab/lazy.py: this pure PyTorch library imports nothing else of cemlab.
 import importlib
 
 _EXPORTS = {

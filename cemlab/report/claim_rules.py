@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SESOI_LR, SMALL_COST
+from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
 from cemlab.report.akima import akima_optimum, chosen_on_validation, read_at
 from cemlab.report.paper_figures import reuse_setting
 from cemlab.report.recursion_rules import (  # noqa: F401 (the recursion claims' rules, bound by name)
@@ -178,7 +178,6 @@ def rule_full_cem_higher_lr(data: ClaimData):
     exact sign test (optima on a grid take few values; equal optima are ties). An optimum at the
     top (bottom) edge of the grid means the true optimum is at or above (below) it: a verdict stands
     only if every edge pushes the same way as the verdict, otherwise it is inconclusive."""
-    data.margin = SESOI_LR
     found, missing = _optimum_checks(data, lambda a, b: math.log2(b["own"].lr / a["own"].lr), _optimal_lr_text,
                                      0.0, "above", log2_ratio, discrete=True)
     checks = []

@@ -36,12 +36,13 @@ class Claim:
     combine: str = "all"
     sweeps: tuple[str, ...] = ()
     primary_condition: str = ""
+    relative_margin: bool = True  # margin a relative change (False: on the effect's own scale)
 
 
 def _claim(e: dict, fn: Callable) -> Claim:
     return Claim(e["id"], e["paper"], e["claim"], e["rule"], fn, e["paper_regime"], e.get("primary", ""),
                  e.get("margin", paper.SESOI), e.get("combine", "all"), tuple(e.get("sweeps", ())),
-                 e.get("primary_condition", ""))
+                 e.get("primary_condition", ""), e.get("relative_margin", True))
 
 
 def bind(entries, rules: ModuleType = claim_rules) -> list[Claim]:

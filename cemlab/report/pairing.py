@@ -118,28 +118,26 @@ class ClaimData:
     """Cells and per-seed values of the sweeps a claim reads, at one scale. ``own``: the sweeps its
     entry names, in its order, which its rule reads by position (``sweep(i)``); with ``sweeps``,
     any other sweep reads as one without runs. ``lr_mode``: ``tuned`` (every learning rate of a cell
-    is a candidate) or ``shared`` (every cell at the one rate ``lr``)."""
+    is a candidate) or ``shared`` (every cell at the one rate ``lr``). ``margin``: the claim's
+    smallest effect of interest, a relative change kept as log(1 + margin), the scale of the effects
+    (``relative_margin=False``: already on the effect's scale, as the learning-rate claim's log2 ratio)."""
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
-                 margin: float = SESOI, k: int = 1, lr_mode: str = "tuned", own: tuple[str, ...] = (),
-                 alpha: float = ALPHA, lr: float = math.nan):
+                 margin: float = SESOI, lr_mode: str = "tuned", own: tuple[str, ...] = (),
+                 alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
         self.sweeps = sweeps
         self.own = tuple(own)
-        self.margin = math.log1p(margin)  # on the log scale of the effects
-        self.k = k
+        self.margin = math.log1p(margin) if relative_margin else margin  # on the scale of the effects
         self.alpha = alpha
         self.lr_mode = lr_mode
         self.lr = lr
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
         self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
-
-    def level(self, equivalence: bool = False) -> float:
-        return LEVEL
 
     def sweep(self, i: int = 0) -> str:
         """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
@@ -258,16 +256,28 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
         missing.append(f"{label}: no seed at which every compared cell finished")
         return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
-    evidence = comparison_evidence(diffs_of, coefs, n_choices, t, side, data.margin)
-    if max(n_choices) > 1:
-        iv, choice = _loso_interval(logs, coefs), ("every choice tested (" + " x ".join(map(str, n_choices)) +
-                                                   "); effect shown: each choice on the other seeds' validation")
-    else:
-        iv, choice = t_interval(next(iter(diffs_of.values()))), ""
+    evidence, iv = evidence_and_interval(diffs_of, logs, coefs, n_choices, t, side, data.margin)
+    choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
+              "); effect shown: each choice on the other seeds' validation") if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
                  cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")))
+
+
+def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, n_choices, tol: float, side: str,
+                          margin: float, every_choice: bool = False) -> tuple[Evidence, Interval]:
+    """A comparison's evidence from the per-seed differences of every choice (``diffs_of``: one
+    candidate per position -> differences) and the interval shown: with candidates, each choice on
+    the other seeds' validation (``_loso_interval`` over ``logs``: per position, per candidate, its
+    per-seed values and validation metric, entering the difference with ``coefs``); else the
+    t-interval of the one choice. ``every_choice``: the claim must hold at every choice of every
+    position (none may be picked in its favour)."""
+    tested = tuple(0.0 for _ in coefs) if every_choice else coefs
+    evidence = comparison_evidence(diffs_of, tested, n_choices, tol, side, margin)
+    if max(n_choices) > 1:
+        return evidence, _loso_interval(logs, coefs)
+    return evidence, t_interval(next(iter(diffs_of.values())))
 
 
 def _loso_interval(logs: list, coefs) -> Interval:

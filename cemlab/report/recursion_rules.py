@@ -24,7 +24,8 @@ import pandas as pd
 
 from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
-from cemlab.report.stats import comparison_evidence, t_interval
+from cemlab.report.pairing import evidence_and_interval
+from cemlab.report.stats import t_interval
 from cemlab.report.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema
 
@@ -198,6 +199,22 @@ def rule_small_step_t1(data: ClaimData):
     return checks, missing
 
 
+def _test_time_curves(data: ClaimData, row, g: pd.DataFrame, T: int) -> list[tuple[pd.Series, ...]]:
+    """Per candidate rate of the cell ``row`` with a test-time curve up to T'=2T: its seeds' test
+    perplexity at T'=T and at T'=2T and their validation metric (``val``)."""
+    out = []
+    for _, cand in (row.attrs.get("candidates", g).iterrows() if hasattr(row, "attrs") else []):
+        at, more, val = {}, {}, {}
+        for seed, t in data.seed_trials(cand).iterrows():
+            curve = dict(data.history(t["run_id"], schema.TEST_PPL_AT_STEPS)) if t["run_id"] else {}
+            if T in curve and 2 * T in curve:
+                at[seed], more[seed] = curve[T], curve[2 * T]
+                val[seed] = float(t.get("val", math.nan))
+        if at:
+            out.append((pd.Series(at), pd.Series(more), pd.Series(val)))
+    return out
+
+
 def rule_test_time_recursion(data: ClaimData):
     """Beyond the paper (its sec. 5.2 leaves test-time scaling to future work): a CEM model trained
     with T=2 evaluated with 2T steps has lower test perplexity than at its training T (per seed,
@@ -220,38 +237,20 @@ def rule_test_time_recursion(data: ClaimData):
         if row is None:
             continue
         cond = f"eta={eta}" if eta else ""
-        per_rate, vals, ats, mores = {}, [], [], []
-        for j, (_, cand) in enumerate(row.attrs.get("candidates", g).iterrows() if hasattr(row, "attrs") else []):
-            at, more, val = {}, {}, {}
-            for seed, t in data.seed_trials(cand).iterrows():
-                curve = dict(data.history(t["run_id"], schema.TEST_PPL_AT_STEPS)) if t["run_id"] else {}
-                if T in curve and 2 * T in curve:
-                    at[seed], more[seed] = curve[T], curve[2 * T]
-                    val[seed] = float(t.get("val", math.nan))
-            if at:
-                seeds = sorted(at)
-                per_rate[(j,)] = np.log(np.array([more[s] for s in seeds]) / np.array([at[s] for s in seeds]))
-                vals.append(pd.Series(val))
-                ats.append(pd.Series(at))
-                mores.append(pd.Series(more))
-        if not per_rate:
+        curves = _test_time_curves(data, row, g, T)
+        if not curves:
             missing.append(f"{label}: no test-time curve up to T'={2 * T}")
             checks.append(Check(label, f"{label}: no test-time curve", t_interval([]), 0.0, "below", cond,
                                 margin=data.margin, verdict="not enough runs"))
             continue
-        shown_diffs = []
-        for s in sorted(set().union(*(set(a.index) for a in ats))):
-            def other_val(j):
-                v = vals[j].drop(s, errors="ignore")
-                v = v[np.isfinite(v.to_numpy(dtype=float))]
-                return float(v.mean()) if len(v) else math.inf
-            j = min(range(len(ats)), key=other_val)
-            shown_diffs.append(math.log(mores[j][s] / ats[j][s]) if s in ats[j].index else math.nan)
-        a = np.concatenate([x.to_numpy(dtype=float) for x in ats])
-        b = np.concatenate([x.to_numpy(dtype=float) for x in mores])
-        ev = comparison_evidence(per_rate, (0.0,), (len(per_rate),), 0.0, "below", data.margin)
+        ratios = [np.log(more / at).sort_index() for at, more, _ in curves]  # per rate and seed: log(2T over T)
+        ev, iv = evidence_and_interval({(j,): r.to_numpy() for j, r in enumerate(ratios)},
+                                       [[(r, val) for r, (_, _, val) in zip(ratios, curves)]], (1.0,),
+                                       (len(curves),), 0.0, "below", data.margin, every_choice=True)
+        a = np.concatenate([at.to_numpy(dtype=float) for at, _, _ in curves])
+        b = np.concatenate([more.to_numpy(dtype=float) for _, more, _ in curves])
         checks.append(Check(label, f"{label}: test ppl at T'={T} {num(a.mean())}, at T'={2 * T} {num(b.mean())}",
-                            t_interval(shown_diffs), 0.0, "below", cond, regime_of([row]), margin=data.margin,
-                            evidence=ev, choice=f"every rate tested ({len(per_rate)})" if len(per_rate) > 1 else "",
-                            n_choices=(len(per_rate),), cell_ids=tuple(str(c) for c in g["cell"])))
+                            iv, 0.0, "below", cond, regime_of([row]), margin=data.margin,
+                            evidence=ev, choice=f"every rate tested ({len(curves)})" if len(curves) > 1 else "",
+                            n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"])))
     return checks, missing

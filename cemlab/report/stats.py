@@ -121,28 +121,6 @@ def sign_pvalues(diffs, tol: float) -> tuple[float, float]:
     return float(stats.binom.cdf(up, m, 0.5)), float(stats.binom.cdf(down, m, 0.5))
 
 
-def judge(iv: Interval, tol: float, side: str, margin: float = 0.0) -> str:
-    """The verdict of a claim that says ``effect < tol`` (``side='below'``), ``effect > tol``
-    (``side='above'``) or ``|effect| < tol`` (``side='within'``, TOST), from the interval; a
-    difference claim (tol 0) inside +-``margin`` is ``negligible`` (see the module docstring)."""
-    if side not in ("below", "above", "within"):
-        raise ValueError(f"side must be 'below', 'above' or 'within', got {side!r}")
-    if iv.n == 0:
-        return NOT_ENOUGH
-    if iv.n < 2 or not iv.finite:
-        return INCONCLUSIVE
-    lo, hi = iv.low, iv.high
-    if side == "within":
-        if -tol < lo and hi < tol:
-            return SUPPORTED
-        return CONTRADICTED if lo > tol or hi < -tol else INCONCLUSIVE
-    if tol == 0 and margin > 0 and -margin < lo and hi < margin:
-        return NEGLIGIBLE
-    if side == "below":
-        return SUPPORTED if hi < tol else CONTRADICTED if lo > tol else INCONCLUSIVE
-    return SUPPORTED if lo > tol else CONTRADICTED if hi < tol else INCONCLUSIVE
-
-
 #: How a claim's comparisons make its verdict, by the name its entry gives (``cemlab.paper``).
 COMBINE_RULES = {
     "all": "supported when every comparison is supported; contradicted when any is contradicted; negligible when "

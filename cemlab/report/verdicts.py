@@ -177,7 +177,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
         mine_sweeps = (list(own) or None) if sweeps is None else sweeps.get(c.id, [])
 
         def data_of(mode="tuned", lr=math.nan):
-            return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, 1, mode, own, alpha, lr)
+            return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, mode, own, alpha, lr,
+                             relative_margin=getattr(c, "relative_margin", True))
 
         first = data_of()
         checks, missing = c.evaluate(first)
