@@ -122,8 +122,11 @@ def measure(row: str, keep: Path | None = None) -> dict:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def stages_command(scale: str = "tiny", all_seeds: bool = False) -> list[str]:
-    """The one-seed sweep, its grid only (default), or the main job as ``make sweep`` runs it (``all_seeds``)."""
+def stages_command(scale: str = "tiny", all_seeds: bool = False, grid: bool = False) -> list[str]:
+    """The one-seed sweep, its grid only (default); the main job as ``make sweep`` runs it
+    (``all_seeds``); or the main job's grid of every seed without the seeds its looks add (``grid``)."""
+    if grid:
+        return ["sweep", "recursion_ablation", "--scale", scale, "--no-seeding", "--plain"]
     return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]", "--no-seeding"]),
             "--plain"]
 
@@ -226,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
     parser.add_argument("--all-seeds", action="store_true",
                         help="stages: the main job as make sweep runs it (every seed, and the seeds its looks add) instead of seed=[0] --no-seeding")
+    parser.add_argument("--grid", action="store_true",
+                        help="stages: the main job's grid (every seed of its file) without the seeds its looks add")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")
@@ -250,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rows:
             return 0
     if "stages" in args.rows:
-        summary = measure_stages(stages_command(args.scale, args.all_seeds))
+        summary = measure_stages(stages_command(args.scale, args.all_seeds, args.grid))
         if args.save:
             args.save.write_text(json.dumps(summary, indent=2) + "\n")
         print(stage_tables({"this run": summary}))
