@@ -120,6 +120,7 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=3600
 KillWait=60
+SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName={node} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP
 """
