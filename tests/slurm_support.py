@@ -12,6 +12,12 @@ without the binaries, the fixture skips with the reason (fails under CI, which i
 through scripts/test-prereqs.sh). Accounting (``sacct``) needs a ``slurmdbd`` with a database:
 the job's final state is read with ``scontrol`` (finished jobs are kept for ``MinJobAge``) and
 from the job completion log (``jobcomp/filetxt``).
+
+Timings of the test controller: ``KillWait=30`` (SLURM's default, the bound docs/cluster.md says
+the driver's clean stop must fit in; a requeued job's processes get SIGKILL that long after
+SIGTERM); the scheduler looks at pending jobs every second (``sched_interval``, ``bf_interval``;
+SLURM's 60 s and 30 s left a requeued job pending up to half a minute after it became eligible);
+a requeued job is eligible ``cred_expire`` (10 s) after it ends.
 """
 
 from __future__ import annotations
@@ -119,7 +125,7 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 MinJobAge=3600
-KillWait=60
+KillWait=30
 SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName={node} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP
