@@ -82,7 +82,7 @@ class SlurmCluster:
                 return info
             if time.monotonic() > deadline:
                 pytest.fail(f"job {job_id}: not {what} after {timeout:.0f}s: {info}\n{self.logs()}")
-            time.sleep(1)
+            time.sleep(0.25)  # scontrol answers in milliseconds
 
     def completion_log(self) -> str:
         path = self.root / "log" / "jobcomp.txt"

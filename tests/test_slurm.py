@@ -319,7 +319,7 @@ def test_slurm_requeue_mid_sweep_stops_cleanly_and_the_job_resumes_its_trial(slu
     while not list((runs / "checkpoints").glob("*/last.ckpt")):
         assert time.monotonic() < deadline, job_log(runs, "slow", job_id)[-4000:]
         assert cluster.job(job_id)["JobState"] in ("PENDING", "RUNNING"), job_log(runs, "slow", job_id)[-4000:]
-        time.sleep(1)
+        time.sleep(0.25)
     t0 = time.monotonic()
     cluster.run("scontrol", "requeue", str(job_id))
     cluster.wait(job_id, lambda j: j["Restarts"] == "1" and j["JobState"] == "PENDING", 300, "requeued")
