@@ -15,8 +15,7 @@ from the job completion log (``jobcomp/filetxt``).
 
 Timings of the test controller: ``KillWait=60``, the time a requeued job's processes get between
 SIGTERM and SIGKILL (SLURM's default of 30 s was too short for the driver's clean stop on the
-loaded 2-core machine: it was killed before it marked its run interrupted; and the driver's
-process does not exit after that stop, so a requeue costs the whole KillWait); the scheduler
+loaded 2-core machine: it was killed before it marked its run interrupted); the scheduler
 looks at pending jobs every second (``sched_interval``, ``bf_interval``; SLURM's 60 s and 30 s
 left a requeued job pending up to half a minute after it became eligible); a requeued job is
 eligible ``cred_expire`` (5 s) after it ends.
