@@ -12,6 +12,13 @@ without the binaries, the fixture skips with the reason (fails under CI, which i
 through scripts/test-prereqs.sh). Accounting (``sacct``) needs a ``slurmdbd`` with a database:
 the job's final state is read with ``scontrol`` (finished jobs are kept for ``MinJobAge``) and
 from the job completion log (``jobcomp/filetxt``).
+
+Timings of the test controller: ``KillWait=60``, the time a requeued job's processes get between
+SIGTERM and SIGKILL (SLURM's default of 30 s was too short for the driver's clean stop on the
+loaded 2-core machine: it was killed before it marked its run interrupted); the scheduler
+looks at pending jobs every second (``sched_interval``, ``bf_interval``; SLURM's 60 s and 30 s
+left a requeued job pending up to half a minute after it became eligible); a requeued job is
+eligible ``cred_expire`` (5 s) after it ends.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ class SlurmCluster:
                 return info
             if time.monotonic() > deadline:
                 pytest.fail(f"job {job_id}: not {what} after {timeout:.0f}s: {info}\n{self.logs()}")
-            time.sleep(1)
+            time.sleep(0.25)  # scontrol answers in milliseconds
 
     def completion_log(self) -> str:
         path = self.root / "log" / "jobcomp.txt"
@@ -101,7 +108,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={munge_socket},cred_expire=10
+AuthInfo=socket={munge_socket},cred_expire=5
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -120,6 +127,7 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=3600
 KillWait=60
+SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName={node} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP
 """

@@ -33,6 +33,7 @@ import pytest
 from cemlab.sweeps.slurm import SlurmJob, render
 from mlflow_support import mlflow_server, sqlite_server
 from pg_support import free_port
+from ray_support import NO_DRAIN
 from slurm_support import slurm  # noqa: F401  (pytest fixture)
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
@@ -239,7 +240,7 @@ def submit(site, sweep: str, runs: Path, shell_env: dict[str, str]) -> tuple[int
         del os.environ["CEMLAB_SWEEPS_DIR"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "CEMLAB_"))}
     env.update({"PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "CEMLAB_SWEEPS_DIR": str(sweeps),
-                "CEMLAB_REPORTS_DIR": str(root / "reports"), "RAY_USAGE_STATS_ENABLED": "0", **shell_env})
+                "CEMLAB_REPORTS_DIR": str(root / "reports"), "RAY_USAGE_STATS_ENABLED": "0", **NO_DRAIN, **shell_env})
     return cluster.sbatch(script, env), script
 
 
@@ -281,7 +282,7 @@ def test_slurm_job_on_a_fresh_runs_folder_beside_another_ray_uses_the_command_li
                  f"--dashboard-agent-grpc-port={ports[4]} --metrics-export-port={ports[5]} "
                  f"--runtime-env-agent-port={ports[6]}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update({"PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "RAY_TMPDIR": other_tmp})
+    env.update({"PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "RAY_TMPDIR": other_tmp, **NO_DRAIN})
     try:
         with started(other_ray, env, tmp_path / "other-ray.log") as other:
             _wait_for_port(ports[0], other, tmp_path / "other-ray.log")
@@ -318,7 +319,7 @@ def test_slurm_requeue_mid_sweep_stops_cleanly_and_the_job_resumes_its_trial(slu
     while not list((runs / "checkpoints").glob("*/last.ckpt")):
         assert time.monotonic() < deadline, job_log(runs, "slow", job_id)[-4000:]
         assert cluster.job(job_id)["JobState"] in ("PENDING", "RUNNING"), job_log(runs, "slow", job_id)[-4000:]
-        time.sleep(1)
+        time.sleep(0.25)
     t0 = time.monotonic()
     cluster.run("scontrol", "requeue", str(job_id))
     cluster.wait(job_id, lambda j: j["Restarts"] == "1" and j["JobState"] == "PENDING", 300, "requeued")

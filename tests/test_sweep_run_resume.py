@@ -28,15 +28,18 @@ from sweep_support import REPO_SWEEPS, trial_state
 pytestmark = pytest.mark.slow
 
 
-# A short Llama trial, a long CEM-attention trial (1024 steps) and a short CEM-MLP trial: with two
-# trials at a time, the Llama one finishes while the long one is still training.
-RESUME = """\
+# A short Llama trial, a long CEM-attention trial (512 steps) and a short CEM-MLP trial: with two
+# trials at a time, the Llama one finishes (16 steps, about 2 s) while the long one is still
+# training (killed within its first hundred steps here; 512 steps take about 6 s at full speed, mostly its
+# checkpoints every 8 steps, and every step the kill spares is trained again by the rerun).
+LONG_STEPS = 512   # train.tokens / (batch 8 x context 32) at the smoke scale
+RESUME = f"""\
 figure: "test: resume"
-axes: {size: [86m], lr: [2.0e-3]}
+axes: {{size: [86m], lr: [2.0e-3]}}
 variants:
-  - {group: llama, label: llama}
-  - {group: cem-attn, label: cem-attn long, set: {model.attention: cem, train.tokens: 262144}}
-  - {group: cem-mlp, label: cem-mlp, set: {model.mlp: cem}}
+  - {{group: llama, label: llama}}
+  - {{group: cem-attn, label: cem-attn long, set: {{model.attention: cem, train.tokens: {LONG_STEPS * 8 * 32}}}}}
+  - {{group: cem-mlp, label: cem-mlp, set: {{model.mlp: cem}}}}
 """
 SHORT, LONG = "86m__llama__lr2e-3__s0", "86m__cem-attn_long__lr2e-3__s0"
 
@@ -121,9 +124,9 @@ def test_killed_driver_resumes_without_duplicates(runs_dir, tmp_path, tmp_path_f
         # the interrupted trial continued from its checkpoint, in its own run, each step once
         assert after[LONG].info.run_id == before[LONG].info.run_id
         assert f"resuming from {runs_dir}/checkpoints/" in (log_dir / f"{LONG}.log").read_text()
-        assert killed_at < 1024
+        assert killed_at < LONG_STEPS
         steps = [m.step for m in client.get_metric_history(after[LONG].info.run_id, schema.TRAIN_LOSS)]
-        assert sorted(steps) == list(range(1, 1025))
+        assert sorted(steps) == list(range(1, LONG_STEPS + 1))
     finally:
         monkeypatch.setenv("CEMLAB_RUNS_DIR", str(runs_dir))
         stop_server()

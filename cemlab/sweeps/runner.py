@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import logging
 import shlex
+import sys
 import threading
 import time
 from pathlib import Path
@@ -146,6 +147,9 @@ def _shutdown_ray() -> None:
         log.warning("Ray did not shut down within %.0f s (its head is gone?); going on without it",
                     RAY_SHUTDOWN_WAIT_S)
         atexit.unregister(ray._private.worker.shutdown)  # the interpreter's exit would wait on it again
+        registry = sys.modules.get("ray.tune.registry")  # so would Tune's: it deletes its keys in that GCS
+        if registry is not None:
+            atexit.unregister(registry._unregister_all)
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
