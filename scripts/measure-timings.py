@@ -117,6 +117,8 @@ def measure(row: str, keep: Path | None = None) -> dict:
         seconds = time.perf_counter() - start
         if keep is not None and (tmp / "reports").is_dir():
             shutil.copytree(tmp / "reports", keep / row, dirs_exist_ok=True)
+            for stages in (tmp / "runs" / "logs").glob("*/stages.jsonl"):   # the sweep's stage timestamps
+                shutil.copy(stages, keep / row / f"{stages.parent.name}-stages.jsonl")
     where = f"{machine()}, load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     return {"seconds": round(seconds, 1), "machine": where,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     # no argparse `choices` here: Python 3.11's argparse refuses an empty list against them
     parser.add_argument("rows", nargs="*", help=f"rows to measure now, of {', '.join(ROWS)} (none: print the table)")
     parser.add_argument("--no-write", action="store_true", help=f"do not update {TIMINGS.relative_to(ROOT)}")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports into DIR/<row>/")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="copy each row's reports (and a sweep's stages.jsonl) into DIR/<row>/")
     parser.add_argument("--save", type=Path, metavar="FILE", help="stages: write the stage summary to FILE (JSON)")
     parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
     parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
