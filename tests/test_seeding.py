@@ -123,6 +123,9 @@ def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(mo
     # an override of the seed axis moves the plan with it
     assert spec.looks("tiny", spec.expand("tiny", overrides=["seed=[0]"])) == [[0], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7]]
     assert "alpha 0.05/2 = 0.025" in level_note(spec, "tiny", tiny)
+    # the page says so when the runs hold no added seed (cemlab sweep --no-seeding), not otherwise
+    assert "no seed was added" in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2})
+    assert "no seed was added" not in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2, 5})
     assert level_note(load_sweep("lr_search"), "tiny", []).startswith("none: this sweep's file lists no claim (")
 
 

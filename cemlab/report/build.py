@@ -367,7 +367,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
-        ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale))),
+        ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale),
+                                     seeds_run=set(trials.loc[trials["run_id"] != "", "seed"]))),
         *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),
         ("cells (seeds aggregated)", f"{len(cells)}; metric {', '.join(dict.fromkeys(cells['metric'])) or '-'}: "
                                      "mean, std (ddof=1) and n over finished seeds"),

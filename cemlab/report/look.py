@@ -200,10 +200,11 @@ def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
     return [t for t in full if seed_of(t) in new and tuning_family(cell_of(t)) in want]
 
 
-def level_note(spec, scale: str, trials: list) -> str:
+def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
     """The report page's line on how its claims were judged: the level, and for a ``seeding``
-    sweep its planned looks; for a sweep that judges no claim, that it judges none and why (its
-    description says why)."""
+    sweep its planned looks (and, where ``seeds_run``, the seeds that have runs, holds none beyond
+    the grid's: that no seed was added); for a sweep that judges no claim, that it judges none and
+    why (its description says why)."""
     from cemlab.report.sequential import ALPHA, look_alpha
 
     if not spec.claims:
@@ -213,9 +214,13 @@ def level_note(spec, scale: str, trials: list) -> str:
     if len(looks) < 2:
         return f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g} on the seeds of the grid"
     seeds = "; ".join(f"look {j}: {len(s)} seeds" for j, s in enumerate(looks))
-    return (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
+    note = (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
             f"seeds were added only to the cells of comparisons still inconclusive, at {len(looks)} planned looks "
             f"({seeds}; Bonferroni over the looks, docs/verdicts.md)")
+    if seeds_run is not None and set(seeds_run) <= set(looks[0]):
+        note += ("; no seed was added in the runs found (the grid's own seeds only, as `cemlab sweep --no-seeding` "
+                 "runs it), judged at the planned level all the same")
+    return note
 
 
 def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
