@@ -126,6 +126,7 @@ def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(mo
     # the page says so when the runs hold no added seed (cemlab sweep --no-seeding), not otherwise
     assert "no seed was added" in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2})
     assert "no seed was added" not in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2, 5})
+    assert "no seed was added" not in level_note(spec, "tiny", tiny, seeds_run=set())   # no runs: nothing to say
     assert level_note(load_sweep("lr_search"), "tiny", []).startswith("none: this sweep's file lists no claim (")
 
 

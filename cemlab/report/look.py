@@ -217,7 +217,7 @@ def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
     note = (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
             f"seeds were added only to the cells of comparisons still inconclusive, at {len(looks)} planned looks "
             f"({seeds}; Bonferroni over the looks, docs/verdicts.md)")
-    if seeds_run is not None and set(seeds_run) <= set(looks[0]):
+    if seeds_run and set(seeds_run) <= set(looks[0]):   # runs exist, none of an added seed
         note += ("; no seed was added in the runs found (the grid's own seeds only, as `cemlab sweep --no-seeding` "
                  "runs it), judged at the planned level all the same")
     return note

@@ -47,9 +47,9 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
     looks = spec.looks(inv.scale, trials)
     if spec.seeding is None or len(looks) < 2:
         return
-    if looker is None:   # cemlab sweep --no-seeding (cemlab sweep otherwise gives the report's judge)
-        log.warning("%s declares seeding, but it is off here (--no-seeding): the grid's own seeds only; the report "
-                    "judges at alpha / %d all the same", spec.name, len(looks))
+    if looker is None:   # cemlab sweep --no-seeding, or a caller that hands in no judge
+        log.warning("%s declares seeding, but no judge was handed in (cemlab sweep --no-seeding): the grid's own "
+                    "seeds only; the report judges at alpha / %d all the same", spec.name, len(looks))
         return
     for j, seeds in enumerate(looks):
         look, todo = looker(inv, trials, overrides, j)
