@@ -179,3 +179,11 @@ def test_every_bad_override_is_refused_naming_the_field(sweep_cli):
         if code != 2 or missing or "Traceback" in err:
             wrong[case] = (code, missing, err)
     assert not wrong, "\n\n".join(f"{k}: exit {c}, missing {m}:\n{e}" for k, (c, m, e) in wrong.items())
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "2GB"])
+def test_a_bad_worker_memory_limit_is_refused_before_compute(sweep_cli, monkeypatch, value):
+    monkeypatch.setenv("CEMLAB_WORKER_MEMORY_MB", value)
+    code, err = sweep_cli(GOOD, [])
+    assert code == 2 and "Traceback" not in err
+    assert f"CEMLAB_WORKER_MEMORY_MB={value!r}" in err and "MiB" in err and "0 for none" in err

@@ -63,6 +63,7 @@ from cemlab.sweeps.stages.invocation import Invocation, SweepResult
 from cemlab.sweeps.spec.schema import DEFAULT_SCALE, SweepError, Trial
 from cemlab.sweeps.spec.load import load_sweep
 from cemlab.sweeps.trial.job import faults_from_env
+from cemlab.sweeps.trial.memory import limit_from_env
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,6 +91,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
     trials = spec.expand(scale, overrides=overrides)
+    limit_from_env(1.0)  # a $CEMLAB_WORKER_MEMORY_MB that is not a number: refused here, not in every trial
     uri = preflight.check_before_ray(spec, trials)
     faults = faults_from_env()
     runs = runs_dir()

@@ -30,6 +30,7 @@ from cemlab.data.store import READ_ONLY_ENV
 from cemlab.sweeps.spec.expand import trial_with_lr
 from cemlab.sweeps.spec.schema import Trial, round_lr
 from cemlab.sweeps.trial.files import TrialFiles
+from cemlab.sweeps.trial.memory import MEMORY_ENV
 from cemlab.tracking.store import configure_http
 
 #: Environment variable with the fault-injection spec (JSON), read by the driver.
@@ -53,6 +54,8 @@ class TrialJob:
     faults: dict[str, dict[str, int]] = field(default_factory=dict)
     # the driver's stage timestamps file (cemlab.timing), read where the job is made: the driver
     stages_file: str | None = field(default_factory=lambda: os.environ.get(timing.STAGES_ENV))
+    # the memory limit of a trial's worker ($CEMLAB_WORKER_MEMORY_MB, cemlab.sweeps.trial.memory), as the driver has it
+    memory_mb: str | None = field(default_factory=lambda: os.environ.get(MEMORY_ENV))
 
     def resolve(self, config: dict[str, Any]) -> Trial:
         """The trial a Tune config stands for."""
@@ -68,6 +71,8 @@ class TrialJob:
     def env(self) -> dict[str, str]:
         """The variables every trial process gets (Ray workers start elsewhere)."""
         stages = {timing.STAGES_ENV: self.stages_file} if self.stages_file else {}
+        if self.memory_mb is not None:
+            stages[MEMORY_ENV] = self.memory_mb
         return {**stages, "CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
@@ -186,7 +191,7 @@ def faults_from_env() -> dict[str, dict[str, int]]:
     text = os.environ.get(FAULTS_ENV)
     if not text:
         return {}
-    keys = {"times", "at_report", "nan_at_step"}
+    keys = {"times", "at_report", "nan_at_step", "leak_mb"}
     try:
         spec = json.loads(text)
         out = {str(k): {f: int(x) for f, x in v.items()} for k, v in spec.items()}
@@ -195,4 +200,5 @@ def faults_from_env() -> dict[str, dict[str, int]]:
         return out
     except (ValueError, AttributeError, TypeError) as e:
         raise ValueError(f"{FAULTS_ENV}={text!r} is not valid ({e}): expected JSON like "
-                         '{"<trial id pattern>": {"times": 1, "at_report": 2}} or {"<pattern>": {"nan_at_step": 5}}') from e
+                         '{"<trial id pattern>": {"times": 1, "at_report": 2}} or {"<pattern>": {"nan_at_step": 5}} '
+                         'or {"<pattern>": {"leak_mb": 3000, "times": 1, "at_report": 1}}') from e

@@ -37,7 +37,9 @@ Test hook (fault injection, never part of a config or its hash): ``TrialJob.faul
 id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an attempt raises
 ``InjectedFault``, for the first N attempts (``times: -1``: every attempt); or to
 ``{"nan_at_step": S}``: the training loss of step S is NaN (the training module's own hook,
-``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges. The driver
+``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges; or to
+``{"leak_mb": M, "times": N, "at_report": K}``: the K-th report of the first N attempts leaks M MiB
+that the process keeps, for the worker's memory limit to act on. The driver
 fills it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in
 files under ``<runs>/logs/<sweep>-<scale>/faults/``.
 
@@ -48,11 +50,14 @@ A grid's trials run in warm workers: Tune reuses a slot's worker process for the
 (``reuse_actors``, set in ``cemlab.sweeps.stages.execute``), so the process start and the imports
 (seconds per trial) are paid once per slot. Each trial runs inside ``trial_job.trial_scope``, which
 gives the next trial the state a fresh process has; a reused worker's trial is bit-identical to a
-fresh one (``tests/test_sweep_reuse.py``). A trial's stages are timed (``cemlab.timing``).
+fresh one (``tests/test_sweep_reuse.py``). While a trial trains and tests, its worker holds to a
+memory limit (``cemlab.sweeps.trial.memory``): over it, the worker ends itself and the trial is
+retried on a fresh one. A trial's stages are timed (``cemlab.timing``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -62,6 +67,7 @@ from typing import Any
 import ray
 
 from cemlab import timing
+from cemlab.sweeps.trial import memory
 from cemlab.sweeps.trial.distributed import fit_trial
 from cemlab.sweeps.spec.schema import Trial
 from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault, trial_scope
@@ -111,7 +117,9 @@ def _run(trial: Trial, job: TrialJob) -> None:
     cfg = prepare_config(trial, job)
     folder = job.files.checkpoints(trial)
     t0 = time.perf_counter()
-    with trial_lock(folder) as waited:
+    res = trial.resources
+    guard = memory.guard_for(res.cpus_per_worker, res.gpus_per_worker) if res.workers == 1 else None
+    with trial_lock(folder) as waited, _guarded(guard, trial.trial_id):
         if trial.resources.workers > 1:
             result, nodes = fit_trial(trial, job)
             reporter = Reporter(trial, folder, None, None)
@@ -138,6 +146,20 @@ def _run(trial: Trial, job: TrialJob) -> None:
     send({**result.metrics, "step": result.steps}, reporter, final=True,
          extra={STATUS_KEY: status, SECONDS_KEY: result.seconds, RESUMED_KEY: int(result.resumed),
                 NODES_KEY: ",".join(nodes), **extra})
+
+
+@contextlib.contextmanager
+def _guarded(guard: memory.MemoryGuard | None, trial_id: str):
+    """The worker's memory limit watched while the trial trains and tests, and no longer: the
+    final report follows, and a worker that Tune holds for its next trial must not end."""
+    if guard is None:
+        yield
+        return
+    guard.arm(trial_id)
+    try:
+        yield
+    finally:
+        guard.disarm()
 
 
 def _parent_of(uri: str, run_id: str | None) -> str:

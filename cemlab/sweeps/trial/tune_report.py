@@ -34,6 +34,7 @@ RESUMED_KEY = "cemlab_resumed"
 NODES_KEY = "cemlab_nodes"   # comma-separated Ray node ids of the trial's ranks (rank order)
 
 log = logging.getLogger("cemlab.sweeps")
+_LEAKED: list[bytes] = []  # what the ``leak_mb`` fault hook leaks: never freed
 
 
 class InjectedFault(RuntimeError):
@@ -67,7 +68,10 @@ class Reporter:
             self.total_steps = state.get("total_steps")
 
     def _maybe_fail(self) -> None:
-        if not self.fault or "times" not in self.fault or self.calls != int(self.fault.get("at_report", 1)):
+        """The fault hook at this report: raise ``InjectedFault``, or with ``leak_mb`` leak that
+        many MiB (kept by this module for the rest of the process, as a leaking library keeps it)."""
+        if (not self.fault or not {"times", "leak_mb"} & self.fault.keys()
+                or self.calls != int(self.fault.get("at_report", 1))):
             return
         times = int(self.fault.get("times", 1))
         done = int(self.fault_counter.read_text()) if self.fault_counter.is_file() else 0
@@ -75,6 +79,10 @@ class Reporter:
             return
         self.fault_counter.parent.mkdir(parents=True, exist_ok=True)
         self.fault_counter.write_text(str(done + 1))
+        if "leak_mb" in self.fault:
+            _LEAKED.append(b"\x01" * (int(self.fault["leak_mb"]) << 20))  # touched: resident, not just reserved
+            log.info("%s: leaked %s MiB at report %d (injected)", self.trial.trial_id, self.fault["leak_mb"], self.calls)
+            return
         raise InjectedFault(f"injected failure {done + 1} of {self.trial.trial_id} at report {self.calls}")
 
     def __call__(self, metrics: dict[str, float]) -> None:
