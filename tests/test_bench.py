@@ -121,3 +121,29 @@ def test_kernels_bench_forward_pass_times_flex(tmp_path, monkeypatch):
     assert by["cem-attn diag ref"]["kernel"] == "MATH (Dh=80, float mask)"
     fwd = flops_per_token(ModelConfig.preset("nano", attention="cem", kq_diagonal="shared"), 32)["forward"]
     assert float(by["cem-attn diag ref"]["gflop_per_token"]) == pytest.approx(fwd / 1e9)
+
+
+def test_kernels_bench_keeps_the_groups_it_finished_when_cut_short(tmp_path, monkeypatch, capsys):
+    """Each (preset, compile) group is printed and written as it ends: a run stopped in its second
+    group (as a time limit stops a long GPU run) leaves the first group's rows, ratios included."""
+    from cemlab.bench import kernels
+
+    monkeypatch.setattr("cemlab.hardware.peak_flops", lambda name=None: 1e12)
+    warmup = kernels.Case.warmup
+
+    def stop_in_the_second_group(case):
+        if case.preset == "tiny":
+            raise KeyboardInterrupt
+        warmup(case)
+
+    monkeypatch.setattr(kernels.Case, "warmup", stop_in_the_second_group)
+    out = tmp_path / "kernels.csv"
+    with pytest.raises(KeyboardInterrupt):
+        kernels.main(["--device", "cpu", "--presets", "nano", "tiny", "--seq", "32", "--batch", "2", "--steps", "1",
+                      "--rounds", "1", "--threads", "1", "--csv", str(out), "--variants", "llama", "cem-attn ref"])
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["preset"], r["variant"]) for r in rows] == [("nano", "llama"), ("nano", "cem-attn ref")]
+    assert float(rows[0]["throughput_vs_llama"]) == 1.0 and float(rows[1]["tokens_per_s"]) > 0
+    printed = capsys.readouterr().out
+    assert "# cemlab bench kernels" in printed and printed.count("nano   ") == 2 and "tiny   " not in printed

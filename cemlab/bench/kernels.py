@@ -6,8 +6,10 @@ without ``torch.compile``, in one process and one run.
     cemlab bench kernels                          # GPU: 86m and 162m, context 2048, bf16
     cemlab bench kernels --device cpu             # CPU: preset small, seq 256, float32
 
-Every (preset, variant, compile) model is built and warmed up (compiled) once, then timed in
-interleaved rounds (order rotated each round); the median round is reported. Columns:
+The models of each (preset, compile) group are built and warmed up (compiled) once, then timed in
+interleaved rounds (order rotated each round); the median round is reported, and each group's rows
+are printed (and written to ``--csv``) as soon as it is done, so a run cut short keeps the groups
+it finished. Columns:
 
 - ``kernel``: the attention kernel each configuration actually gets: for SDPA the backend PyTorch
   chooses for those inputs (``torch._fused_sdp_choice``: FLASH_ATTENTION, EFFICIENT_ATTENTION,
@@ -42,6 +44,7 @@ import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -233,7 +236,10 @@ def _defaults(args) -> None:
     args.steps = args.steps or (10 if gpu else 2)
 
 
-def run(args) -> list[Row]:
+def groups(args) -> Iterator[list[Row]]:
+    """The rows of each (preset, compile) group as soon as the group is measured: its models are
+    built, warmed up (compiled) and timed in interleaved rounds, and freed before the next group,
+    so that a run cut short still yields the groups it finished."""
     from cemlab.hardware import peak_flops
 
     _defaults(args)
@@ -244,24 +250,33 @@ def run(args) -> list[Row]:
         raise ValueError("--device cuda but no CUDA device is visible; use --device cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
-    cases = [Case(p, v, c == "on", args) for p in args.presets for c in args.compile for v in args.variants]
-    for case in cases:
-        case.warmup()
-    order = list(cases)
-    for _ in range(args.rounds):
-        for case in order:
-            case.measure(args.steps)
-        order = order[1:] + order[:1]
     peak = peak_flops(device_name(args.device))
-    rows = [c.row(args.batch, args.seq, args.steps, peak) for c in cases]
-    ref = {(r.preset, r.compiled): r for r in rows if r.variant == "llama"}
-    for r in rows:
-        base = ref.get((r.preset, r.compiled))
-        if base is not None:
-            r.throughput_vs_llama = r.tokens_per_s / base.tokens_per_s
-            if r.peak_mib is not None and base.peak_mib:
-                r.peak_vs_llama = r.peak_mib / base.peak_mib
-    return rows
+    for preset in args.presets:
+        for setting in args.compile:
+            cases = [Case(preset, v, setting == "on", args) for v in args.variants]
+            for case in cases:
+                case.warmup()
+            order = list(cases)
+            for _ in range(args.rounds):
+                for case in order:
+                    case.measure(args.steps)
+                order = order[1:] + order[:1]
+            rows = [c.row(args.batch, args.seq, args.steps, peak) for c in cases]
+            base = next((r for r in rows if r.variant == "llama"), None)
+            for r in rows:
+                if base is not None:
+                    r.throughput_vs_llama = r.tokens_per_s / base.tokens_per_s
+                    if r.peak_mib is not None and base.peak_mib:
+                        r.peak_vs_llama = r.peak_mib / base.peak_mib
+            del cases, order
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+            yield rows
+
+
+def run(args) -> list[Row]:
+    """Every group's rows (``groups``), in order."""
+    return [r for rows in groups(args) for r in rows]
 
 
 def device_name(device: str) -> str:
@@ -273,39 +288,53 @@ def device_name(device: str) -> str:
     return f"{model} ({torch.get_num_threads()} threads)"
 
 
-def print_table(rows: list[Row], args) -> None:
+def print_header(args) -> None:
     print(f"# cemlab bench kernels: device={device_name(args.device)} torch={torch.__version__} pass={args.pass_} "
           f"dtype={args.dtype} batch={args.batch} seq={args.seq} steps={args.steps} rounds={args.rounds} (median; "
           f"{'wall' if args.device == 'cuda' else 'process CPU'} time)")
     print(f"{'preset':<7}{'variant':<19}{'compile':>8}{'tok/s':>10}{'x llama':>8}{'MFU':>7}{'peak MiB':>10}"
-          f"{'x llama':>8}{'GFLOP/tok':>10}  kernel")
+          f"{'x llama':>8}{'GFLOP/tok':>10}  kernel", flush=True)
+
+
+def print_rows(rows: list[Row]) -> None:
+    """One group's rows, and T=8 checkpointed's memory against T=1 where the group has both."""
     for r in rows:
         mfu = f"{100 * r.mfu:.1f}%" if r.mfu is not None else "n/a"
         peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "n/a"
         print(f"{r.preset:<7}{r.variant:<19}{'on' if r.compiled else 'off':>8}{r.tokens_per_s:>10.0f}"
               f"{r.throughput_vs_llama:>8.2f}{mfu:>7}{peak:>10}{r.peak_vs_llama:>8.2f}{r.gflop_per_token:>10.3f}  {r.kernel}")
-    t1 = {(r.preset, r.compiled): r for r in rows if r.variant == "cem T1"}
+    t1 = next((r for r in rows if r.variant == "cem T1"), None)
     for r in rows:
-        if r.variant == "cem T8 ckpt" and (r.preset, r.compiled) in t1 and r.peak_mib and t1[(r.preset, r.compiled)].peak_mib:
+        if r.variant == "cem T8 ckpt" and t1 is not None and r.peak_mib and t1.peak_mib:
             print(f"{r.preset} compile={'on' if r.compiled else 'off'}: T=8 checkpointed peak memory "
-                  f"x{r.peak_mib / t1[(r.preset, r.compiled)].peak_mib:.2f} of T=1")
+                  f"x{r.peak_mib / t1.peak_mib:.2f} of T=1")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cemlab bench kernels", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
+    out = writer = None
     try:
-        rows = run(args)
+        for i, rows in enumerate(groups(args)):
+            if i == 0:
+                print_header(args)
+            print_rows(rows)
+            if args.csv:  # written as each group ends: a run cut short keeps what it measured
+                if out is None:
+                    out = open(args.csv, "w", newline="")
+                    writer = csv.DictWriter(out, fieldnames=list(asdict(rows[0])))
+                    writer.writeheader()
+                writer.writerows(asdict(r) for r in rows)
+                out.flush()
     except ValueError as e:
         print(f"cemlab bench kernels: {e}", file=sys.stderr)
         return 2
-    print_table(rows, args)
+    finally:
+        if out is not None:
+            out.close()
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-            w.writeheader()
-            w.writerows(asdict(r) for r in rows)
         print(f"wrote {args.csv}")
     return 0
 
