@@ -117,17 +117,22 @@ def test_flex_equals_reference_forward_and_every_gradient(opts, cpu_flex_backwar
 
 def _stop_captured_gradients(monkeypatch):
     """A flex path whose score_mod keeps its forward values but passes only half the gradient to the
-    tensors it captures (the failure mode of learnable biases in FlexAttention)."""
-    real = cem.flex
+    tensors it captures (the failure mode of learnable biases in FlexAttention), and whose
+    self/other bias, which gets its gradient beside the kernel, gets half of it there."""
+    real, real_diagonal = cem.flex, cem.diagonal_bias_gradient
 
     def half(s, b, h, i, j, score_mod):
         bias = score_mod(s, b, h, i, j) - s
         return s + 0.5 * bias + 0.5 * bias.detach()
 
-    def broken(q, k, v, score_mod, block_mask, scale):
-        return real(q, k, v, lambda s, b, h, i, j: half(s, b, h, i, j, score_mod), block_mask, scale)
+    def broken(q, k, v, score_mod, block_mask, scale, **kw):
+        return real(q, k, v, lambda s, b, h, i, j: half(s, b, h, i, j, score_mod), block_mask, scale, **kw)
+
+    def broken_diagonal(o, lse, q, k, v, self_bias, *args):
+        return real_diagonal(o, lse, q, k, v, 0.5 * self_bias + 0.5 * self_bias.detach(), *args)
 
     monkeypatch.setattr(cem, "flex", broken)
+    monkeypatch.setattr(cem, "diagonal_bias_gradient", broken_diagonal)
 
 
 @pytest.mark.parametrize("opts,broken_grad", [
@@ -135,7 +140,8 @@ def _stop_captured_gradients(monkeypatch):
     (dict(kq_diagonal="shared", self_other_bias=False, alibi=False), "kq_diag"),
 ])
 def test_a_wrong_captured_gradient_is_caught(opts, broken_grad, cpu_flex_backward, monkeypatch):
-    """The comparison above fails when the score_mod's captured biases get no gradient."""
+    """The comparison above fails when the score_mod's captured biases, or the self/other bias
+    beside the kernel, get a wrong gradient."""
     ref, flex = _pair(opts)
     tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
     _stop_captured_gradients(monkeypatch)

@@ -106,9 +106,10 @@ def attention_kernels(forward, tokens, autocast, train: bool, compiled: bool = F
         seen.append(f"{_backend_name(choice)} (Dh={q.shape[-1]}{', float mask' if attn_mask is not None else ''})")
         return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
 
-    def spy_flex(q, k, v, *args):  # only the name is needed (a CPU backward would be refused)
+    def spy_flex(q, k, v, *args, lse: bool = False):  # only the name is needed (a CPU backward would be refused)
         seen.append(f"flex (Dh={q.shape[-1]})" if q.is_cuda or compiled else f"flex-dense (Dh={q.shape[-1]})")
-        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+        o = q.new_zeros(*q.shape[:-1], v.shape[-1])
+        return (o, q.new_zeros(q.shape[:-1], dtype=torch.float32)) if lse else o
 
     def spy_flash(q, k, v, mask, self_bias, scale):  # SDPA itself (causal, no mask) when mask is None
         if mask is not None:

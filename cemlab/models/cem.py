@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from cemlab.models.common import AlibiSlopes, Positions, RMSNorm, causal_alibi, causal_mask, silu_integral
 from cemlab.models.config import ModelConfig
 from cemlab.models.preconditioners import make_preconditioner
-from cemlab.models.kernels import attention_path, causal_block_mask, flash_attention, flex
+from cemlab.models.kernels import attention_path, causal_block_mask, diagonal_bias_gradient, flash_attention, flex
 
 
 def _softplus_inverse(y: float) -> float:
@@ -265,17 +265,28 @@ class CEMAttention(CEMSublayer):
                 v = torch.cat([k, hn_k], -1)
         slopes = self.alibi_slopes(q.device, q.dtype) if self.use_alibi else None
         self_bias = self.self_bias.to(q.dtype) if self.self_bias is not None else None
+        # The self/other bias goes into the kernel as a constant and gets its gradient outside it
+        # (kernels.diagonal_bias_gradient): through score_mod, the kernel's backward sums that
+        # gradient over every score into K numbers, which made a training step 14x slower than
+        # the whole reference path at 86m on an H200 (docs/performance.md).
+        live = self_bias is not None and self_bias.requires_grad and torch.is_grad_enabled()
+        held = self_bias.detach() if live else self_bias
 
         def score_mod(score, b, h, q_idx, kv_idx):
             if slopes is not None:  # ALiBi: -m_k (i - j); j > i is masked by the block mask
                 score = score - slopes[h] * (q_idx - kv_idx)
-            if self_bias is not None:
-                score = score + torch.where(q_idx == kv_idx, self_bias[h], 0.0)
+            if held is not None:
+                score = score + torch.where(q_idx == kv_idx, held[h], 0.0)
             if diag_scores is not None:
                 score = score + diag_scores[b, q_idx, kv_idx]
             return score
 
-        return flex(q_ext.contiguous(), k_ext.contiguous(), v.contiguous(), score_mod, block_mask, 1.0 / self.tau)
+        q_ext, k_ext, v = q_ext.contiguous(), k_ext.contiguous(), v.contiguous()
+        if not live:
+            return flex(q_ext, k_ext, v, score_mod, block_mask, 1.0 / self.tau)
+        o, lse = flex(q_ext, k_ext, v, score_mod, block_mask, 1.0 / self.tau, lse=True)
+        extra = diag_scores.diagonal(dim1=-2, dim2=-1)[:, None] if diag_scores is not None else None
+        return diagonal_bias_gradient(o, lse, q_ext, k_ext, v, self_bias, 1.0 / self.tau, extra)
 
     def energy(self, u: torch.Tensor, cache: tuple, per_head: bool = False) -> torch.Tensor:
         """E(u_i | h_1..i) for every position, [B, S] (or [B, K, S] per head), eq. 1 with biases."""

@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
 
 from cemlab.models.common import Positions
 from cemlab.models.config import ModelConfig
@@ -118,6 +118,23 @@ def flash_attention(q, k, v, mask: torch.Tensor | None, self_bias: torch.Tensor 
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-2)
 
 
+def diagonal_bias_gradient(o, lse, q, k, v, self_bias: torch.Tensor, scale: float,
+                           diag_extra: torch.Tensor | None = None) -> torch.Tensor:
+    """``o`` unchanged in value, with the gradient of a bias ``self_bias`` [K] on the scores'
+    diagonal that the kernel held constant (module docstring): o + (b - b.detach()) alpha_ii (v_i - o_i),
+    alpha_ii = exp(s_ii - lse_i), every factor but b detached, so q, k and v keep the kernel's own
+    gradients. s_ii = q_i . k_i * scale + b + ``diag_extra`` (the other terms on the diagonal,
+    [B, 1 or K, S]; ALiBi is 0 there). o, v: [B, K, S, Dv]; q, k: [B, K, S, Dqk]; lse: [B, K, S]."""
+    with torch.no_grad():
+        f32 = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
+        s_ii = scale * (q.to(f32) * k.to(f32)).sum(-1) + self_bias.detach().to(f32)[:, None]
+        if diag_extra is not None:
+            s_ii = s_ii + diag_extra.to(f32)
+        term = torch.exp(s_ii - lse.to(f32))[..., None] * (v.to(f32) - o.to(f32))
+    live = (self_bias - self_bias.detach()).to(f32)[None, :, None, None]
+    return o + (live * term).to(o.dtype)
+
+
 # -- FlexAttention --------------------------------------------------------------------------------
 
 def _causal(b, h, q_idx, kv_idx):
@@ -134,9 +151,10 @@ def causal_block_mask(pos: Positions, device: torch.device):
 _compiled_flex = None
 
 
-def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
+def flex(q, k, v, score_mod, block_mask, scale: float, lse: bool = False):
     """FlexAttention, compiled on CUDA when the caller is not already being compiled (eager flex
-    materialises the scores); a CPU backward is refused by torch with an error naming the option."""
+    materialises the scores); a CPU backward is refused by torch with an error naming the option.
+    ``lse``: also return the log-sum-exp of every row's scores (natural log), [B, K, S]."""
     global _compiled_flex
 
     fn = flex_attention
@@ -145,6 +163,10 @@ def flex(q, k, v, score_mod, block_mask, scale: float) -> torch.Tensor:
             _compiled_flex = torch.compile(flex_attention, dynamic=False)
         fn = _compiled_flex
     try:
+        if lse:
+            o, aux = fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                        return_aux=AuxRequest(lse=True))
+            return o, aux.lse
         return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     except NotImplementedError as e:
         raise NotImplementedError(
