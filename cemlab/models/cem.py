@@ -143,7 +143,8 @@ class CEMAttention(CEMSublayer):
     mask; the KQ diagonal rides along as D extra query/key channels ``[q_k, d_k * u] . [k_j, hn_j]``.
     Flex path (``'flex'``; ``'auto'`` picks it on CUDA): FlexAttention with ALiBi and the
     self/other bias as a ``score_mod`` and causality as a block mask, so no [K, S, S] tensor
-    exists; a ``shared`` diagonal is one [B, S, S] score term per step (one matmul instead of K
+    exists (the self/other bias is a constant there; its gradient comes from the kernel's
+    log-sum-exp, ``kernels.diagonal_bias_gradient``, as on the flash path); a ``shared`` diagonal is one [B, S, S] score term per step (one matmul instead of K
     widened heads), read by the ``score_mod``; a ``per_head`` one keeps the D extra channels. Both
     paths leave the output projection y = sum_k P_k Wq_k^T o_k to the preconditioner
     (``Preconditioner.fold`` / ``output``: diag and dplr fold into it, no D x D matrix is formed).
@@ -265,10 +266,10 @@ class CEMAttention(CEMSublayer):
                 v = torch.cat([k, hn_k], -1)
         slopes = self.alibi_slopes(q.device, q.dtype) if self.use_alibi else None
         self_bias = self.self_bias.to(q.dtype) if self.self_bias is not None else None
-        # The self/other bias goes into the kernel as a constant and gets its gradient outside it
-        # (kernels.diagonal_bias_gradient): through score_mod, the kernel's backward sums that
-        # gradient over every score into K numbers, which made a training step 14x slower than
-        # the whole reference path at 86m on an H200 (docs/performance.md).
+        # The self/other bias goes into the kernel as a constant and gets its gradient beside it
+        # (kernels.diagonal_bias_gradient): through score_mod, the kernel's backward summed that
+        # gradient over every score into K numbers, a training step 40x slower at 86m on an H200
+        # (2.04 s against 0.049 s; docs/performance.md).
         live = self_bias is not None and self_bias.requires_grad and torch.is_grad_enabled()
         held = self_bias.detach() if live else self_bias
 
