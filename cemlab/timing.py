@@ -10,7 +10,7 @@ step loop never writes a file.
 
 Stages of the driver: ``driver start`` (the process start to ``run_sweep``: Python and the CLI's
 imports), ``sweep file and store`` (the sweep expanded, the store checked, the local MLflow server
-started), ``ray start``,
+started), ``ray start`` (while a local server that has to be started boots: inside the span before),
 ``data step``, ``open invocation``, ``trials`` (while trials run), ``finish``, ``ray shutdown``,
 ``report``. Stages of a trial (``trial`` set by :func:`set_trial`): ``trial`` (Tune's start to its
 end, seen by the driver; Tune starts it once its worker has started), ``worker start`` (the worker
