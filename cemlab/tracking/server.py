@@ -246,6 +246,7 @@ class PendingServer:
         if port is not None and not _port_free(port):
             raise ServerError(f"port {port} on {HOST} is in use; choose another port or leave it out (a free one is picked)")
         self._tries = 1 if port else 3
+        self._env = _server_env()  # once: a retry after the caller changed os.environ (Ray) gets the same
         self._launch()
 
     def _launch(self) -> None:
@@ -256,7 +257,7 @@ class PendingServer:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=mlflow_dir(), start_new_session=True, env=_server_env())
+                                          cwd=mlflow_dir(), start_new_session=True, env=self._env)
         _STARTED[self._proc.pid] = self._proc
         self._p, self._deadline = p, time.monotonic() + self._timeout
 
