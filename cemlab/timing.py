@@ -10,7 +10,7 @@ step loop never writes a file.
 
 Stages of the driver: ``driver start`` (the process start to ``run_sweep``: Python and the CLI's
 imports), ``sweep file and store`` (the sweep expanded, the store checked, the local MLflow server
-started), ``ray start``,
+started), ``ray start`` (while a local server that has to be started boots: inside the span before),
 ``data step``, ``open invocation``, ``trials`` (while trials run), ``finish``, ``ray shutdown``,
 ``report``. Stages of a trial (``trial`` set by :func:`set_trial`): ``trial`` (Tune's start to its
 end, seen by the driver; Tune starts it once its worker has started), ``worker start`` (the worker
@@ -139,16 +139,18 @@ def summarize(spans: list[dict], slots: int | None = None) -> dict:
     most that overlapped). A driver stage holds every slot; a trial stage one. ``training`` is the
     ``fit`` span less the validation, checkpoints and step logging inside it; ``around the trial``
     is a trial's span that its process did not account for (Tune scheduling, worker start, the
-    result's way back); ``slots idle`` is the slot-time of the ``trials`` stage that no trial held."""
+    result's way back); ``slots idle`` is the slot-time of the ``trials`` stage that no trial held.
+    Driver stages that overlap share their common seconds (:func:`driver_seconds`);
+    ``driver_overlap``: the seconds by which the driver stages' spans add up to more than the wall
+    time they cover (what running them at once saved)."""
     slots = slots or concurrency(spans)
     by = lambda name, who=None: [s for s in spans if s["stage"] == name and (who is None or (s["trial"] is None) == (who == "driver"))]
     dur = lambda ss: sum(s["seconds"] if "seconds" in s else s["end"] - s["start"] for s in ss)
     starts = [s["start"] for s in spans if "start" in s]
     ends = [s["end"] for s in spans if "end" in s]
     wall = max(ends) - min(starts)
-    seconds: dict[str, float] = {}
-    for name in DRIVER_STAGES + ["trials"]:
-        seconds[name] = dur(by(name, "driver"))
+    driver = [s for s in spans if s["trial"] is None and s["stage"] in DRIVER_STAGES + ["trials"] and "start" in s]
+    seconds: dict[str, float] = driver_seconds(driver)
     trial_total = dur(by("trial"))
     process_total = dur(by("trial process"))
     for name in TRIAL_STAGES:
@@ -166,7 +168,21 @@ def summarize(spans: list[dict], slots: int | None = None) -> dict:
         share[name] = s * slots / slot_time if (name in DRIVER_STAGES or name == "driver, other") else s / slot_time
     share["trials"] = seconds["trials"] * slots / slot_time
     return {"wall": wall, "slots": slots, "slot_time": slot_time, "trials": len(by("trial")),
-            "seconds": seconds, "share": share, "training_share": seconds["training"] / slot_time}
+            "seconds": seconds, "share": share, "training_share": seconds["training"] / slot_time,
+            "driver_overlap": dur(driver) - sum(seconds[n] for n in DRIVER_STAGES + ["trials"])}
+
+
+def driver_seconds(spans: list[dict]) -> dict[str, float]:
+    """Seconds per driver stage, each second of the driver's wall time counted once: where stages
+    overlap (Ray starts while the store's server does), the seconds they share are split evenly
+    among them. Without overlaps, each stage's spans added up."""
+    seconds = {name: 0.0 for name in DRIVER_STAGES + ["trials"]}
+    edges = sorted({t for s in spans for t in (s["start"], s["end"])})
+    for a, b in zip(edges, edges[1:]):
+        running = {s["stage"] for s in spans if s["start"] <= a and s["end"] >= b}
+        for name in running:
+            seconds[name] += (b - a) / len(running)
+    return seconds
 
 
 ROWS = (["driver start", "sweep file and store", "ray start", "data step", "open invocation"]
@@ -187,8 +203,9 @@ def format_table(summaries: dict[str, dict]) -> str:
         name = f"per trial: {row}" if row in TRIAL_STAGES or row in ("around the trial", "other in the trial process") else row
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for key, fmt in (("wall", "{:.1f} s"), ("slots", "{}"), ("slot_time", "{:.1f} s"), ("trials", "{}"),
-                     ("training_share", "{:.1%}")):
+                     ("training_share", "{:.1%}"), ("driver_overlap", "{:.1f} s")):
         label = {"wall": "wall time", "slots": "trials at once", "slot_time": "slot-time (wall x trials at once)",
-                 "trials": "trials run", "training_share": "training share of the slot-time"}[key]
-        lines.append(f"| **{label}** | " + " | ".join(f"{fmt.format(summaries[lb][key])} | " for lb in labels) + " |")
+                 "trials": "trials run", "training_share": "training share of the slot-time",
+                 "driver_overlap": "driver stages at once (seconds shared)"}[key]
+        lines.append(f"| **{label}** | " + " | ".join(f"{fmt.format(summaries[lb].get(key, 0.0))} | " for lb in labels) + " |")
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 Each test runs the real ``cemlab`` command in a subprocess, against a tracking URI or Ray address
 on a free local port with nothing listening, or a data path that does not exist; it measures the
 wall time to the exit and reads the message. A command that hangs is killed (with its process
-group) after a minute and the test fails.
+group) after a minute and the test fails. The last tests run the sweep in this process up to its
+store and Ray, with stand-ins for both: a local server that starts while Ray starts and fails is
+still the sweep's error, as when it started first.
 """
 
 from __future__ import annotations
@@ -191,3 +193,114 @@ def test_sweep_preflight_names_a_missing_data_path_before_starting(cli_env, tmp_
     assert "llama" in text   # which trial reads it
     assert not (Path(cli_env["CEMLAB_RUNS_DIR"]) / "mlflow" / "server.json").exists()   # nothing started
     assert seconds < 30
+
+
+# ---------------------------------------------------------------------------------------------
+# The local server starts while Ray starts: a server that fails is still the sweep's error
+# ---------------------------------------------------------------------------------------------
+
+# Stand-ins for `mlflow server` (its command, given the port): one that answers every GET with 200
+# (health and API probe pass), one that exits while starting, as a broken store makes it.
+ANSWERS = textwrap.dedent("""
+    import http.server, sys
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    """)
+EXITS = "print('cannot open the store'); raise SystemExit(3)"
+
+
+@pytest.fixture
+def sweep_in_process(tmp_path, monkeypatch):
+    """``run_sweep`` in this process up to its store and Ray: the server's command and Ray's
+    start are stand-ins (``server_does``: ANSWERS or EXITS; ``ray_does``: what ``connect_ray``
+    does). Returns (events, run): the order of server launches, Ray's start and its shutdown."""
+    from cemlab import timing
+    from cemlab.sweeps import runner
+    from cemlab.sweeps.stages import execute
+    from cemlab.tracking import server
+
+    monkeypatch.setenv("CEMLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(ROOT / "sweeps"))
+    for name in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(timing.STAGES_ENV, "")   # restored after the test: the runner names its file
+    monkeypatch.setattr(timing, "_pending", [])  # the spans of a sweep that did not start stay here
+    monkeypatch.setattr(execute, "quiet_tune", lambda search: None)
+    events: list[str] = []
+
+    def run(server_does: str, ray_does):
+        def command(backend, artifacts, port):
+            events.append("server launched")
+            return [sys.executable, "-c", server_does, str(port)]
+
+        def connect_ray(cpus):
+            events.append("ray start")
+            return ray_does()
+
+        monkeypatch.setattr(server, "_server_command", command)
+        monkeypatch.setattr(execute, "connect_ray", connect_ray)
+        monkeypatch.setattr(runner, "_shutdown_ray", lambda: events.append("ray shutdown"))
+        return runner.run_sweep("attention_replacement", "smoke")
+
+    yield events, run
+    server.stop_server()
+
+
+def test_a_server_that_fails_while_ray_starts_is_the_error_and_that_ray_is_shut_down(sweep_in_process, tmp_path):
+    from cemlab.tracking.server import ServerError
+
+    events, run = sweep_in_process
+    with pytest.raises(ServerError, match=r"exited while starting; log .*server\.log:\n(.|\n)*cannot open the store"):
+        run(EXITS, lambda: True)
+    # launched, then Ray started while it started; its two retries; the driver's Ray shut down
+    assert events == ["server launched", "ray start", "server launched", "server launched", "ray shutdown"]
+    assert not (tmp_path / "runs" / "logs").exists()
+
+
+def test_when_ray_and_the_server_both_fail_the_server_is_named_as_before(sweep_in_process):
+    from cemlab.sweeps.spec.schema import SweepError
+    from cemlab.tracking.server import ServerError
+
+    def ray_fails():
+        raise SweepError("RAY_ADDRESS=x: no Ray")
+
+    events, run = sweep_in_process
+    with pytest.raises(ServerError, match="exited while starting"):
+        run(EXITS, ray_fails)
+    assert "ray shutdown" not in events   # this driver started no Ray
+
+
+def test_a_ray_that_fails_leaves_the_started_server_recorded(sweep_in_process):
+    from cemlab.sweeps.spec.schema import SweepError
+    from cemlab.tracking import server
+
+    def ray_fails():
+        raise SweepError("RAY_ADDRESS=x: no Ray")
+
+    events, run = sweep_in_process
+    with pytest.raises(SweepError, match="no Ray"):
+        run(ANSWERS, ray_fails)
+    assert events == ["server launched", "ray start"]
+    assert server.running_server() is not None   # as when the server had started before Ray
+
+
+def test_an_interrupt_while_ray_starts_ends_the_server_still_starting(sweep_in_process):
+    from cemlab.tracking import server
+
+    before, launched = set(server._STARTED), []
+
+    def interrupted():
+        launched.extend(set(server._STARTED) - before)
+        raise KeyboardInterrupt
+
+    events, run = sweep_in_process
+    with pytest.raises(KeyboardInterrupt):
+        run(ANSWERS, interrupted)
+    assert len(launched) == 1 and launched[0] not in server._STARTED   # ended (and reaped)
+    with pytest.raises(ProcessLookupError):
+        os.kill(launched[0], 0)
+    assert server.running_server() is None and not server.state_path().exists()

@@ -1,6 +1,7 @@
 """The stage table (``cemlab.timing``): spans written by several processes add up to the slot-time,
-checked on a hand-made sweep whose every number is worked out below, and the spans a process
-keeps reach the file named in ``$CEMLAB_STAGES_FILE`` (nothing is written without it)."""
+checked on hand-made sweeps whose every number is worked out below (driver stages that overlap
+count each second once), and the spans a process keeps reach the file named in
+``$CEMLAB_STAGES_FILE`` (nothing is written without it)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,24 @@ def test_summary_adds_up_to_the_slot_time_of_a_hand_made_sweep():
     assert s["training_share"] == pytest.approx(75 / 200)
     rows = [r for r in timing.ROWS]
     assert sum(s["share"][r] for r in rows) == pytest.approx(1.0)   # every second of slot-time in one row
+
+
+def test_overlapping_driver_stages_count_each_second_once():
+    # wall 0..100 s, 2 slots. Ray starts (4..8) while the store's server starts (2..10); Ray shuts
+    # down (90..93) while the report is built (91..100). A second two stages share is split between
+    # them, so the driver's rows add up to the wall time it covers.
+    spans = [span("driver start", 0, 2), span("sweep file and store", 2, 10), span("ray start", 4, 8),
+             span("trials", 10, 90), span("ray shutdown", 90, 93), span("report", 91, 100)]
+    for t in ("a", "b"):
+        spans += [span("trial", 10, 90, t), span("trial process", 10, 90, t), span("fit", 10, 90, t)]
+    s = timing.summarize(spans)
+    sec = s["seconds"]
+    assert sec["sweep file and store"] == pytest.approx(2 + 2 + 4 / 2) and sec["ray start"] == pytest.approx(4 / 2)
+    assert sec["ray shutdown"] == pytest.approx(1 + 2 / 2) and sec["report"] == pytest.approx(7 + 2 / 2)
+    assert sec["driver, other"] == pytest.approx(0) and sec["slots idle"] == pytest.approx(0)
+    assert s["driver_overlap"] == pytest.approx(4 + 2)   # what running them at once saved
+    assert sum(s["share"][r] for r in timing.ROWS) == pytest.approx(1.0)
+    assert "| **driver stages at once (seconds shared)** | 6.0 s |" in timing.format_table({"x": s})
 
 
 def test_spans_reach_the_stages_file_only_when_it_is_named(tmp_path, monkeypatch):

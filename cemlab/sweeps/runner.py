@@ -5,8 +5,9 @@ goes down them once:
 
 1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.spec.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
-   (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``, the shared
-   MLflow server; Ray starts; resources; the data is tokenised once;
+   (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``; the shared
+   MLflow server (a local one that has to be started boots while Ray starts); resources; the data is
+   tokenised once;
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
    (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run
@@ -92,19 +93,15 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     spec = load_sweep(sweep)
     trials = spec.expand(scale, overrides=overrides)
     limit_from_env(1.0)  # a $CEMLAB_WORKER_MEMORY_MB that is not a number: refused here, not in every trial
-    uri = preflight.check_before_ray(spec, trials)
+    preflight.check_before_ray(spec, trials)
     faults = faults_from_env()
     runs = runs_dir()
     log_dir = runs / "logs" / f"{spec.name}-{scale}"
-    log_dir.mkdir(parents=True, exist_ok=True)
     cache = str(Path(cache_dir).resolve()) if cache_dir else None
-    timing.start_file(log_dir / timing.STAGES_NAME)  # where this sweep's stage timestamps go (trials too)
+    uri, owns_ray, store_ready = _start_store_and_ray(spec.search, cpus, log_dir)
     timing.record("driver start", started, t0)
-    timing.record("sweep file and store", t0)  # the sweep expanded, the store checked or its server started
-
-    execute.quiet_tune(spec.search)
-    with timing.stage("ray start"):
-        owns_ray = execute.connect_ray(cpus)
+    timing.record("sweep file and store", t0, store_ready)  # the sweep expanded, the store checked, its server started
+    log_dir.mkdir(parents=True, exist_ok=True)
     driver_lock = None
     try:
         with timing.stage("data step"):
@@ -136,6 +133,26 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         timing.flush()
     pg.print_end(result, console)
     return result
+
+
+def _start_store_and_ray(search: str, cpus: int | None, log_dir: Path) -> tuple[str, bool, float]:
+    """The tracking store the trials share, with Ray started while a local MLflow server that has
+    to be started boots (``preflight.store_starting``; the ``ray start`` span then lies inside the
+    ``sweep file and store`` one). Returns the store's URI, whether this driver started or joined
+    Ray, and when the store was ready. A store that fails once Ray is up is the error raised, as if
+    it had failed first; a Ray this driver started is shut down before it is."""
+    owns_ray = False
+    try:
+        with preflight.store_starting() as store:
+            timing.start_file(log_dir / timing.STAGES_NAME)  # where this sweep's stage timestamps go (trials too)
+            execute.quiet_tune(search)
+            with timing.stage("ray start"):
+                owns_ray = execute.connect_ray(cpus)
+            return store.ready(), owns_ray, store.ready_at
+    except BaseException:
+        if owns_ray:
+            _shutdown_ray()
+        raise
 
 
 def _shutdown_ray() -> None:

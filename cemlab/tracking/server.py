@@ -4,7 +4,9 @@
 ``<runs>/mlflow/artifacts``, on 127.0.0.1 and a free port, waits until it answers and returns its
 URL. It records ``{pid, port, url, backend_store_uri, ...}`` in ``<runs>/mlflow/server.json``; a
 later call (from any process) that finds a live server for the same store there reuses it. A lock
-file serialises concurrent starts. ``stop_server()`` ends it.
+file serialises concurrent starts. ``starting()`` is the same start in two halves, the launch and
+the wait until it answers, for a caller with other work meanwhile (a sweep starts Ray while its
+server starts). ``stop_server()`` ends it.
 
 The server runs in its own session (process group), so it outlives the sweep driver that started
 it and serves ``make ui`` and the next sweep; one process (``--workers 1``) owns the sqlite file,
@@ -28,6 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from cemlab.paths import mlflow_dir
 from cemlab.tracking.store import artifact_root, configured_tracking_uri, default_tracking_uri, healthy, open_sqlite_store
@@ -193,44 +196,109 @@ def start_server(port: int | None = None, timeout: float = 120.0) -> str:
 
     ``port``: a fixed port (default: the first free one from :data:`DEFAULT_PORT` on, else any
     free one; retried if taken meanwhile)."""
+    with starting(port, timeout) as server:
+        return server.wait()
+
+
+@contextlib.contextmanager
+def starting(port: int | None = None, timeout: float = 120.0) -> Iterator["PendingServer"]:
+    """:func:`start_server` in two halves, for a caller with other work to do while the server
+    starts (a sweep starts Ray meanwhile): under the lock, a running server is reused or a new one
+    launched (:class:`PendingServer`); the block runs while it starts, and ``wait()`` returns its
+    URL once it answers. The lock is held to the end of the block, which waits for the server if
+    the block did not: a block that fails with an exception still names a server that did not
+    start, as if it had started first; an interrupt (Ctrl-C) ends a server still starting."""
     with _locked():
+        server = PendingServer(port, timeout)
+        try:
+            yield server
+        except Exception:
+            if not server.waited:
+                server.wait()
+            raise
+        except BaseException:
+            server.abandon()
+            raise
+        if not server.waited:
+            server.wait()
+
+
+class PendingServer:
+    """The local server as :func:`starting` finds it: reused (its URL known at once) or launched
+    (``port``, ``timeout``: see :func:`start_server`); :meth:`wait` returns its URL once it answers,
+    or raises ``ServerError`` with its log. Created under the lock."""
+
+    def __init__(self, port: int | None, timeout: float):
+        self.url: str | None = None
+        self.waited = False
+        self._error: ServerError | None = None
+        self._port, self._timeout = port, timeout
+        self._proc: subprocess.Popen | None = None
         info = running_server()
         if info is not None:
-            return info.url
+            self.url = info.url
+            return
         _stop_recorded()  # a stale record: its process, if any is left, is ours to end
-        backend = default_tracking_uri()
-        open_sqlite_store(backend)  # created/migrated here, under its lock, not by the server racing others
-        artifacts = artifact_root()
-        log_path = mlflow_dir() / LOG_FILE
+        self._backend = default_tracking_uri()
+        open_sqlite_store(self._backend)  # created/migrated here, under its lock, not by the server racing others
+        self._artifacts = artifact_root()
+        self._log_path = mlflow_dir() / LOG_FILE
         if port is not None and not _port_free(port):
             raise ServerError(f"port {port} on {HOST} is in use; choose another port or leave it out (a free one is picked)")
-        last_error = ""
-        for _ in range(1 if port else 3):
-            p = port or preferred_port() or _free_port()
+        self._tries = 1 if port else 3
+        self._env = _server_env()  # once: a retry after the caller changed os.environ (Ray) gets the same
+        self._launch()
+
+    def _launch(self) -> None:
+        self._tries -= 1
+        p = self._port or preferred_port() or _free_port()
+        cmd = _server_command(self._backend, self._artifacts, p)
+        with open(self._log_path, "ab") as log:
+            log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          cwd=mlflow_dir(), start_new_session=True, env=self._env)
+        _STARTED[self._proc.pid] = self._proc
+        self._p, self._deadline = p, time.monotonic() + self._timeout
+
+    def wait(self) -> str:
+        """The server's URL once it answers (a launch that exits is retried on another port)."""
+        self.waited = True
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._wait()
+        except ServerError as e:
+            self._error = e
+            raise
+
+    def _wait(self) -> str:
+        while self.url is None:
+            proc, p = self._proc, self._p
             url = f"http://{HOST}:{p}"
-            cmd = _server_command(backend, artifacts, p)
-            with open(log_path, "ab") as log:
-                log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-                log.flush()
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=mlflow_dir(), start_new_session=True, env=_server_env())
-            _STARTED[proc.pid] = proc
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and proc.poll() is None:
+            while time.monotonic() < self._deadline and proc.poll() is None:
                 if healthy(url, timeout=1.0) and _listens(proc.pid, p):
-                    info = ServerInfo(url=url, pid=proc.pid, port=p, backend_store_uri=backend,
-                                      artifacts_destination=str(artifacts), log=str(log_path),
-                                      started_at=time.time())
-                    _write_state(info)
+                    _write_state(ServerInfo(url=url, pid=proc.pid, port=p, backend_store_uri=self._backend,
+                                            artifacts_destination=str(self._artifacts), log=str(self._log_path),
+                                            started_at=time.time()))
+                    self.url = url
                     return url
                 time.sleep(0.25)
             if proc.poll() is None:  # timed out while still starting
                 _terminate(proc.pid)
-                raise ServerError(f"mlflow server did not answer on {url} within {timeout:.0f}s; "
-                                  f"log {log_path}:\n{_log_tail(log_path)}")
+                raise ServerError(f"mlflow server did not answer on {url} within {self._timeout:.0f}s; "
+                                  f"log {self._log_path}:\n{_log_tail(self._log_path)}")
             _STARTED.pop(proc.pid, None)
-            last_error = _log_tail(log_path)
-        raise ServerError(f"mlflow server exited while starting; log {log_path}:\n{last_error}")
+            if self._tries == 0:
+                raise ServerError(f"mlflow server exited while starting; log {self._log_path}:\n"
+                                  f"{_log_tail(self._log_path)}")
+            self._launch()
+        return self.url
+
+    def abandon(self) -> None:
+        """End a launched server that has not answered yet (the caller was interrupted)."""
+        if self.url is None and self._proc is not None and self._proc.poll() is None:
+            _terminate(self._proc.pid)
 
 
 def _terminate(pid: int, timeout: float = 15.0) -> None:

@@ -3,10 +3,12 @@
 
 Before Ray starts (:func:`check_before_ray`): every data source a trial reads exists
 (``cemlab.data.check_data``); the tracking store answers (``probe_store``: a bad tracking URI never
-costs a Ray start-up); ``$RAY_ADDRESS``, when set, accepts a connection; then the MLflow store the
-trials will share is opened: ``$MLFLOW_TRACKING_URI``, or one local ``mlflow server`` on the
-project's sqlite store, started or reused (``cemlab.tracking.server.shared_tracking_uri``); trials
-get its URL and never open the sqlite file (docs/tracking.md).
+costs a Ray start-up); ``$RAY_ADDRESS``, when set, accepts a connection. Then the MLflow store the
+trials will share is opened (:func:`store_starting`): ``$MLFLOW_TRACKING_URI``, or one local
+``mlflow server`` on the project's sqlite store, started or reused
+(``cemlab.tracking.server.starting``); trials get its URL and never open the sqlite file
+(docs/tracking.md). A server that has to be started boots while the driver starts Ray (the block
+of :func:`store_starting`); one that fails to start is still the error the sweep stops with.
 
 Once Ray is up (:func:`prepare_on_ray`): resources no trial can get are refused on local Ray and
 warned about on a cluster; the data is tokenised once, before any trial (trials then only map
@@ -18,9 +20,11 @@ test can substitute it there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import ray
 
@@ -29,23 +33,54 @@ from cemlab.sweeps.spec.files import sweeps_dir
 from cemlab.sweeps.spec.schema import SweepError, Trial
 from cemlab.sweeps.spec.load import SweepSpec
 from cemlab.tasks import task_of
-from cemlab.tracking.server import shared_tracking_uri
+from cemlab.tracking.server import starting
 from cemlab.tracking.store import configured_tracking_uri, probe_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-def check_before_ray(spec: SweepSpec, trials: list[Trial]) -> str:
-    """Data sources, the tracking store and the Ray address (module docstring); returns the
-    tracking URI the trials share. Raises ``SweepError``, ``StoreError`` or ``ServerError``."""
+def check_before_ray(spec: SweepSpec, trials: list[Trial]) -> None:
+    """Data sources, the tracking store and the Ray address (module docstring). Raises
+    ``SweepError`` or ``StoreError``."""
     check_data_sources(spec, trials)
     if configured_tracking_uri():
         probe_store(configured_tracking_uri())
     check_ray_address()
-    uri = shared_tracking_uri()
-    probe_store(uri)
-    return uri
+
+
+@contextlib.contextmanager
+def store_starting() -> Iterator["OpeningStore"]:
+    """The tracking store the trials share (module docstring), opened around the block:
+    ``$MLFLOW_TRACKING_URI`` or a running local server is probed before the block; a local server
+    that has to be started is launched before it and waited for in ``ready()`` (or at the block's
+    end, ``cemlab.tracking.server.starting``). Raises ``StoreError`` or ``ServerError``."""
+    uri = configured_tracking_uri()
+    if uri is None:
+        with starting() as server:
+            if server.url is None:  # launched: it starts while the block runs
+                yield OpeningStore(server.wait)
+                return
+            uri = server.url
+    store = OpeningStore(lambda: uri)
+    store.ready()
+    yield store
+
+
+class OpeningStore:
+    """The store of :func:`store_starting`: ``ready()`` returns its URI once it answers the probe;
+    ``ready_at``: when it first did (``time.time()``), or None."""
+
+    def __init__(self, url: Callable[[], str]):
+        self._url = url
+        self.ready_at: float | None = None
+
+    def ready(self) -> str:
+        uri = self._url()
+        if self.ready_at is None:
+            probe_store(uri)
+            self.ready_at = time.time()
+        return uri
 
 
 def prepare_on_ray(trials: list[Trial], scale: str, uri: str, cache_dir: str | None, cpus: int | None,
