@@ -31,7 +31,10 @@ def test_the_limit_is_the_share_of_the_machine_or_the_variable():
     cgroup = Path("/sys/fs/cgroup/memory.max")
     if cgroup.is_file() and cgroup.read_text().strip().isdigit():
         total = min(total, int(cgroup.read_text()))
-    assert memory.limit_from_env(0.5, env={}) == pytest.approx(0.9 * 0.5 * total, rel=1e-6)
+    expect = max(0.9 * 0.5 * total, min(4 << 30, 0.9 * total))
+    assert memory.limit_from_env(0.5, env={}) == pytest.approx(expect, rel=1e-6)
+    # a trial's small share of a machine with many cores: the floor, not a limit a small trial breaks
+    assert memory.limit_from_env(1 / 64, env={}) == pytest.approx(min(4 << 30, 0.9 * total), rel=1e-6)
     assert memory.limit_from_env(1.0, env={memory.MEMORY_ENV: "1536"}) == 1536 << 20
     assert memory.limit_from_env(0.5, env={memory.MEMORY_ENV: "0"}) is None
     for bad in ("lots", "-3"):

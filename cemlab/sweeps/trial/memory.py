@@ -21,7 +21,9 @@ ordinary trial failure. What it costs: a breach spends one of the trial's retrie
 
 The limit (``CEMLAB_WORKER_MEMORY_MB``): unset, the trial's share of the node's memory, 90% of
 (the memory Linux gives this machine or container) x the larger of (the trial's CPUs / the node's
-CPUs, its GPUs / the node's GPUs); a number of MiB sets it; ``0`` turns the guard off. It watches
+CPUs, its GPUs / the node's GPUs), and at least 4 GiB (or 90% of a smaller machine), so that a
+small machine with many cores does not end healthy trials; a number of MiB sets it; ``0`` turns
+the guard off. It watches
 the trial's own process (a trial of several Ray Train workers is not guarded: its Tune process
 only waits for them).
 """
@@ -38,6 +40,7 @@ MEMORY_ENV = "CEMLAB_WORKER_MEMORY_MB"
 SHARE = 0.9               # of the trial's share of the node's memory
 EXIT_CODE = 75            # the worker's exit status after a breach (EX_TEMPFAIL: try again)
 MIB = 1 << 20
+FLOOR = 4 << 30           # the least default limit, bytes
 
 
 def resident_bytes() -> int:
@@ -69,7 +72,7 @@ def machine_bytes() -> int:
 def limit_from_env(share: float, env: dict[str, str] | None = None) -> int | None:
     """The worker's limit in bytes (None: no guard) for a trial holding ``share`` of its node (a
     fraction in (0, 1]): ``$CEMLAB_WORKER_MEMORY_MB`` if set (0: none), else 90% of that share of
-    the machine's memory. A value that is not a number is a ``ValueError`` naming the variable."""
+    the machine's memory, at least ``FLOOR`` (or 90% of a smaller machine). A value that is not a number is a ``ValueError`` naming the variable."""
     text = (env if env is not None else os.environ).get(MEMORY_ENV, "").strip()
     if text:
         try:
@@ -80,7 +83,10 @@ def limit_from_env(share: float, env: dict[str, str] | None = None) -> int | Non
         if mb < 0:
             raise ValueError(f"{MEMORY_ENV}={text!r} is negative: give the limit in MiB, or 0 for none")
         return int(mb * MIB) or None
-    return int(SHARE * min(1.0, max(share, 0.0)) * machine_bytes()) or None
+    total = machine_bytes()
+    # at least FLOOR (or 90% of a smaller machine): on a laptop with many cores and little memory a
+    # trial's share would fall below what a healthy small trial holds
+    return int(max(SHARE * min(1.0, max(share, 0.0)) * total, min(FLOOR, SHARE * total))) or None
 
 
 def node_share(cpus: float, gpus: float, node: dict[str, float]) -> float:
