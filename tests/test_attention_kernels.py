@@ -340,3 +340,16 @@ def test_flex_on_gpu_in_bf16_matches_the_float32_reference(opts):
     for name in g32:
         cos = torch.nn.functional.cosine_similarity(g16[name].flatten(), g32[name].flatten(), dim=0)
         assert cos > 0.99, f"{name}: cos {cos:.4f}"
+
+
+def test_flex_asks_for_the_log_sum_exp_by_return_lse_where_torch_has_no_aux_request(cpu_flex_backward, monkeypatch):
+    """torch before 2.9 has no ``AuxRequest``: the self/other bias's gradient then takes the
+    log-sum-exp from ``return_lse``, with the same gradients as the reference path."""
+    monkeypatch.setattr(kernels, "AuxRequest", None)
+    ref, flex = _pair(dict(kq_diagonal="shared", self_other_bias=True))
+    tokens = torch.randint(0, NANO["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        grads = _compare(ref, flex, tokens)
+    assert grads["blocks.0.attn.self_bias"].abs().min() > 1e-6

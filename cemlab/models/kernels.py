@@ -30,7 +30,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
-from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+try:  # torch >= 2.9 asks for the log-sum-exp this way; earlier versions by return_lse (deprecated since)
+    from torch.nn.attention.flex_attention import AuxRequest
+except ImportError:  # pragma: no cover - the pinned torch has it
+    AuxRequest = None
 
 from cemlab.models.common import Positions
 from cemlab.models.config import ModelConfig
@@ -166,6 +171,8 @@ def flex(q, k, v, score_mod, block_mask, scale: float, lse: bool = False):
             _compiled_flex = torch.compile(flex_attention, dynamic=False)
         fn = _compiled_flex
     try:
+        if lse and AuxRequest is None:
+            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
         if lse:
             o, aux = fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
                         return_aux=AuxRequest(lse=True))
