@@ -1,4 +1,6 @@
-"""Accelerator peak throughput, for GPU-hour estimates (``cemlab plan``) and MFU logging.
+"""Accelerator peak throughput, for GPU-hour estimates (``cemlab plan``) and MFU logging; and this
+machine's memory (``resident_bytes``, ``machine_bytes``: a sweep worker's memory limit, the layer
+benchmark).
 
 Peak numbers are dense bf16 tensor-core FLOP/s from the vendors' data sheets (no 2:4 sparsity).
 MFU (model FLOPs utilisation) = achieved model FLOP/s / peak; model FLOPs per token come from
@@ -16,6 +18,9 @@ so the GPU-hour arithmetic of ``cemlab plan`` does not load Lightning.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 #: Dense bf16 peak FLOP/s by accelerator kind.
 PEAK_BF16_FLOPS: dict[str, float] = {
@@ -79,3 +84,31 @@ def gpu_hours(flops: float, kind: str, mfu: float) -> float:
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1]")
     return flops / (PEAK_BF16_FLOPS[kind] * mfu) / 3600.0
+
+
+# -- this machine's memory (the sweep's worker memory limit, the layer benchmark) --------------
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux ``/proc/self/statm``; else psutil)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+
+def machine_bytes() -> int:
+    """The memory this machine has, or the container's cgroup limit where that is lower."""
+    import psutil
+
+    total = int(psutil.virtual_memory().total)
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total

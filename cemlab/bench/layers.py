@@ -27,7 +27,6 @@ import csv
 import ctypes
 import ctypes.util
 import multiprocessing as mp
-import os
 import resource
 import statistics
 import sys
@@ -36,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from cemlab.hardware import peak_flops
+from cemlab.hardware import peak_flops, resident_bytes
 from cemlab.models import build_model, count_parameters, flops_per_token
 from cemlab.models.config import ModelConfig
 from cemlab.models.hf import hf_config
@@ -66,11 +65,6 @@ class Result:
     gflop_per_token: float
     mfu: float | None
     params_m: float
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _build(preset: str, overrides: dict | None, seq: int, device: str):
@@ -126,7 +120,7 @@ def _measure(preset: str, name: str, overrides: dict | None, batch: int, seq: in
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = _rss_bytes()
+        base = resident_bytes()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with autocast:
             logits = fwd(x)

@@ -34,39 +34,14 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
+
+from cemlab.hardware import machine_bytes, resident_bytes
 
 MEMORY_ENV = "CEMLAB_WORKER_MEMORY_MB"
 SHARE = 0.9               # of the trial's share of the node's memory
 EXIT_CODE = 75            # the worker's exit status after a breach (EX_TEMPFAIL: try again)
 MIB = 1 << 20
 FLOOR = 4 << 30           # the least default limit, bytes
-
-
-def resident_bytes() -> int:
-    """This process's resident set size (Linux ``/proc/self/statm``; else psutil)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-
-
-def machine_bytes() -> int:
-    """The memory this machine has, or the container's cgroup limit where that is lower."""
-    import psutil
-
-    total = int(psutil.virtual_memory().total)
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
 
 
 def limit_from_env(share: float, env: dict[str, str] | None = None) -> int | None:
