@@ -159,3 +159,62 @@ def test_the_resume_command_is_the_command_line_with_its_overrides_and_flags(mon
                          command=command)
     pg.print_end(result, Console(file=out, width=400, highlight=False))
     assert f"to resume, run: {command}\n" in out.getvalue()   # the command whole, on the line's end
+
+
+def _hold_lock(path: Path) -> subprocess.Popen:
+    """Another process that holds ``path``'s flock until it is killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; fh = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(fh, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_the_runs_a_dead_driver_left_running_are_marked_interrupted_on_request(store, runs_dir, monkeypatch, capsys):
+    """``cemlab sweep NAME --mark-interrupted`` after a driver died without marking its runs (under
+    SLURM, Ray ends a driver whose raylet got the job's SIGTERM first): its parent and the trial runs
+    under it that no process trains any more become interrupted; a run whose trial lock a live
+    process holds, a finished run and another parent's run are left as they are; while a driver
+    of the sweep runs, it is refused and marks nothing."""
+    import json
+
+    from cemlab.cli import main
+    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.train.checkpoint import checkpoint_folder
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["uri"])
+    client = store["client"]
+    trials = load_sweep("attention_replacement").expand("smoke")[:2]
+    inv = _invocation(store, runs_dir, trials)
+    cut, training, done = (_trial_run(store, inv, t, s) for t, s in zip(trials * 2, (None, None, "finished")))
+    other = _invocation(store, runs_dir / "other", trials[:1])
+    elsewhere = _trial_run(store, other, trials[0], None)
+    log_dir = runs_dir / "logs" / "attention_replacement-smoke"
+    log_dir.mkdir(parents=True)
+    (log_dir / "driver.json").write_text(json.dumps({"pid": 4194305, "parent_run_id": inv.parent_run_id}))
+    status = lambda run_id: (client.get_run(run_id).info.status, client.get_run(run_id).data.tags.get(schema.STATUS))
+    before = {r: status(r) for r in (inv.parent_run_id, cut, training, done, elsewhere)}
+    command = ["sweep", "attention_replacement", "--scale", "smoke", "--mark-interrupted"]
+
+    driver = _hold_lock(log_dir / "driver.lock")  # a driver of this sweep runs: refused
+    try:
+        assert main(command) == 2
+    finally:
+        driver.kill(), driver.wait()
+    assert "is running" in capsys.readouterr().err
+    assert {r: status(r) for r in before} == before
+
+    trainer = _hold_lock(checkpoint_folder(runs_dir, trials[1].config_hash) / "sweep.lock")
+    try:
+        assert main(command) == 0
+    finally:
+        trainer.kill(), trainer.wait()
+    out = capsys.readouterr().out
+    assert "2 run(s) left running marked interrupted" in out and cut in out and inv.parent_run_id in out
+    interrupted = ("KILLED", schema.STATUS_INTERRUPTED)
+    assert status(cut) == status(inv.parent_run_id) == interrupted
+    assert status(training) == ("RUNNING", schema.STATUS_RUNNING)
+    assert status(done) == before[done] and status(elsewhere) == before[elsewhere]
+    assert not (log_dir / "driver.json").exists()  # settled: no driver named any more
+    assert main(command) == 0 and "0 run(s)" in capsys.readouterr().out

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 #: Seconds a stopping driver gives ``ray.shutdown()`` before it goes on without it.
 RAY_SHUTDOWN_WAIT_S = 15.0
+_ray_abandoned = False
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -165,10 +166,19 @@ def _shutdown_ray() -> None:
     if worker.is_alive():
         log.warning("Ray did not shut down within %.0f s (its head is gone?); going on without it",
                     RAY_SHUTDOWN_WAIT_S)
+        global _ray_abandoned
+        _ray_abandoned = True
         atexit.unregister(ray._private.worker.shutdown)  # the interpreter's exit would wait on it again
         registry = sys.modules.get("ray.tune.registry")  # so would Tune's: it deletes its keys in that GCS
         if registry is not None:
             atexit.unregister(registry._unregister_all)
+
+
+def ray_abandoned() -> bool:
+    """Whether this process went on without a Ray that did not shut down (its head gone): Ray's
+    native side then crashes the interpreter's own exit (a segmentation fault, exit code 139 in
+    place of the sweep's), so ``cemlab sweep`` ends such a process with ``os._exit``."""
+    return _ray_abandoned
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,

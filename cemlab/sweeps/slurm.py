@@ -17,7 +17,9 @@ The script (printed, or written with ``--output``):
    credentials come from the job's environment: ``MLFLOW_TRACKING_USERNAME`` /
    ``MLFLOW_TRACKING_PASSWORD``, never from the script);
 4. on preemption (SIGTERM) or when the time limit nears (``--signal=B:USR1@300``) stops the sweep
-   cleanly (its runs are marked interrupted) and requeues the job; the requeued job runs the same
+   cleanly (its runs are marked interrupted: by the driver, or after it by ``cemlab sweep
+   --mark-interrupted`` where SLURM's SIGTERM ended the job's Ray and Ray ended the driver before
+   it could) and requeues the job; the requeued job runs the same
    script, and ``cemlab sweep`` resumes: finished trials are found in MLflow, the others continue
    from their checkpoints.
 
@@ -252,6 +254,9 @@ main() {{
     [ -z "$STOPPED_BY" ] && {{ run_sweep; rc=$?; }}
     stop_job_ray  # the head's Ray processes directly (`ray start` alone drains for 30 s first)
     kill -TERM "$ray_step" 2>/dev/null; wait "$ray_step" 2>/dev/null
+    # SLURM's SIGTERM reaches the job's Ray with the driver, and Ray ends a driver whose raylet is
+    # gone, maybe before it marked its runs: whatever it left running is marked interrupted here
+    [ -n "$STOPPED_BY" ] && $CEMLAB_RUN cemlab sweep "${{SWEEP_ARGS[@]}}" --mark-interrupted
     [ "$STOPPED_BY" = USR1 ] && scontrol requeue "$SLURM_JOB_ID"  # the time limit: requeue ourselves
     exit "$rc"
 }}

@@ -18,6 +18,7 @@ The sweep runner (Ray, rich) and the store's and server's errors are imported in
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import TYPE_CHECKING, Callable
@@ -50,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,
                         help="seconds between summary lines in plain mode (default 30)")
+    parser.add_argument("--mark-interrupted", action="store_true",
+                        help="train nothing: mark the runs a dead driver of this sweep and scale left running "
+                             "(killed, its node lost) interrupted; rerunning the sweep resumes them (the SLURM "
+                             "job script does this after every stop)")
 
 
 def resume_command(args: argparse.Namespace) -> str:
@@ -67,6 +72,28 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def _mark_interrupted(args: argparse.Namespace) -> int:
+    """``cemlab sweep NAME --scale S --mark-interrupted`` (``cemlab.sweeps.stages.record.mark_left_running``)."""
+    from cemlab.paths import runs_dir
+    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.stages.invocation import EXIT_USAGE
+    from cemlab.sweeps.stages.record import mark_left_running
+    from cemlab.tracking.store import StoreError, check_reachable, tracking_uri
+
+    try:
+        spec = load_sweep(args.sweep)
+        uri = tracking_uri()
+        check_reachable(uri)
+        runs = runs_dir()
+        marked = mark_left_running(uri, runs, runs / "logs" / f"{spec.name}-{args.scale}")
+    except (SweepError, StoreError, RuntimeError) as e:
+        print(f"cemlab sweep --mark-interrupted: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"cemlab sweep: {len(marked)} run(s) left running marked interrupted"
+          + (f" ({', '.join(marked)}); rerun the sweep to resume them" if marked else ""))
+    return 0
+
+
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
         looker: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
@@ -75,12 +102,14 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
-    from cemlab.sweeps.runner import run_sweep
+    from cemlab.sweeps.runner import ray_abandoned, run_sweep
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
 
     tty = sys.stdout.isatty()
     console = Console(highlight=False, width=None if tty else 160, soft_wrap=not tty)  # log lines unbroken
+    if args.mark_interrupted:
+        return _mark_interrupted(args)
     if args.cpus is not None and args.cpus < 1:
         print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -97,4 +126,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     except KeyboardInterrupt:  # before the trials started or while the report was built
         print_link("cemlab sweep: interrupted; to resume, run:", resume_command(args), COMMAND, file=sys.stderr)
         return EXIT_INTERRUPTED
+    if ray_abandoned():  # everything is recorded: skip an exit that Ray's native side would crash
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(result.exit_code)
     return result.exit_code

@@ -17,7 +17,8 @@ finished (``finished``, or ``failed`` when a trial failed) with those counts, an
 ``<runs>/logs/<sweep>-<scale>/summary.json`` and ``summary-<parent run id>.json`` are written
 (each replaced atomically). Runs of trials that were stopped, interrupted, or cut off by a store
 that went away are marked here too (:func:`mark_stopped`, :func:`mark_interrupted`,
-:func:`mark_store_lost`).
+:func:`mark_store_lost`), and so are the runs a driver left running when it died before it could
+(:func:`mark_left_running`).
 
 MLflow is imported inside the function that writes metrics with it, so ``cemlab sweep`` refuses a
 bad sweep file without loading MLflow (about 1.8 s).
@@ -37,12 +38,14 @@ from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
 from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.trial.lock import lock_is_free
 from cemlab.sweeps.trial.tune_report import STEP_KEY
 from cemlab.tasks import get_task
 from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
 from cemlab.tracking.store import ensure_experiment, get_client, run_status, search_runs
+from cemlab.train.checkpoint import checkpoint_folder
 from cemlab.train.decide import is_connection_error
 
 if TYPE_CHECKING:
@@ -145,6 +148,40 @@ def mark_interrupted(state: Invocation) -> None:
         state.progress.set_status(tid, schema.STATUS_INTERRUPTED)
         state.outcomes[tid] = TrialOutcome(trial, schema.STATUS_INTERRUPTED, run_id or None, wall=row.elapsed,
                                            attempts=row.attempts, log_path=log_path)
+
+
+def mark_left_running(uri: str, runs_dir: Path, log_dir: Path) -> list[str]:
+    """The runs a dead driver of this sweep and scale left ``RUNNING`` -> ``interrupted``: its parent
+    run and every trial run under it whose trial no process trains any more (its trial lock is
+    free). For a driver that died before it could say how its sweep ended: killed, its node lost,
+    or under SLURM, whose SIGTERM reaches the job's Ray too, and Ray ends a driver whose raylet is
+    gone (the job script calls this after every stop). Returns the run ids marked; nothing else is
+    touched (checkpoints and metrics stay; the next ``cemlab sweep`` resumes the runs). Raises
+    ``RuntimeError`` while a driver of this sweep and scale runs."""
+    lock = DriverLock(log_dir) if log_dir.is_dir() else None
+    if lock is None:
+        return []
+    if not lock.held:
+        raise RuntimeError(f"a driver of this sweep (pid {lock.other_pid()}) is running: it records its own runs")
+    try:
+        parent_id = lock.other_parent()  # what the dead driver wrote in driver.json
+        if not parent_id:
+            return []
+        client = get_client(uri)
+        parent = client.get_run(parent_id)
+        children = search_runs(client, [parent.info.experiment_id], f"tags.`{schema.PARENT_RUN_ID}` = '{parent_id}'")
+        marked = []
+        for run in children:
+            folder = checkpoint_folder(runs_dir, run.data.tags.get(schema.CONFIG_HASH, ""))
+            if run.info.status == "RUNNING" and lock_is_free(folder):
+                mr.finish_run(client, run.info.run_id, schema.STATUS_INTERRUPTED)
+                marked.append(run.info.run_id)
+        if parent.info.status == "RUNNING":
+            mr.finish_run(client, parent_id, schema.STATUS_INTERRUPTED)
+            marked.append(parent_id)
+        return marked
+    finally:
+        lock.release()  # the dead driver's driver.json goes: no driver runs this sweep
 
 
 def _row_metrics(trial, row: pg.Row) -> dict[str, float]:
