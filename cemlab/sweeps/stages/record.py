@@ -38,6 +38,7 @@ from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
 from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.lock import lock_is_free
 from cemlab.sweeps.trial.tune_report import STEP_KEY
 from cemlab.tasks import get_task
@@ -45,7 +46,6 @@ from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
 from cemlab.tracking.store import ensure_experiment, get_client, run_status, search_runs
-from cemlab.train.checkpoint import checkpoint_folder
 from cemlab.train.decide import is_connection_error
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def mark_left_running(uri: str, runs_dir: Path, log_dir: Path) -> list[str]:
         children = search_runs(client, [parent.info.experiment_id], f"tags.`{schema.PARENT_RUN_ID}` = '{parent_id}'")
         marked = []
         for run in children:
-            folder = checkpoint_folder(runs_dir, run.data.tags.get(schema.CONFIG_HASH, ""))
+            folder = TrialFiles(runs_dir, log_dir).checkpoints_of(run.data.tags.get(schema.CONFIG_HASH, ""))
             if run.info.status == "RUNNING" and lock_is_free(folder):
                 mr.finish_run(client, run.info.run_id, schema.STATUS_INTERRUPTED)
                 marked.append(run.info.run_id)

@@ -26,7 +26,11 @@ class TrialFiles:
 
     def checkpoints(self, trial: Any) -> Path:
         """The trial's checkpoint folder (not created)."""
-        return checkpoint_folder(self.runs_dir, trial.config_hash)
+        return self.checkpoints_of(trial.config_hash)
+
+    def checkpoints_of(self, config_hash: str) -> Path:
+        """The checkpoint folder of the trial with this config hash (a run's tag; not created)."""
+        return checkpoint_folder(self.runs_dir, config_hash)
 
     def state(self, trial: Any) -> dict[str, Any] | None:
         """The trial's ``state.json`` (None: no folder, or nothing readable in it)."""
