@@ -96,3 +96,35 @@ def test_a_worker_already_over_the_limit_ends_when_armed_before_the_trial_comput
         """)
     assert done.returncode == memory.EXIT_CODE and "the trial started" not in done.stdout, done
     assert "trial t2:" in done.stderr
+
+
+def test_a_trial_scope_frees_the_trials_cycles_and_freezes_what_survives_it():
+    """A reused worker ends each trial with a full collection (the trial's reference cycles go) and
+    freezes what survives (``gc.freeze``), so the next trial's collection does not walk the imported
+    modules again; a cycle made by a later trial is still collected, one the scope does not own is
+    not touched. In a child interpreter: freezing is for the whole process."""
+    code = textwrap.dedent("""\
+        import gc, weakref
+        from cemlab.sweeps.trial.job import trial_scope
+
+        class Node:
+            pass
+
+        def cycle():
+            a, b = Node(), Node()
+            a.b, b.a = b, a
+            return weakref.ref(a)
+
+        gc.disable()  # only the scope collects
+        with trial_scope():
+            first = cycle()
+            kept = Node()
+        frozen = gc.get_freeze_count()
+        assert first() is None and frozen > 0, (first(), frozen)
+        with trial_scope():
+            second = cycle()
+        assert second() is None
+        print("ok", frozen, gc.get_freeze_count())
+        """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done

@@ -130,7 +130,8 @@ def trial_scope():
     """Run one trial in a worker process that may run others before and after it (Tune's
     ``reuse_actors``), leaving behind what a fresh process would have: the environment, torch's
     thread count, default dtype and grad mode, the logging handlers and levels, the warning filters,
-    no active MLflow run, and the memory the trial freed. Seeds need no reset: ``train`` seeds every generator from
+    no active MLflow run, and the memory the trial freed (its reference cycles collected; what is left
+    is frozen out of later collections, ``gc.freeze``). Seeds need no reset: ``train`` seeds every generator from
     the config before it builds the model, as in a fresh process."""
     import gc
 
@@ -163,7 +164,11 @@ def trial_scope():
 
             while mlflow.active_run() is not None:
                 mlflow.end_run()
+        # A full collection frees the trial's cycles (a model a trainer still points at), then what
+        # survives it (imported modules, caches: ~600k objects) is frozen, out of later collections:
+        # one full collection of them took 0.34 s, at the end of every trial
         gc.collect()
+        gc.freeze()
 
 
 def _fault_for(job: TrialJob, trial_id: str) -> dict[str, int] | None:
