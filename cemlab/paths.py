@@ -32,6 +32,12 @@ def mlflow_dir() -> Path:
     return _runs_subdir("mlflow")
 
 
+def sweep_log_dir(sweep: str, scale: str, runs: Path | None = None) -> Path:
+    """A sweep's log folder at one scale, ``<runs>/logs/<sweep>-<scale>`` (not created): its trials'
+    logs, ``driver.json``, ``summary.json`` and ``stages.jsonl``."""
+    return (runs or runs_dir()) / "logs" / f"{sweep}-{scale}"
+
+
 def reports_dir() -> Path:
     """``$CEMLAB_REPORTS_DIR`` or ``./reports``."""
     p = Path(os.environ.get("CEMLAB_REPORTS_DIR") or (Path.cwd() / "reports")).expanduser().resolve()

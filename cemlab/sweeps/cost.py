@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from cemlab.hardware import PEAK_BF16_FLOPS, gpu_hours
-from cemlab.paths import runs_dir
+from cemlab.paths import sweep_log_dir
 from cemlab.tracking import schema
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class CostRow:
 def trial_walls(sweep: str, scale: str) -> dict[str, float]:
     """run id -> wall seconds of its trial, from ``<runs>/logs/<sweep>-<scale>/summary.json``."""
     try:
-        summary = json.loads((runs_dir() / "logs" / f"{sweep}-{scale}" / "summary.json").read_text())
+        summary = json.loads((sweep_log_dir(sweep, scale) / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
     return {t["run_id"]: float(t["wall_seconds"]) for t in summary.get("trials", [])

@@ -56,7 +56,7 @@ import ray
 from rich.console import Console
 
 from cemlab import timing
-from cemlab.paths import runs_dir
+from cemlab.paths import runs_dir, sweep_log_dir
 from cemlab.sweeps.stages import decide, execute, preflight, record, seeding
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
@@ -97,7 +97,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     preflight.check_before_ray(spec, trials)
     faults = faults_from_env()
     runs = runs_dir()
-    log_dir = runs / "logs" / f"{spec.name}-{scale}"
+    log_dir = sweep_log_dir(spec.name, scale, runs)
     cache = str(Path(cache_dir).resolve()) if cache_dir else None
     uri, owns_ray, store_ready = _start_store_and_ray(spec.search, cpus, log_dir)
     timing.record("driver start", started, t0)

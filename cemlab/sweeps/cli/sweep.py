@@ -74,7 +74,7 @@ def resume_command(args: argparse.Namespace) -> str:
 
 def _mark_interrupted(args: argparse.Namespace) -> int:
     """``cemlab sweep NAME --scale S --mark-interrupted`` (``cemlab.sweeps.stages.record.mark_left_running``)."""
-    from cemlab.paths import runs_dir
+    from cemlab.paths import runs_dir, sweep_log_dir
     from cemlab.sweeps.spec.load import load_sweep
     from cemlab.sweeps.stages.invocation import EXIT_USAGE
     from cemlab.sweeps.stages.record import mark_left_running
@@ -85,7 +85,7 @@ def _mark_interrupted(args: argparse.Namespace) -> int:
         uri = tracking_uri()
         check_reachable(uri)
         runs = runs_dir()
-        marked = mark_left_running(uri, runs, runs / "logs" / f"{spec.name}-{args.scale}")
+        marked = mark_left_running(uri, runs, sweep_log_dir(spec.name, args.scale, runs))
     except (SweepError, StoreError, RuntimeError) as e:
         print(f"cemlab sweep --mark-interrupted: {e}", file=sys.stderr)
         return EXIT_USAGE

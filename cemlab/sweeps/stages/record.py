@@ -158,9 +158,9 @@ def mark_left_running(uri: str, runs_dir: Path, log_dir: Path) -> list[str]:
     gone (the job script calls this after every stop). Returns the run ids marked; nothing else is
     touched (checkpoints and metrics stay; the next ``cemlab sweep`` resumes the runs). Raises
     ``RuntimeError`` while a driver of this sweep and scale runs."""
-    lock = DriverLock(log_dir) if log_dir.is_dir() else None
-    if lock is None:
+    if not log_dir.is_dir():  # no driver of this sweep and scale ever ran here
         return []
+    lock = DriverLock(log_dir)
     if not lock.held:
         raise RuntimeError(f"a driver of this sweep (pid {lock.other_pid()}) is running: it records its own runs")
     try:
@@ -170,9 +170,9 @@ def mark_left_running(uri: str, runs_dir: Path, log_dir: Path) -> list[str]:
         client = get_client(uri)
         parent = client.get_run(parent_id)
         children = search_runs(client, [parent.info.experiment_id], f"tags.`{schema.PARENT_RUN_ID}` = '{parent_id}'")
-        marked = []
+        files, marked = TrialFiles(runs_dir, log_dir), []
         for run in children:
-            folder = TrialFiles(runs_dir, log_dir).checkpoints_of(run.data.tags.get(schema.CONFIG_HASH, ""))
+            folder = files.checkpoints_of(run.data.tags.get(schema.CONFIG_HASH, ""))
             if run.info.status == "RUNNING" and lock_is_free(folder):
                 mr.finish_run(client, run.info.run_id, schema.STATUS_INTERRUPTED)
                 marked.append(run.info.run_id)
