@@ -19,7 +19,7 @@ from scipy import stats as sps
 
 from cemlab.report import claims, verdict_tables, verdicts
 from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, Evidence, combine,
-                                 comparison_evidence, decide, t_interval)
+                                 comparison_evidence, decide, sign_pvalues, t_interval)
 from cemlab.report.table import aggregate
 
 
@@ -36,6 +36,30 @@ def verdict_of(diffs, tol: float, side: str) -> str:
     evidence from the per-seed differences, decided by ``decide``; no seed: no evidence."""
     d = np.asarray(diffs, dtype=float)
     return decide([comparison_evidence({(): d}, (), (), tol, side) if np.isfinite(d).any() else None])[0]
+
+
+@pytest.mark.parametrize("alpha", [0.025, 0.025 / 3])
+def test_seeds_for_power_equal_scipy_stats_noncentral_t(alpha):
+    """The seeds a row needs for 80% power (``power_seeds``, from ``scipy.special``) against the same
+    search written with ``scipy.stats``' t quantile and noncentral t survival function."""
+    def reference(sd, delta):
+        for n in range(2, 1001):
+            if sps.nct.sf(sps.t.ppf(1 - alpha, n - 1), n - 1, delta * math.sqrt(n) / sd) >= 0.8:
+                return float(n)
+        return math.inf
+
+    cases = [(sd, delta) for sd in np.geomspace(0.005, 0.5, 12) for delta in np.geomspace(0.005, 0.2, 8)]
+    got = [verdict_tables.power_seeds(sd, delta, alpha=alpha) for sd, delta in cases]
+    assert got == [reference(sd, delta) for sd, delta in cases]
+    assert 2.0 in got and math.inf in got  # both ends of the search are reached
+
+
+def test_sign_test_p_values_equal_scipy_binomial_test():
+    for up, down in [(3, 0), (5, 1), (2, 2), (0, 4), (7, 3)]:
+        d = np.array([1.0] * up + [-1.0] * down + [0.0])  # a tie is dropped
+        below, above = sign_pvalues(d, 0.0)
+        assert below == pytest.approx(sps.binomtest(up, up + down, 0.5, alternative="less").pvalue, rel=1e-12)
+        assert above == pytest.approx(sps.binomtest(down, up + down, 0.5, alternative="less").pvalue, rel=1e-12)
 
 
 def test_one_seed_has_no_interval_and_is_inconclusive():

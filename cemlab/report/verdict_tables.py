@@ -15,13 +15,13 @@ from cemlab.report.verdicts import WHERE, Verdict, primary_check, shown
 def power_seeds(sd: float, delta: float, alpha: float = ALPHA / 2, power: float = 0.8, cap: int = 1000) -> float:
     """Seeds a paired one-sided t-test at ``alpha`` needs to detect a true effect ``delta`` with
     differences of sd ``sd`` at ``power`` (noncentral t); NaN when unknown, inf beyond ``cap``."""
-    from scipy import stats
+    from scipy.special import nctdtr, stdtrit  # noncentral t's distribution function, t's quantile function
 
     if not (math.isfinite(sd) and sd > 0 and delta > 0):
         return math.nan
     for n in range(2, cap + 1):
-        crit = stats.t.ppf(1 - alpha, n - 1)
-        if stats.nct.sf(crit, n - 1, delta * math.sqrt(n) / sd) >= power:
+        crit = stdtrit(n - 1, 1 - alpha)
+        if 1.0 - nctdtr(n - 1, delta * math.sqrt(n) / sd, crit) >= power:
             return float(n)
     return math.inf
 

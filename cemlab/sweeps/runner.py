@@ -79,13 +79,16 @@ log = logging.getLogger("cemlab.sweeps")
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
               interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
-              looker: "seeding.Looker | None" = None) -> SweepResult:
+              looker: "seeding.Looker | None" = None, stop_ray_later: bool = False) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
     (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
-    with ``seeding`` (``cemlab.report.look_store.sweep_look``, handed in by ``cemlab sweep``)."""
+    with ``seeding`` (``cemlab.report.look_store.sweep_look``, handed in by ``cemlab sweep``);
+    ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
+    and the caller calls :func:`wait_ray_stopped` once it has done what follows (``cemlab sweep``
+    builds the report meanwhile: Ray's shutdown waits on its processes and uses little CPU)."""
     t0 = time.time()
     started = timing.process_start()
     console = console or Console(highlight=False)
@@ -103,7 +106,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     timing.record("driver start", started, t0)
     timing.record("sweep file and store", t0, store_ready)  # the sweep expanded, the store checked, its server started
     log_dir.mkdir(parents=True, exist_ok=True)
-    driver_lock = None
+    driver_lock = result = None
     try:
         with timing.stage("data step"):
             preflight.prepare_on_ray(trials, scale, uri, cache, cpus, console)
@@ -128,7 +131,9 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     finally:
         if driver_lock is not None:
             driver_lock.release()
-        if owns_ray:
+        if owns_ray and stop_ray_later and result is not None:
+            _begin_ray_shutdown()
+        elif owns_ray:
             with timing.stage("ray shutdown"):
                 _shutdown_ray()
         timing.flush()
@@ -162,6 +167,44 @@ def _shutdown_ray() -> None:
     gone would hold the driver past SLURM's KillWait with its runs still marked running."""
     worker = threading.Thread(target=ray.shutdown, name="cemlab-ray-shutdown", daemon=True)
     worker.start()
+    _join_ray_shutdown(worker)
+
+
+#: The background shutdown of :func:`_begin_ray_shutdown`: (its thread, when it began, when
+#: ``ray.shutdown()`` returned), until :func:`wait_ray_stopped` joins it.
+_stopping: tuple[threading.Thread, float, list[float]] | None = None
+
+
+def _begin_ray_shutdown() -> None:
+    """Start ``ray.shutdown()`` in the background (``run_sweep(stop_ray_later=True)``)."""
+    global _stopping
+    done: list[float] = []
+
+    def stop() -> None:
+        ray.shutdown()
+        done.append(time.time())
+
+    worker = threading.Thread(target=stop, name="cemlab-ray-shutdown", daemon=True)
+    _stopping = (worker, time.time(), done)
+    worker.start()
+
+
+def wait_ray_stopped() -> None:
+    """Join the shutdown that ``run_sweep(stop_ray_later=True)`` began (given ``RAY_SHUTDOWN_WAIT_S``
+    from now) and record its ``ray shutdown`` stage; nothing when none is under way."""
+    global _stopping
+    if _stopping is None:
+        return
+    worker, began, done = _stopping
+    _stopping = None
+    _join_ray_shutdown(worker)
+    timing.record("ray shutdown", began, done[0] if done else None)
+    timing.flush()
+
+
+def _join_ray_shutdown(worker: threading.Thread) -> None:
+    """Wait ``RAY_SHUTDOWN_WAIT_S`` for the thread running ``ray.shutdown()``; past it, go on
+    without Ray (see :func:`ray_abandoned`)."""
     worker.join(RAY_SHUTDOWN_WAIT_S)
     if worker.is_alive():
         log.warning("Ray did not shut down within %.0f s (its head is gone?); going on without it",

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
-    from cemlab.sweeps.runner import ray_abandoned, run_sweep
+    from cemlab.sweeps.runner import ray_abandoned, run_sweep, wait_ray_stopped
     from cemlab.tracking.server import ServerError
     from cemlab.tracking.store import StoreError
 
@@ -117,15 +117,17 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
         result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
                            interval=args.interval, command=resume_command(args),
-                           looker=None if args.no_seeding else looker)
+                           looker=None if args.no_seeding else looker, stop_ray_later=True)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
-            after(result, console)
+            after(result, console)  # while Ray stops
     except (SweepError, StoreError, ServerError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the trials started or while the report was built
         print_link("cemlab sweep: interrupted; to resume, run:", resume_command(args), COMMAND, file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        wait_ray_stopped()
     if ray_abandoned():  # everything is recorded: skip an exit that Ray's native side would crash
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(result.exit_code)
