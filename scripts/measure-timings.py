@@ -124,13 +124,16 @@ def measure(row: str, keep: Path | None = None) -> dict:
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def stages_command(scale: str = "tiny", all_seeds: bool = False, grid: bool = False) -> list[str]:
+def stages_command(scale: str = "tiny", all_seeds: bool = False, grid: bool = False,
+                   overrides: list[str] | None = None) -> list[str]:
     """The one-seed sweep, its grid only (default); the main job as ``make sweep`` runs it
-    (``all_seeds``); or the main job's grid of every seed without the seeds its looks add (``grid``)."""
+    (``all_seeds``); or the main job's grid of every seed without the seeds its looks add (``grid``).
+    ``overrides``: more ``key=value`` for every trial (e.g. ``train.tokens=655360``: longer trials)."""
+    extra = list(overrides or [])
     if grid:
-        return ["sweep", "recursion_ablation", "--scale", scale, "--no-seeding", "--plain"]
-    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]", "--no-seeding"]),
-            "--plain"]
+        return ["sweep", "recursion_ablation", "--scale", scale, *extra, "--no-seeding", "--plain"]
+    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]"]), *extra,
+            *([] if all_seeds else ["--no-seeding"]), "--plain"]
 
 
 def measure_stages(command: list[str]) -> dict:
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true",
                         help="stages: the main job's grid (every seed of its file) without the seeds its looks add")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="stages: an override for every trial (repeatable), e.g. train.tokens=655360")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")
     args = parser.parse_args(argv)
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rows:
             return 0
     if "stages" in args.rows:
-        summary = measure_stages(stages_command(args.scale, args.all_seeds, args.grid))
+        summary = measure_stages(stages_command(args.scale, args.all_seeds, args.grid, args.set))
         if args.save:
             args.save.write_text(json.dumps(summary, indent=2) + "\n")
         print(stage_tables({"this run": summary}))
