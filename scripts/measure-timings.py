@@ -129,10 +129,8 @@ def stages_command(scale: str = "tiny", all_seeds: bool = False, grid: bool = Fa
     """The one-seed sweep, its grid only (default); the main job as ``make sweep`` runs it
     (``all_seeds``); or the main job's grid of every seed without the seeds its looks add (``grid``).
     ``overrides``: more ``key=value`` for every trial (e.g. ``train.tokens=655360``: longer trials)."""
-    extra = list(overrides or [])
-    if grid:
-        return ["sweep", "recursion_ablation", "--scale", scale, *extra, "--no-seeding", "--plain"]
-    return ["sweep", "recursion_ablation", "--scale", scale, *([] if all_seeds else ["seed=[0]"]), *extra,
+    seeds = [] if all_seeds or grid else ["seed=[0]"]
+    return ["sweep", "recursion_ablation", "--scale", scale, *seeds, *(overrides or []),
             *([] if all_seeds else ["--no-seeding"]), "--plain"]
 
 

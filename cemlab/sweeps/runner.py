@@ -132,10 +132,9 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         if driver_lock is not None:
             driver_lock.release()
         if owns_ray and stop_ray_later and result is not None:
-            _begin_ray_shutdown()
+            _begin_ray_shutdown()  # the caller's wait_ray_stopped() joins it
         elif owns_ray:
-            with timing.stage("ray shutdown"):
-                _shutdown_ray()
+            _shutdown_ray()
         timing.flush()
     pg.print_end(result, console)
     return result
@@ -165,18 +164,17 @@ def _shutdown_ray() -> None:
     """``ray.shutdown()``, given ``RAY_SHUTDOWN_WAIT_S``. A SIGTERM from SLURM (requeue, preemption,
     scancel) reaches the job's Ray together with the driver; a shutdown that waits on a GCS that is
     gone would hold the driver past SLURM's KillWait with its runs still marked running."""
-    worker = threading.Thread(target=ray.shutdown, name="cemlab-ray-shutdown", daemon=True)
-    worker.start()
-    _join_ray_shutdown(worker)
+    _begin_ray_shutdown()
+    wait_ray_stopped()
 
 
-#: The background shutdown of :func:`_begin_ray_shutdown`: (its thread, when it began, when
-#: ``ray.shutdown()`` returned), until :func:`wait_ray_stopped` joins it.
+#: The shutdown under way (:func:`_begin_ray_shutdown`): its thread, when it began, and when
+#: ``ray.shutdown()`` returned (empty until then); None once :func:`wait_ray_stopped` joined it.
 _stopping: tuple[threading.Thread, float, list[float]] | None = None
 
 
 def _begin_ray_shutdown() -> None:
-    """Start ``ray.shutdown()`` in the background (``run_sweep(stop_ray_later=True)``)."""
+    """Start ``ray.shutdown()`` in a thread (``run_sweep(stop_ray_later=True)`` leaves it running)."""
     global _stopping
     done: list[float] = []
 
@@ -190,26 +188,20 @@ def _begin_ray_shutdown() -> None:
 
 
 def wait_ray_stopped() -> None:
-    """Join the shutdown that ``run_sweep(stop_ray_later=True)`` began (given ``RAY_SHUTDOWN_WAIT_S``
-    from now) and record its ``ray shutdown`` stage; nothing when none is under way."""
-    global _stopping
+    """Join the shutdown under way, given ``RAY_SHUTDOWN_WAIT_S`` from now, and record its ``ray
+    shutdown`` stage; nothing when none is. Past the wait, go on without Ray (see
+    :func:`ray_abandoned`)."""
+    global _stopping, _ray_abandoned
     if _stopping is None:
         return
     worker, began, done = _stopping
     _stopping = None
-    _join_ray_shutdown(worker)
+    worker.join(RAY_SHUTDOWN_WAIT_S)
     timing.record("ray shutdown", began, done[0] if done else None)
     timing.flush()
-
-
-def _join_ray_shutdown(worker: threading.Thread) -> None:
-    """Wait ``RAY_SHUTDOWN_WAIT_S`` for the thread running ``ray.shutdown()``; past it, go on
-    without Ray (see :func:`ray_abandoned`)."""
-    worker.join(RAY_SHUTDOWN_WAIT_S)
     if worker.is_alive():
         log.warning("Ray did not shut down within %.0f s (its head is gone?); going on without it",
                     RAY_SHUTDOWN_WAIT_S)
-        global _ray_abandoned
         _ray_abandoned = True
         atexit.unregister(ray._private.worker.shutdown)  # the interpreter's exit would wait on it again
         registry = sys.modules.get("ray.tune.registry")  # so would Tune's: it deletes its keys in that GCS
