@@ -9,6 +9,9 @@ CONFIG ?= configs/default.yaml
 # The scales, as sweeps/scales.yaml names them (its top-level keys).
 SCALES := $(shell sed -nE 's/^([a-z][a-z0-9_-]*):.*/\1/p' sweeps/scales.yaml | paste -sd'|')
 PYTEST_ARGS ?=
+# pytest processes for make test (pytest-xdist; 0: one process). Alone the suite kept 1.2 of the
+# 2-core machine's cores busy (servers booting, one-thread trials); two processes keep it at 1.9.
+TEST_WORKERS ?= 2
 # torch: see scripts/install-torch.sh (empty TORCH_INDEX_URL: the PyTorch CPU wheel index)
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX_URL ?=
@@ -37,11 +40,11 @@ install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU to
 
 test: $(STAMP) ## Run the test suite (installs what it needs first; the few checks marked beyond_budget: make test-all)
 	@bash scripts/test-prereqs.sh
-	$(PY) -m pytest -m "not beyond_budget" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not beyond_budget" -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-all: $(STAMP) ## Run every test, also any long end-to-end check marked beyond_budget
 	@bash scripts/test-prereqs.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 sweep: $(STAMP) ## Run a sweep: make sweep SWEEP=recursion_ablation [SCALE=tiny]
 	$(CEMLAB) sweep $(SWEEP) --scale $(SCALE)

@@ -182,7 +182,7 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
     cache = tmp_path / "cache"
     quiet_tune()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     console = Console(file=open("/dev/null", "w"), width=200)
     try:
         real = prepare_mod.prepare_sweep_data
@@ -259,7 +259,7 @@ def test_ray_tasks_write_the_same_store(tmp_path, texts):
 
     cfg = jsonl_cfg(tmp_path, texts)
     inline = prepare_data(cfg.model_copy(update={"cache_dir": str(tmp_path / "inline")}), 300, 16, shard_chars=SHARD)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         b = prepare_data(cfg, 300, 16, use_ray=True, shard_chars=SHARD)
     finally:

@@ -45,7 +45,7 @@ def ray_one_cpu():
     from cemlab.sweeps.stages.execute import quiet_tune
 
     quiet_tune()
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()
 

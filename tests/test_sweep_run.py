@@ -7,9 +7,10 @@ from its checkpoint while one that always fails is recorded as failed, one that 
 result, and the sweep completes; an Optuna learning-rate search with ASHA runs its samples once each, with what ASHA stopped
 recorded as stopped. The driver-kill test is in ``test_sweep_run_resume.py``.
 
-Ray runs in this process (``ray.init(num_cpus=2)``, once for the module); every test has its own
-runs folder (MLflow store, checkpoints, logs) and stops the MLflow server the sweep started. The
-token cache is shared by all tests so that the corpus is tokenised once.
+Ray runs in this process (``ray.init(address="local", num_cpus=2)``, once for the module: a new
+local instance, never a cluster that a test in the other pytest process started); every test has
+its own runs folder (MLflow store, checkpoints, logs) and stops the MLflow server the sweep started.
+The token cache is shared by the tests of a pytest process so that the corpus is tokenised once there.
 """
 
 from __future__ import annotations
