@@ -288,6 +288,43 @@ def test_a_ray_that_fails_leaves_the_started_server_recorded(sweep_in_process):
     assert server.running_server() is not None   # as when the server had started before Ray
 
 
+def test_the_data_step_runs_while_the_server_boots_and_a_server_that_fails_is_still_the_error(sweep_in_process,
+                                                                                              monkeypatch):
+    from cemlab.sweeps.stages import preflight, record
+    from cemlab.tracking import server
+    from cemlab.tracking.server import ServerError
+
+    class Opened(Exception):
+        pass
+
+    events, run = sweep_in_process
+    probe = preflight.probe_store
+
+    def probed(uri, *args, **kwargs):
+        out = probe(uri, *args, **kwargs)
+        events.append("store answered")
+        return out
+
+    def open_invocation(*args, **kwargs):
+        events.append("open invocation")
+        raise Opened
+
+    monkeypatch.setattr(preflight, "prepare_on_ray", lambda *args: events.append("data step"))
+    monkeypatch.setattr(preflight, "probe_store", probed)
+    monkeypatch.setattr(record, "open_invocation", open_invocation)
+    with pytest.raises(Opened):
+        run(ANSWERS, lambda: True)
+    # the data is tokenised between Ray's start and the server's first answer, not after it
+    assert events == ["server launched", "ray start", "data step", "store answered", "open invocation",
+                      "ray shutdown"]
+    server.stop_server()
+    events.clear()
+    with pytest.raises(ServerError, match="exited while starting"):
+        run(EXITS, lambda: True)
+    assert events == ["server launched", "ray start", "data step", "server launched", "server launched",
+                      "ray shutdown"]
+
+
 def test_an_interrupt_while_ray_starts_ends_the_server_still_starting(sweep_in_process):
     from cemlab.tracking import server
 
