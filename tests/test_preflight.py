@@ -288,11 +288,12 @@ def test_a_ray_that_fails_leaves_the_started_server_recorded(sweep_in_process):
     assert server.running_server() is not None   # as when the server had started before Ray
 
 
-def test_the_data_step_runs_while_the_server_boots_and_a_server_that_fails_is_still_the_error(sweep_in_process,
-                                                                                              monkeypatch):
+def test_the_data_step_waits_for_the_stores_answer_outside_the_servers_start(sweep_in_process, monkeypatch):
+    # Inside the server's start (its lock held, its 120 s start deadline running) a long data step
+    # (a large or streamed corpus) would keep other sweeps and `cemlab ui` waiting and have a server
+    # that started fine ended; measured, running it there saved no wall time (docs/performance.md).
     from cemlab.sweeps.stages import preflight, record
     from cemlab.tracking import server
-    from cemlab.tracking.server import ServerError
 
     class Opened(Exception):
         pass
@@ -309,19 +310,16 @@ def test_the_data_step_runs_while_the_server_boots_and_a_server_that_fails_is_st
         events.append("open invocation")
         raise Opened
 
-    monkeypatch.setattr(preflight, "prepare_on_ray", lambda *args: events.append("data step"))
+    def data_step(*args):
+        events.append("data step")
+        assert server.running_server() is not None   # started, recorded, and its lock released
+
+    monkeypatch.setattr(preflight, "prepare_on_ray", data_step)
     monkeypatch.setattr(preflight, "probe_store", probed)
     monkeypatch.setattr(record, "open_invocation", open_invocation)
     with pytest.raises(Opened):
         run(ANSWERS, lambda: True)
-    # the data is tokenised between Ray's start and the server's first answer, not after it
-    assert events == ["server launched", "ray start", "data step", "store answered", "open invocation",
-                      "ray shutdown"]
-    server.stop_server()
-    events.clear()
-    with pytest.raises(ServerError, match="exited while starting"):
-        run(EXITS, lambda: True)
-    assert events == ["server launched", "ray start", "data step", "server launched", "server launched",
+    assert events == ["server launched", "ray start", "store answered", "data step", "open invocation",
                       "ray shutdown"]
 
 

@@ -6,8 +6,8 @@ goes down them once:
 1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.spec.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
    (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``; the shared
-   MLflow server (a local one that has to be started boots while Ray starts, the resources are
-   checked and the data is tokenised once);
+   MLflow server (a local one that has to be started boots while Ray starts); resources; the data is
+   tokenised once;
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
    (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run
@@ -50,7 +50,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import ray
 from rich.console import Console
@@ -102,14 +102,14 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     runs = runs_dir()
     log_dir = sweep_log_dir(spec.name, scale, runs)
     cache = str(Path(cache_dir).resolve()) if cache_dir else None
-    uri, owns_ray, store_ready = _start_store_and_ray(
-        spec.search, cpus, log_dir, lambda: preflight.prepare_on_ray(trials, scale, cache, cpus, console))
+    uri, owns_ray, store_ready = _start_store_and_ray(spec.search, cpus, log_dir)
     timing.record("driver start", started, t0)
     timing.record("sweep file and store", t0, store_ready)  # the sweep expanded, the store checked, its server started
     log_dir.mkdir(parents=True, exist_ok=True)
-    preflight.warn_cluster_store(uri, console)
     driver_lock = result = None
     try:
+        with timing.stage("data step"):
+            preflight.prepare_on_ray(trials, scale, uri, cache, cpus, console)
         with timing.stage("open invocation"):
             driver_lock = DriverLock(log_dir)
             inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
@@ -140,14 +140,12 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     return result
 
 
-def _start_store_and_ray(search: str, cpus: int | None, log_dir: Path,
-                         data_step: Callable[[], None]) -> tuple[str, bool, float]:
-    """The tracking store the trials share, with Ray started and then ``data_step`` run (resources
-    checked, the data tokenised) while a local MLflow server that has to be started boots
-    (``preflight.store_starting``; the ``ray start`` and ``data step`` spans then lie inside the
+def _start_store_and_ray(search: str, cpus: int | None, log_dir: Path) -> tuple[str, bool, float]:
+    """The tracking store the trials share, with Ray started while a local MLflow server that has
+    to be started boots (``preflight.store_starting``; the ``ray start`` span then lies inside the
     ``sweep file and store`` one). Returns the store's URI, whether this driver started or joined
-    Ray, and when the store was ready. A store that fails is the error raised, as if it had failed
-    first; a Ray this driver started is shut down before it is."""
+    Ray, and when the store was ready. A store that fails once Ray is up is the error raised, as if
+    it had failed first; a Ray this driver started is shut down before it is."""
     owns_ray = False
     try:
         with preflight.store_starting() as store:
@@ -155,8 +153,6 @@ def _start_store_and_ray(search: str, cpus: int | None, log_dir: Path,
             execute.quiet_tune(search)
             with timing.stage("ray start"):
                 owns_ray = execute.connect_ray(cpus)
-            with timing.stage("data step"):
-                data_step()
             return store.ready(), owns_ray, store.ready_at
     except BaseException:
         if owns_ray:

@@ -7,14 +7,12 @@ costs a Ray start-up); ``$RAY_ADDRESS``, when set, accepts a connection. Then th
 trials will share is opened (:func:`store_starting`): ``$MLFLOW_TRACKING_URI``, or one local
 ``mlflow server`` on the project's sqlite store, started or reused
 (``cemlab.tracking.server.starting``); trials get its URL and never open the sqlite file
-(docs/tracking.md). A server that has to be started boots while the driver starts Ray and runs
-:func:`prepare_on_ray` (the block of :func:`store_starting`); one that fails to start is still the
-error the sweep stops with.
+(docs/tracking.md). A server that has to be started boots while the driver starts Ray (the block
+of :func:`store_starting`); one that fails to start is still the error the sweep stops with.
 
 Once Ray is up (:func:`prepare_on_ray`): resources no trial can get are refused on local Ray and
 warned about on a cluster; the data is tokenised once, before any trial (trials then only map
-the token store). Once the store answers (:func:`warn_cluster_store`): a cluster without a shared
-tracking server is warned about.
+the token store); a cluster without a shared tracking server is warned about.
 
 ``prepare_sweep_data`` is looked up in ``cemlab.sweeps.data_step`` when the data is prepared, so that a
 test can substitute it there.
@@ -85,20 +83,16 @@ class OpeningStore:
         return uri
 
 
-def prepare_on_ray(trials: list[Trial], scale: str, cache_dir: str | None, cpus: int | None,
+def prepare_on_ray(trials: list[Trial], scale: str, uri: str, cache_dir: str | None, cpus: int | None,
                    console: "Console") -> None:
-    """Resources and the data (module docstring): a ``SweepError`` or ``DataError``, or warnings
-    printed on ``console``."""
+    """Resources, the data and the cluster's tracking store (module docstring): a ``SweepError``,
+    or warnings printed on ``console``."""
     from cemlab.sweeps.data_step import prepare_sweep_data
 
     warning = check_resources(trials, scale)
     if warning:
         console.print(warning, highlight=False)
     prepare_sweep_data(trials, cache_dir=cache_dir, workers=cpus, console=console)
-
-
-def warn_cluster_store(uri: str, console: "Console") -> None:
-    """A cluster (``$RAY_ADDRESS``) whose trials would log to this machine's local server is warned about."""
     if os.environ.get("RAY_ADDRESS") and not os.environ.get("MLFLOW_TRACKING_URI"):
         console.print(f"warning: RAY_ADDRESS is set but MLFLOW_TRACKING_URI is not: trials on other nodes cannot "
                       f"reach the local MLflow server {uri}; set MLFLOW_TRACKING_URI to a shared server",
