@@ -12,6 +12,7 @@ PYTEST_ARGS ?=
 # pytest processes for make test (pytest-xdist; 0: one process). Alone the suite kept 1.2 of the
 # 2-core machine's cores busy (servers booting, one-thread trials); two processes keep it at 1.9.
 TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 # torch: see scripts/install-torch.sh (empty TORCH_INDEX_URL: the PyTorch CPU wheel index)
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX_URL ?=
@@ -40,11 +41,11 @@ install: $(STAMP) ## Create .venv and install cemlab with its test tools (CPU to
 
 test: $(STAMP) ## Run the test suite (installs what it needs first; the few checks marked beyond_budget: make test-all)
 	@bash scripts/test-prereqs.sh
-	$(PY) -m pytest -m "not beyond_budget" -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) -m "not beyond_budget" $(PYTEST_ARGS)
 
 test-all: $(STAMP) ## Run every test, also any long end-to-end check marked beyond_budget
 	@bash scripts/test-prereqs.sh
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 sweep: $(STAMP) ## Run a sweep: make sweep SWEEP=recursion_ablation [SCALE=tiny]
 	$(CEMLAB) sweep $(SWEEP) --scale $(SCALE)

@@ -41,7 +41,8 @@ def _default_dtype_is_restored():
 
 @pytest.fixture(scope="session")
 def data_cache(tmp_path_factory) -> Path:
-    """One token cache for every sweep test (and the resume test's subprocesses)."""
+    """One token cache for the sweep tests of a pytest process (and the resume test's subprocesses);
+    under ``make test``'s two processes, each has its own base folder and so its own cache."""
     return tmp_path_factory.getbasetemp() / "sweep-data-cache"
 
 
