@@ -16,6 +16,13 @@ def _quiet_env():
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("RAY_ADDRESS", None)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Under make test's two pytest processes, each starts its local MLflow servers from its own
+    # port range: a server one process just stopped cannot be answered for by the other's next one.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        from cemlab.tracking.server import DEFAULT_PORT, PORT_ENV, PORT_TRIES
+
+        os.environ.setdefault(PORT_ENV, str(DEFAULT_PORT + 2 * PORT_TRIES * int(worker[2:])))
     # One thread: tests run beside Ray workers and MLflow servers on 2 cores, where more threads
     # oversubscribe the CPU (measured here: 2 threads up to 17x slower under load).
     torch.set_num_threads(1)
