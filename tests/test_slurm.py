@@ -147,11 +147,26 @@ def started(cmd: str, env: dict, log: Path):
                 continue
 
 
+#: A raylet that ended itself: a failed check or a fatal signal, as Ray writes them in its logs.
+RAYLET_CRASH = re.compile(r"Check failed|\*\*\* SIG[A-Z]+ received|StackTrace Information|\[[^\]]* C \d+ \d+\]")
+
+
+def raylet_crash(ray_tmps: list[str]) -> str:
+    """The first line of a raylet log under these Ray folders that says the raylet crashed, or ""."""
+    for d in ray_tmps:
+        for log in sorted(Path(d).glob("session_*/logs/raylet*")):
+            for line in log.read_text(errors="replace").splitlines():
+                if RAYLET_CRASH.search(line):
+                    return f"{log.relative_to(d)}: {line.strip()[:300]}"
+    return ""
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(run=False, reason=(  # not run: 4.5 min of CI for a known failure
-    "found once after the script's nodes got their own folders and ports: a node's raylet crashed while "
-    "starting (NodeManager) with both local nodes on one machine; not yet diagnosed"))
 def test_the_scripts_ray_part_runs_a_sweep_on_two_local_nodes_and_a_requeue_resumes(tmp_path):
+    """Known, not yet diagnosed: once (2026-11-23), after the script's nodes got their own folders and
+    ports, a node's raylet crashed while starting (NodeManager) with both nodes on one machine; it
+    passed 4 runs of 4 since (3 beside other sweep tests). A failure with a raylet crash in the nodes'
+    Ray logs is reported as that known failure (xfail, with the line); any other fails."""
     sweeps = tmp_path / "sweeps"
     sweeps.mkdir()
     shutil.copy(REPO_SWEEPS / "scales.yaml", sweeps / "scales.yaml")
@@ -180,25 +195,32 @@ def test_the_scripts_ray_part_runs_a_sweep_on_two_local_nodes_and_a_requeue_resu
             return {**env, "NODE_IP": "127.0.0.1", "CEMLAB_RAY_TMP": ray_tmps[rank]}
 
         src = f"source {script}"
-        with started(f"{src}; ray_node 0", node_env(0), tmp_path / "head.log"), \
-                started(f"{src}; ray_node 1", node_env(1), tmp_path / "worker.log"):
-            first = subprocess.run(["bash", "-c", f"{src}; wait_for_nodes 180 && run_sweep"], env=env,
-                                   capture_output=True, text=True, timeout=600)
-            logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
-            assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:] + logs[-3000:]
-            assert "ray: 2 node(s) up" in first.stdout
-            summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
-            assert summary["counts"] == {"finished": 1}
-            # the requeued job runs the same script: the sweep finds its trial's result in MLflow and does
-            # not train it again ("reused": the first invocation had finished; an interrupted one is
-            # reopened and its trials are "done" or resumed from their checkpoints, test_sweep_run_resume)
-            again = subprocess.run(["bash", "-c", f"{src}; wait_for_nodes 60 && run_sweep"], env=env,
-                                   capture_output=True, text=True, timeout=600)
-            assert again.returncode == 0, again.stderr[-3000:]
-            summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
-            assert summary["counts"] == {"reused": 1}
-    for d in ray_tmps:
-        shutil.rmtree(d, ignore_errors=True)
+        try:
+            with started(f"{src}; ray_node 0", node_env(0), tmp_path / "head.log"), \
+                    started(f"{src}; ray_node 1", node_env(1), tmp_path / "worker.log"):
+                first = subprocess.run(["bash", "-c", f"{src}; wait_for_nodes 180 && run_sweep"], env=env,
+                                       capture_output=True, text=True, timeout=600)
+                logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
+                assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:] + logs[-3000:]
+                assert "ray: 2 node(s) up" in first.stdout
+                summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
+                assert summary["counts"] == {"finished": 1}
+                # the requeued job runs the same script: the sweep finds its trial's result in MLflow and
+                # does not train it again ("reused": the first invocation had finished; an interrupted one
+                # is reopened and its trials are "done" or resumed from their checkpoints, test_sweep_run_resume)
+                again = subprocess.run(["bash", "-c", f"{src}; wait_for_nodes 60 && run_sweep"], env=env,
+                                       capture_output=True, text=True, timeout=600)
+                assert again.returncode == 0, again.stderr[-3000:]
+                summary = json.loads((runs / "logs" / "one-smoke" / "summary.json").read_text())
+                assert summary["counts"] == {"reused": 1}
+        except AssertionError:
+            crash = raylet_crash(ray_tmps)
+            if crash:
+                pytest.xfail(f"known, not yet diagnosed: a raylet crashed with two local nodes ({crash})")
+            raise
+        finally:
+            for d in ray_tmps:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 # --- on a real SLURM controller (tests/slurm_support.py): sbatch, scontrol requeue -----------------
