@@ -56,13 +56,9 @@ def data_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def ray_local():
     """Local Ray with 2 CPUs for the whole module (the runner uses an initialised Ray as is)."""
-    import logging
-
     import ray
 
-    from cemlab.sweeps.stages.execute import quiet_tune
+    from ray_support import local_ray
 
-    quiet_tune()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    yield ray
-    ray.shutdown()
+    with local_ray(num_cpus=2):
+        yield ray

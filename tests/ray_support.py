@@ -30,6 +30,26 @@ def private_ray_tmpdir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2) -> Iterator[None]:
+    """Ray in this process for the block: a new local instance (``address="local"``, never a
+    cluster that a test in make test's other pytest process started with ``ray start``), Tune and
+    Ray quiet, no dashboard."""
+    import logging
+
+    import ray
+
+    from cemlab.sweeps.stages.execute import quiet_tune
+
+    quiet_tune()
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def listeners(pid: int) -> list[tuple[str, int, str]]:
     """``(address, port, process name)`` of every listening TCP socket of ``pid`` and its descendants."""
     try:

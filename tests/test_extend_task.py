@@ -17,6 +17,7 @@ import yaml
 
 from cemlab.models.registry import plugins_scope
 from cemlab.sweeps.stages import progress as pg
+from ray_support import local_ray
 from sweep_support import client_for, experiment_runs, local_sweeps, run
 
 pytestmark = pytest.mark.slow
@@ -59,16 +60,8 @@ def plugin_ray():
     with pytest.MonkeyPatch.context() as mp, plugins_scope():
         mp.setenv("CEMLAB_PLUGINS", "plugins.toy_task")
         mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-        import logging
-
-        import ray
-
-        from cemlab.sweeps.stages.execute import quiet_tune
-
-        quiet_tune()
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        yield
-        ray.shutdown()
+        with local_ray(num_cpus=2):
+            yield
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ reused workers, a crash and a leak; once with a fresh process per trial
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 
 import pytest
+from ray_support import local_ray
 from sweep_support import client_for, local_sweeps, run
 
 from cemlab import timing
@@ -40,14 +40,8 @@ LIMIT_MB, LEAK_MB = 2500, 3000  # a smoke worker holds well under the limit unti
 
 @pytest.fixture(scope="module")
 def ray_one_cpu():
-    import ray
-
-    from cemlab.sweeps.stages.execute import quiet_tune
-
-    quiet_tune()
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=1):
+        yield
 
 
 def _sweep(tmp_path: Path, name: str, data_cache: Path, monkeypatch, reuse: bool, faults: bool) -> dict:
