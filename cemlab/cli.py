@@ -124,6 +124,23 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
     print_link("Report:", result.report, PATH, console=console)
 
 
+def report_after_ladder(sweep: str, overrides: list[str] | None = None, source: str | None = None) -> int:
+    """The end of ``cemlab sweep NAME --ladder`` (or ``--rung X``): the across-the-ladder report
+    (``cemlab.report.ladder``) from the store. Returns 0, or 3 when it could not be built (the runs
+    are safe in MLflow; ``cemlab report NAME --ladder`` retries)."""
+    try:
+        from cemlab.report.ladder import build_ladder
+
+        result = build_ladder(source or sweep, overrides=overrides)
+    except Exception as e:  # the rungs' runs are safe in MLflow
+        print(f"Ladder report: not built ({type(e).__name__}: {e})")
+        print_link("To retry, run:", shlex.join(["cemlab", "report", source or sweep, "--ladder", *(overrides or [])]),
+                   COMMAND)
+        return 3
+    print_link("Ladder report:", result.index_html, PATH)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:  # shell completion (see README): answers the shell and exits when it asks
@@ -142,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
-                                                                                 args.sweep), looker=_sweep_look))
+                                                                                 args.sweep), looker=_sweep_look,
+                              ladder_after=report_after_ladder))
     return int(module.run(args) or 0)
 
 

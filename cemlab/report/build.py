@@ -71,7 +71,12 @@ class ReportContext:
         name = sweep or self.sweep
         if name not in self._trials:
             if sweep is None or name in self.grids.names():
-                grid = seeded_grid(self.grids, name, self.scale, self.store)  # a broken sweep file raises SweepError
+                try:
+                    grid = seeded_grid(self.grids, name, self.scale, self.store)  # a broken sweep file raises SweepError
+                except ValueError:  # another sweep without this scale (a ladder rung is its own sweep's only)
+                    if sweep is None or sweep == self.sweep:
+                        raise
+                    grid = []
             else:
                 grid = []  # a claim names a sweep this project does not have
             self._trials[name] = join_trials(grid, self.store)
@@ -409,9 +414,11 @@ def reports_root(out: str | Path | None) -> Path:
     return Path(out).expanduser().resolve() if out is not None else reports_dir()
 
 
-def report_dir(sweep: str, out: str | Path | None) -> Path:
-    """Where a sweep's report goes: ``<out>/<sweep>/``."""
-    return reports_root(out) / sweep
+def report_dir(sweep: str, out: str | Path | None, rung_scale: str | None = None) -> Path:
+    """Where a sweep's report goes: ``<out>/<sweep>/``; a ladder rung's (``rung_scale``, the rung's
+    scale name) ``<out>/<sweep>/ladder/<rung_scale>/``, beside the across-the-ladder page."""
+    root = reports_root(out) / sweep
+    return root / "ladder" / rung_scale if rung_scale else root
 
 
 def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,
@@ -429,7 +436,8 @@ def build(sweep: str, scale: str | None = None, out: str | Path | None = None, t
     # one store lookup for every sweep's trials at this scale (claims and baselines read them)
     store.prefetch(t.config_hash for trials in _grids_at(grids.names(), [scale], grids).values() for t in trials)
     ctx = ReportContext(sweep, scale, store, grids)
-    return make_report(ctx, report_dir(sweep, out), publish=publish)
+    rung = scale if scale in grids.spec(sweep).rungs() else None
+    return make_report(ctx, report_dir(sweep, out, rung), publish=publish)
 
 
 def build_report(sweep: str, scale: str | None = None, out: str | Path | None = None,

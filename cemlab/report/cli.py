@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow store (default: $MLFLOW_TRACKING_URI or the project's store)")
     parser.add_argument("--no-log", action="store_true", help="do not log the reports to MLflow")
+    parser.add_argument("--ladder", action="store_true",
+                        help="the across-the-ladder report of SWEEP (its ladder: rungs), in DIR/<sweep>/ladder/")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,6 +115,8 @@ def _report(args, uri: str, not_logged: str | None) -> int:
     overrides = [s for s in args.sweeps if "=" in s]
     args.sweeps = [s for s in args.sweeps if "=" not in s]
     grids = SweepGrids(overrides)
+    if args.ladder:
+        return _ladder(args, store, grids, overrides)
     try:
         available = grids.names()
         if args.scale is not None and args.scale not in grids.scales():
@@ -155,6 +159,34 @@ def _report(args, uri: str, not_logged: str | None) -> int:
     if not_logged:
         print(f"cemlab report: reports written, not logged to MLflow: {not_logged}", file=sys.stderr)
     if not_logged or any(r.publish_error for r in with_runs):
+        return EXIT_NOT_LOGGED
+    return EXIT_OK
+
+
+def _ladder(args, store, grids, overrides: list[str]) -> int:
+    """``cemlab report SWEEP --ladder``: the across-the-ladder page of one sweep (``cemlab.report.ladder``)."""
+    from cemlab.report.build import EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE
+    from cemlab.report.ladder import build_ladder
+    from cemlab.sweeps.spec.load import SweepError
+
+    if len(args.sweeps) != 1:
+        print("cemlab report: --ladder takes one SWEEP, e.g. cemlab report recursion_ablation --ladder", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        r = build_ladder(args.sweeps[0], args.out, store=store, grids=grids, overrides=overrides,
+                         publish=not args.no_log)
+    except SweepError as e:
+        print(f"cemlab report: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    judged = [rg for rg in r.rungs if rg.has_runs]
+    n = len(r.comparisons[["claim", "condition", "comparison"]].drop_duplicates())
+    print(f"{r.sweep} ladder: rungs with runs {', '.join(f'{rg.rung:g}' for rg in judged) or 'none'} of "
+          f"{', '.join(f'{rg.rung:g}' for rg in r.rungs)}; {n} comparisons")
+    print_link("  ladder report:", r.index_html, PATH)
+    if not judged:
+        return EXIT_NO_RUNS
+    if r.publish_error:
+        print(f"cemlab report: the ladder report was written, not logged to MLflow: {r.publish_error}", file=sys.stderr)
         return EXIT_NOT_LOGGED
     return EXIT_OK
 

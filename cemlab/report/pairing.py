@@ -70,6 +70,9 @@ class Check:
     #: The one-sided levels the comparison's supported / contradicted test was held to.
     alpha_claim: float = ALPHA / 2
     alpha_against: float = ALPHA / 2
+    #: The per-seed differences behind the effect shown, ``((seed, difference), ...)`` (each
+    #: position's choice on the other seeds' validation): what the ladder's trend reads.
+    seed_diffs: tuple = ()
 
     def __post_init__(self):
         if not self.verdict:
@@ -260,7 +263,7 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
               "); effect shown: each choice on the other seeds' validation") if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
-                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
+                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices, seed_diffs=shown_diffs(logs, coefs),
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")))
 
@@ -284,6 +287,18 @@ def _loso_interval(logs: list, coefs) -> Interval:
     """The interval shown for a comparison with candidates: at each seed, every position takes the
     candidate with the lowest mean validation metric over the *other* seeds (leave-one-seed-out),
     then the seed's difference is formed; a t-interval over those differences."""
+    return t_interval([d for _, d in _loso_diffs(logs, coefs)])
+
+
+def shown_diffs(logs: list, coefs) -> tuple:
+    """The per-seed differences behind the effect shown, ``((seed, difference), ...)``, the seeds
+    at which every position has a value (one candidate per position: the plain paired differences)."""
+    return tuple((s, d) for s, d in _loso_diffs(logs, coefs) if math.isfinite(d))
+
+
+def _loso_diffs(logs: list, coefs) -> list[tuple[int, float]]:
+    """Per seed, the difference with each position's candidate chosen on the other seeds'
+    validation (NaN where a chosen candidate lacks the seed)."""
     seeds = sorted(set.union(*(set(t.index) for pos in logs for t, _ in pos)))
     diffs = []
     for s in seeds:
@@ -301,8 +316,8 @@ def _loso_interval(logs: list, coefs) -> Interval:
                 d = math.nan
                 break
             d += c * float(t[s])
-        diffs.append(d)
-    return t_interval(diffs)
+        diffs.append((int(s), d))
+    return diffs
 
 
 #: Columns of comparisons.csv that say where a comparison was made (from its cells).

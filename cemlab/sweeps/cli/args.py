@@ -43,3 +43,11 @@ def add_overrides_argument(parser: argparse.ArgumentParser) -> None:
                         help="set a config key in every trial after the scale and the sweep file (train.tokens=2048, "
                              "validated as in cemlab train), or replace an axis's values (seed=[0,1,2])")
     arg.completer = _override_completer  # argcomplete
+
+
+def add_ladder_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--ladder`` and ``--rung X``: the rungs of the sweep file's ``ladder:`` instead of ``--scale``."""
+    parser.add_argument("--ladder", action="store_true",
+                        help=f"{verb} every rung of the sweep file's ladder (cheapest first) instead of one scale")
+    parser.add_argument("--rung", default=None, metavar="X",
+                        help=f"{verb} one rung of the ladder: its tokens per parameter (e.g. 5) or its scale name")

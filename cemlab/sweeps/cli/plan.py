@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.cli.args import add_ladder_arguments, add_overrides_argument, add_scale_argument, add_sweep_argument
 from cemlab.sweeps.spec.files import list_sweeps
 from cemlab.sweeps.spec.schema import SweepError
 
@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-store", action="store_true", help="do not read the MLflow store (every trial todo)")
     parser.add_argument("--measured", action="store_true",
                         help="after a sweep: planned vs measured GPU-hours of each finished trial at this scale")
+    add_ladder_arguments(parser, "plan")
 
 
 def _si(x: float | None) -> str:
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.sweep:
             return _list_sweeps(args.scale, console)
+        if args.ladder or args.rung is not None:
+            return _plan_ladder(args, console)
         plan = plan_sweep(args.sweep, args.scale, mfu=args.mfu, read_store=not args.no_store, overrides=args.overrides)
     except SweepError as e:
         print(f"cemlab plan: {e}", file=sys.stderr)
@@ -108,6 +111,43 @@ def run(args: argparse.Namespace) -> int:
     _print_plan(plan, console)
     if args.measured and plan.store:
         _print_measured(plan, args.mfu, console)
+    return 0
+
+
+def _plan_ladder(args: argparse.Namespace, console) -> int:
+    """``cemlab plan NAME --ladder`` (or ``--rung X``): one row per rung (``cemlab.sweeps.ladder``)."""
+    from rich.table import Table
+
+    from cemlab.sweeps.ladder import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S, plan_ladder
+    from cemlab.train.plan import duration
+
+    lp = plan_ladder(args.sweep, args.rung, read_store=not args.no_store, overrides=args.overrides)
+    if args.json:
+        print(json.dumps(lp.as_dict(), indent=2))
+        return 0
+    table = Table(title=f"{lp.sweep}: ladder at scale {lp.base_scale}, size {lp.size} (one width; the rungs differ in "
+                        f"training length only)")
+    for col in ("rung (tokens/param)", "scale", "tokens/trial", "steps", "epochs", "cells", "trials",
+                "FLOPs", "time here", "done"):
+        table.add_column(col, justify="left" if col == "scale" else "right")
+    for r in lp.rungs:
+        most = r.max_trials != r.trials
+        table.add_row(f"{r.rung:g}", r.scale, _si(r.tokens), f"{r.steps} (warm-up {r.warmup_steps})",
+                      f"{r.epochs:.2g}" if r.train_tokens else "-", str(r.cells),
+                      f"{r.trials}" + (f"-{r.max_trials}" if most else ""),
+                      _sci(r.flops) + (f"-{_sci(r.max_flops)}" if most else ""),
+                      duration(r.seconds()) + (f"-{duration(r.seconds(most=True))}" if most else ""),
+                      f"{r.done()}/{r.trials}")
+    console.print(table)
+    total, most = lp.as_dict()["seconds"], lp.as_dict()["max_seconds"]
+    lo, hi = sum(r.trials for r in lp.rungs), sum(r.max_trials for r in lp.rungs)
+    console.print(f"Whole ladder: {lo}{f'-{hi}' if hi != lo else ''} trials, "
+                  f"about {duration(total)}" + (f" to {duration(most)} (every cell open to the last look)"
+                                                 if most != total else "")
+                  + f" on this machine ({lp.rungs[0].slots} trial(s) at once; {CPU_FLOPS_PER_S / 1e9:.0f} GFLOP/s "
+                  f"per trial and {TRIAL_OVERHEAD_S:g} s per trial besides training, measured on this project's "
+                  "2-core machine). Epochs: passes over the corpus's training split. Run: "
+                  f"cemlab sweep {lp.sweep} --ladder (cheapest rung first) or --rung X.", highlight=False)
     return 0
 
 

@@ -24,7 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from cemlab.links import COMMAND, print_link
-from cemlab.sweeps.cli.args import add_overrides_argument, add_scale_argument, add_sweep_argument
+from cemlab.sweeps.cli.args import add_ladder_arguments, add_overrides_argument, add_scale_argument, add_sweep_argument
 from cemlab.sweeps.spec.schema import SweepError
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,
                         help="seconds between summary lines in plain mode (default 30)")
+    add_ladder_arguments(parser, "run")
     parser.add_argument("--mark-interrupted", action="store_true",
                         help="train nothing: mark the runs a dead driver of this sweep and scale left running "
                              "(killed, its node lost) interrupted; rerunning the sweep resumes them (the SLURM "
@@ -62,7 +63,8 @@ def resume_command(args: argparse.Namespace) -> str:
     every flag that differs from its default, quoted for a POSIX shell."""
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
-    parts = ["cemlab", "sweep", str(args.sweep), "--scale", str(args.scale), *args.overrides]
+    ladder = getattr(args, "ladder", False) or getattr(args, "rung", None) is not None  # the rungs are its scales
+    parts = ["cemlab", "sweep", str(args.sweep), *([] if ladder else ["--scale", str(args.scale)]), *args.overrides]
     for action in parser._actions:
         value = getattr(args, action.dest, action.default)
         if not action.option_strings or action.dest == "scale" or value == action.default:
@@ -95,10 +97,13 @@ def _mark_interrupted(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
-        looker: Callable | None = None) -> int:
+        looker: Callable | None = None, ladder_after: "Callable[[list[SweepResult], Console], None] | None" = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
-    (``cemlab.report.look_store.sweep_look``)."""
+    (``cemlab.report.look_store.sweep_look``); ``ladder_after(results, console)``: what follows the
+    rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report)."""
+    if (args.ladder or args.rung is not None) and not getattr(args, "_rung_scale", False):
+        return _run_ladder(args, after, looker, ladder_after)
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
@@ -132,3 +137,32 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(result.exit_code)
     return result.exit_code
+
+
+def _run_ladder(args: argparse.Namespace, after, looker, ladder_after) -> int:
+    """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
+    sweep at the rung's scale (``cemlab.sweeps.spec.ladder``), run as ``cemlab sweep`` runs a scale,
+    with its report; every rung is checked (warm-up, epochs) before the first trial; then the
+    across-the-ladder report. Stops at the first rung that was interrupted or could not start."""
+    from cemlab.sweeps.ladder import plan_ladder, rung_scales_to_run
+    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_STORE_LOST, EXIT_USAGE
+
+    try:
+        spec = load_sweep(args.sweep)
+        scales = rung_scales_to_run(spec, args.rung)
+        plan_ladder(spec, args.rung, read_store=False, overrides=args.overrides)  # refuses a rung before any trial
+    except (SweepError, ValueError) as e:
+        print(f"cemlab sweep: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    code = 0
+    for scale in scales:
+        rung_args = argparse.Namespace(**{**vars(args), "scale": scale, "_rung_scale": True})  # resumed as it was run
+        print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
+        rc = run(rung_args, after=after, looker=looker)
+        code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
+        if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
+            break
+    if ladder_after is not None and code not in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST) and not args.no_report:
+        code = max(code, ladder_after(spec.name, args.overrides, args.sweep) or 0)
+    return code

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from cemlab.config import RunConfig, parse_override
 from cemlab.sweeps.spec.errors import explain_config_error, format_validation_error
 from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides
+from cemlab.sweeps.spec.ladder import excluded
 from cemlab.sweeps.spec.layers import leaves, merge_dicts, nest, render
 from cemlab.sweeps.spec.schema import (AXIS_TARGETS, TOP_AXES, Axes, LrSearch, ScaleSpec, SweepError, TaskScale, Trial,
                                   Variant)
@@ -130,6 +131,8 @@ def expand_spec(spec, scale_name: str, scale: ScaleSpec,
                         if lr is not None:
                             values["lr"] = lr
                         values.update(seed=seed, **own_values)
+                        if scale.exclude and excluded({**values, "group": variant.group}, scale.exclude):
+                            continue  # a ladder rung leaves this cell out (ladder.exclude)
                         trial = _make_trial(spec, scale_name, scale, task_scale, vi, variant, values,
                                             src, scales_src, search, cli_layers or [])
                         if trial.trial_id in ids:
@@ -197,6 +200,8 @@ def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, 
     axes["seed"] = values["seed"]
     axes.update({k: v for k, v in values.items() if k not in TOP_AXES})
     tags = _tracking_tags(spec, scale_name, trial_id, variant.group, label, size, axes, search, cli_layers)
+    if scale.rung is not None:
+        tags[schema.RUNG] = f"{scale.rung:g}"
     data["tracking"] = merge_dicts(data.get("tracking", {}),
                                    {"experiment": f"cemlab/{spec.name}", "run_name": trial_id, "tags": tags})
 

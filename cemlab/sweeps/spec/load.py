@@ -30,6 +30,10 @@ Sweep file schema (every mapping forbids unknown keys)::
     seeding:                        # optional: seeds added where a claim's verdict is still open
       max_seeds: {tiny: 6}          # per scale; a scale not named runs its seed axis once
       batch: 3                      # seeds added to each open cell at a look
+    ladder:                         # optional: rungs of training length (cemlab.sweeps.spec.ladder)
+      scale: workstation            # every rung is this scale's size, trained for the rung's tokens
+      size: 86m
+      rungs: [0.3125, 1.25, 5, 20]  # tokens per parameter of the matched Llama, increasing
 
 Learning-rate search instead of an lr grid (``search: optuna``; no ``axes.lr`` then)::
 
@@ -75,7 +79,8 @@ from cemlab.sweeps.spec.errors import format_validation_error
 from cemlab.sweeps import feeds
 from cemlab.sweeps.spec.expand import expand_spec, with_overrides
 from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
-from cemlab.sweeps.spec.layers import leaves, nest, template_names
+from cemlab.sweeps.spec.ladder import Ladder, check_ladder, rung_scales
+from cemlab.sweeps.spec.layers import leaves, merge_dicts, nest, template_names
 from cemlab.sweeps.spec.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
                                   SearchKind, Seeding, SweepError, Trial, Variant, StrictSpec)
 from cemlab.tasks import get_task
@@ -97,8 +102,10 @@ class SweepSpec(StrictSpec):
     search: SearchKind = Field(default="grid", description="grid, or optuna (learning rate searched per cell).")
     optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
     seeding: Seeding | None = Field(default=None, description="Seeds added where a claim's verdict is open.")
+    ladder: Ladder | None = Field(default=None, description="Rungs of training length (cemlab sweep --ladder).")
 
     _path: Path | None = PrivateAttr(default=None)
+    _rungs: dict[str, ScaleSpec] = PrivateAttr(default_factory=dict)
 
     @field_validator("figures", "claims")
     @classmethod
@@ -130,6 +137,13 @@ class SweepSpec(StrictSpec):
                                  "remove axes.lr (or use search: grid)")
         elif self.optuna is not None:
             raise ValueError("optuna: this block is only read with search: optuna; add search: optuna or remove it")
+        if self.ladder is not None and self.search == "optuna":
+            raise ValueError("ladder: compares the grid's cells at every rung; a search: optuna sweep samples its "
+                             "learning rate instead: remove ladder (or use search: grid)")
+        if self.ladder is not None and self.ladder.max_seeds and self.seeding is None:
+            raise ValueError("ladder.max_seeds: a rung's seed budget is spent by the looks of seeding:, which this "
+                             "sweep lacks; add a seeding block (e.g. seeding: {max_seeds: {}, batch: 5}) or remove "
+                             "ladder.max_seeds")
         if self.seeding is not None:
             if self.search == "optuna":
                 raise ValueError("seeding: adds grid seeds where a verdict is open; a search: optuna sweep samples its "
@@ -156,13 +170,22 @@ class SweepSpec(StrictSpec):
         """Top-level axes that this sweep defines, in grid order."""
         return {k: getattr(self.axes, k) for k in TOP_AXES if getattr(self.axes, k) is not None}
 
+    def all_scales(self) -> dict[str, ScaleSpec]:
+        """The scales this sweep may run at: those of its scales file, and its ladder's rungs
+        (``cemlab.sweeps.spec.ladder``: one scale per rung)."""
+        return {**load_scales(scales_path_for(self._path)), **self._rungs}
+
+    def rungs(self) -> dict[str, float]:
+        """The ladder's rungs, scale name -> tokens per parameter, cheapest first ({} without one)."""
+        return {name: scale.rung for name, scale in self._rungs.items()}
+
     def looks(self, scale: str, trials: list["Trial"]) -> list[list[int]]:
         """The seeds of each planned look at ``scale`` for the grid ``trials`` (its seed axis as
         expanded, overrides included): one look of its own seeds without ``seeding``."""
         seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
         if self.seeding is None or self.search == "optuna" or not seeds:
             return [seeds]
-        like = load_scales(scales_path_for(self._path)).get(scale)
+        like = self.all_scales().get(scale)
         return self.seeding.looks(scale, seeds, like.like if like is not None else None)
 
     def axis_names(self) -> set[str]:
@@ -181,7 +204,7 @@ class SweepSpec(StrictSpec):
         config key (``train.tokens=2048``) is set in every trial after the scale and the sweep
         file, validated like ``cemlab train``'s; an axis name (``seed=[0,1,2]``, ``T=[1,2]``)
         replaces that axis's values. Overridden trials have their own config hashes."""
-        scales = scales if scales is not None else load_scales(scales_path_for(self._path))
+        scales = scales if scales is not None else self.all_scales()
         if scale not in scales:
             raise SweepError(f"{self.source}: unknown scale {scale!r}; choose one of {sorted(scales)} "
                              f"(defined in {scales_path_for(self._path)})")
@@ -227,7 +250,50 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
     scales = load_scales(scales_path_for(p))
     check_scale_overrides(spec, scales)
     _check_seeding(spec, scales)
+    if spec.ladder is not None:
+        _add_rungs(spec, scales)
     return spec
+
+
+def _add_rungs(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
+    """The ladder's rungs as scales of ``spec`` (``SweepSpec.all_scales``), each with the axis values
+    of its base scale but for the one size, and its seed budget (``ladder.max_seeds``)."""
+    ladder = spec.ladder
+    values: dict[str, list] = {k: list(v) for k, v in spec.top_axes().items()}
+    for v in spec.variants:
+        for k, vals in v.axes.items():
+            values.setdefault(k, []).extend(vals)
+    for per_scale in spec.scales.values():
+        for k, vals in per_scale.items():
+            values.setdefault(k, []).extend(vals)
+    values["group"] = [v.group for v in spec.variants]
+    check_ladder(ladder, f"{spec.source}", scales, values)
+    spec._rungs = rung_scales(ladder, scales, spec.task, ladder_params(spec, scales))
+    base_axes = spec.scales.get(ladder.scale, {})
+    for name, rung in spec.rungs().items():
+        spec.scales[name] = {**base_axes, **ladder.axes, "size": [ladder.size]}
+        if rung in ladder.max_seeds:
+            spec.seeding.max_seeds[name] = ladder.max_seeds[rung]
+
+
+def ladder_params(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> int:
+    """Parameters of the matched Llama baseline at the ladder's size (what a rung's tokens per
+    parameter multiply; ``cemlab.train.plan``, as the Chinchilla budget counts them)."""
+    from cemlab.config import RunConfig
+    from cemlab.train.plan import make_plan
+
+    ladder = spec.ladder
+    scale = scales[ladder.scale]
+    size = scale.sizes[ladder.size]
+    src = f"{spec.source}: ladder"
+    data = merge_dicts(nest(scale.section(spec.task).base, src), {"model": {**size.model, "name": ladder.size},
+                                                                   "train": dict(size.train)})
+    data = merge_dicts(data, nest({**ladder.set, "train.tokens": "chinchilla", "task": spec.task}, src))
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise SweepError(format_validation_error(e, f"{src}.set", model=RunConfig)) from None
+    return make_plan(cfg).budget_params
 
 
 def _check_seeding(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
 
 from cemlab.config import MAX_LR, RunConfig
 from cemlab.tasks import TASKS
@@ -58,6 +58,26 @@ class ScaleSpec(StrictSpec):
     sizes: dict[str, SizeSpec] = Field(default_factory=dict)
     tasks: dict[str, SerializeAsAny[TaskScale]] = Field(default_factory=dict,
                                                         description="The tasks' sections, by task name.")
+    #: A ladder rung's tokens per parameter, and the cells it leaves out (``cemlab.sweeps.spec.ladder``;
+    #: None and [] for the scales of scales.yaml, where they cannot be set).
+    _rung: float | None = PrivateAttr(default=None)
+    _exclude: list = PrivateAttr(default_factory=list)
+
+    @property
+    def rung(self) -> float | None:
+        return self._rung
+
+    @rung.setter
+    def rung(self, value: float | None) -> None:
+        self._rung = value
+
+    @property
+    def exclude(self) -> list:
+        return self._exclude
+
+    @exclude.setter
+    def exclude(self, value: list) -> None:
+        self._exclude = list(value)
 
     @model_validator(mode="before")
     @classmethod

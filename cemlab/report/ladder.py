@@ -1,0 +1,396 @@
+"""The across-the-ladder report (``cemlab report NAME --ladder``; ``cemlab sweep NAME --ladder``
+builds it at the end): every comparison of every claim at every rung of the sweep's ladder, its
+trend with training and its ladder verdict (``cemlab.report.trend``), and how well a cheap rung
+predicts the top one. Written to ``<reports>/<sweep>/ladder/``, beside each rung's own report
+(``<reports>/<sweep>/ladder/<rung scale>/``), from the MLflow store alone:
+
+- ``index.md`` / ``index.html``: the page;
+- ``ladder.csv``: one row per comparison and rung (effect, interval and its level, verdict, the
+  claim condition's verdict, the comparison's trend and ladder verdict);
+- ``verdicts.csv``: one row per comparison: its verdict at each rung, trend and ladder verdict;
+- ``claims.csv``: each claim condition's verdict at each rung;
+- ``accuracy.csv``: per lower rung, the share of decisions that agree with the top rung's;
+- ``trials.csv``: every trial of every rung (rung, config hash, seed, learning rate, validation and
+  test perplexity);
+- ``forest.png`` / ``trend.png`` (and PDF): the intervals grouped by rung, and the effects against
+  tokens per parameter on a log axis, one line per comparison.
+
+Each rung is judged exactly as its own report judges it (``look.sweep_verdicts``: its looks
+replayed, at its planned level). Nothing is projected beyond the top rung.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.build import (ReportContext, _counts, _csv, _remove_stale, _save, _write, publish_problem,
+                                 report_dir)
+from cemlab.report.claims import claims_for
+from cemlab.report.grids import SweepGrids
+from cemlab.report.look import sweep_verdicts
+from cemlab.report.pairing import shown
+from cemlab.report.render import Page, Section, render_html, render_md
+from cemlab.report.stats import CONTRADICTED, LEVEL, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, t_interval
+from cemlab.report.trend import DECISIVE, Trend, ladder_verdict, trend
+from cemlab.tracking import schema
+from cemlab.tracking.runs import RunStore
+
+#: The folder of the across-the-ladder page inside a sweep's report folder.
+LADDER_DIR = "ladder"
+
+
+@dataclass
+class Rung:
+    """One rung as the ladder report reads it."""
+
+    rung: float
+    scale: str
+    tokens: float              # training tokens of a trial (the matched Llama's budget)
+    steps: float
+    epochs: float
+    trials: pd.DataFrame
+    verdicts: list = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def has_runs(self) -> bool:
+        return self.counts.get("runs", 0) > 0
+
+
+@dataclass
+class LadderResult:
+    sweep: str
+    out_dir: Path
+    index_html: Path
+    rungs: list[Rung]
+    comparisons: pd.DataFrame
+    parent_run_id: str | None = None
+    published: bool = False
+    publish_error: str | None = None
+
+
+def _rung_numbers(spec, scale: str, trials: pd.DataFrame) -> tuple[float, float, float]:
+    """Tokens and steps of a rung's trials (from its plan; the runs' own where they logged them) and
+    the epochs of the corpus they make."""
+    from cemlab.train.plan import make_plan
+
+    grid = spec.expand(scale)
+    plan = make_plan(grid[0].config, world_size=grid[0].resources.workers)
+    have = trials["train_tokens"].to_numpy(dtype=float) if "train_tokens" in trials else np.array([])
+    have = have[np.isfinite(have)]
+    epochs = plan.tokens / float(have[0]) if len(have) and have[0] > 0 else math.nan
+    return float(plan.tokens), float(plan.total_steps), epochs
+
+
+def read_rungs(sweep: str, store: RunStore, grids: SweepGrids) -> list[Rung]:
+    """Every rung of ``sweep``'s ladder, cheapest first, with its trials and verdicts (none for a
+    rung without runs)."""
+    spec = grids.spec(sweep)
+    out = []
+    for scale, r in spec.rungs().items():
+        store.prefetch(t.config_hash for t in grids.trials(sweep, scale))
+        ctx = ReportContext(sweep, scale, store, grids)
+        trials = ctx.trials()
+        counts = _counts(trials)
+        tokens, steps, epochs = _rung_numbers(spec, scale, trials)
+        verdicts = sweep_verdicts(claims_for(spec.claims), ctx) if counts["runs"] else []
+        out.append(Rung(r, scale, tokens, steps, epochs, trials.assign(rung=r, rung_scale=scale), verdicts, counts))
+    return out
+
+
+def _key(v, ch) -> tuple[str, str, str]:
+    return (v.id, v.condition, ch.label)
+
+
+def comparison_rows(rungs: list[Rung], alpha: float | None = None) -> pd.DataFrame:
+    """ladder.csv: one row per comparison and rung, with the comparison's trend and ladder verdict."""
+    from cemlab.report.stats import ALPHA
+
+    alpha = ALPHA if alpha is None else alpha
+    rows, points, fmts = [], {}, {}
+    for rg in rungs:
+        for v in rg.verdicts:
+            for ch in v.checks:
+                k = _key(v, ch)
+                fmts[k] = ch.fmt
+                points.setdefault(k, {})[rg.rung] = dict(ch.seed_diffs)
+                rows.append(dict(claim=v.id, condition=v.condition, role=v.role, comparison=ch.label, rung=rg.rung,
+                                 tokens=rg.tokens, steps=rg.steps, epochs=rg.epochs, n=ch.iv.n,
+                                 effect=shown(ch.iv.effect, ch.fmt), ci_low=shown(ch.iv.low, ch.fmt),
+                                 ci_high=shown(ch.iv.high, ch.fmt), level=ch.level, verdict=ch.verdict,
+                                 claim_verdict=v.verdict))
+    df = pd.DataFrame(rows, columns=["claim", "condition", "role", "comparison", "rung", "tokens", "steps", "epochs",
+                                     "n", "effect", "ci_low", "ci_high", "level", "verdict", "claim_verdict"])
+    tokens = {rg.rung: rg.tokens for rg in rungs}
+    extra = {}
+    for k, pts in points.items():
+        tr = trend(pts, tokens, alpha)
+        mine = df[(df["claim"] == k[0]) & (df["condition"] == k[1]) & (df["comparison"] == k[2])]
+        word, text = ladder_verdict(list(zip(mine["rung"], mine["verdict"])), tr, _slope_fmt(fmts[k]))
+        extra[k] = dict(slope=_shown_slope(tr.slope, fmts[k]), slope_low=_shown_slope(tr.low, fmts[k]),
+                        slope_high=_shown_slope(tr.high, fmts[k]), slope_level=tr.level, slope_seeds=tr.seeds,
+                        ladder=word, ladder_verdict=text)
+    for col in ("slope", "slope_low", "slope_high", "slope_level", "slope_seeds", "ladder", "ladder_verdict"):
+        df[col] = [extra[(r.claim, r.condition, r.comparison)][col] for r in df.itertuples()]
+    return df
+
+
+def _slope_fmt(fmt):
+    from cemlab.report.pairing import pct
+
+    return None if fmt is pct else (lambda v: f"{v:+.3g}")
+
+
+def _shown_slope(x: float, fmt) -> float:
+    """A slope per doubling on the page's scale: the relative change per doubling for a log-ratio
+    effect (exp(slope) - 1), the slope itself otherwise (log2 lr ratios)."""
+    return shown(x, fmt)
+
+
+def verdict_table(df: pd.DataFrame) -> pd.DataFrame:
+    """verdicts.csv: one row per comparison: its verdict at each rung, trend and ladder verdict."""
+    out = []
+    for (claim, cond, comp), g in df.groupby(["claim", "condition", "comparison"], sort=False):
+        g = g.sort_values("rung")
+        first = g.iloc[0]
+        out.append(dict(claim=claim, condition=cond, role=first["role"], comparison=comp,
+                        **{f"rung {r:g}": f"{v} {_pct(e)} [{_pct(lo)}, {_pct(hi)}]" if math.isfinite(e) else v
+                           for r, v, e, lo, hi in zip(g["rung"], g["verdict"], g["effect"], g["ci_low"],
+                                                      g["ci_high"])},
+                        ladder=first["ladder"], ladder_verdict=first["ladder_verdict"]))
+    return pd.DataFrame(out)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%" if math.isfinite(x) else "n/a"
+
+
+def claim_table(rungs: list[Rung]) -> pd.DataFrame:
+    """claims.csv: each claim condition's verdict (and its deciding comparison) at each rung."""
+    out: dict[tuple, dict] = {}
+    for rg in rungs:
+        for v in rg.verdicts:
+            row = out.setdefault((v.id, v.condition), dict(claim=v.id, condition=v.condition, role=v.role))
+            row[f"rung {rg.rung:g}"] = v.verdict + (f" ({v.decided_by})" if v.decided_by else "")
+    return pd.DataFrame(list(out.values()))
+
+
+def _tuned_cells(trials: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per cell (variant), the per-seed log test metric at its rate with the lowest mean log
+    validation metric over its seeds (the geometric mean validation perplexity)."""
+    out = {}
+    done = trials[np.isfinite(trials["value"].to_numpy(dtype=float))]
+    for variant, g in done.groupby("variant", sort=False):
+        best, best_val = None, math.inf
+        for lr, h in g.groupby("lr", sort=True):
+            val = np.log(h["val"].to_numpy(dtype=float))
+            val = val[np.isfinite(val)]
+            if len(val) and float(val.mean()) < best_val:
+                best, best_val = h, float(val.mean())
+        if best is not None:
+            out[str(variant)] = np.log(best.drop_duplicates("seed").set_index("seed")["value"].astype(float))
+    return out
+
+
+def pair_directions(trials: pd.DataFrame) -> dict[tuple[str, str], tuple[int, bool]]:
+    """Every pair of cells at their tuned rates: (sign of the mean paired log difference B - A,
+    whether its 95% t-interval excludes zero)."""
+    cells = _tuned_cells(trials)
+    out = {}
+    for a, b in itertools.combinations(sorted(cells), 2):
+        seeds = sorted(set(cells[a].index) & set(cells[b].index))
+        if not seeds:
+            continue
+        iv = t_interval((cells[b].reindex(seeds) - cells[a].reindex(seeds)).to_numpy(dtype=float), LEVEL)
+        out[(a, b)] = (int(np.sign(iv.effect)), iv.finite and (iv.low > 0 or iv.high < 0))
+    return out
+
+
+def accuracy(rungs: list[Rung], df: pd.DataFrame) -> pd.DataFrame:
+    """accuracy.csv: for each lower rung against the top rung with runs, (a) the comparisons
+    decided at both rungs and how many have the same verdict (the direction, for supported and
+    contradicted); (b) the pairs of cells at their tuned rates: how many point the same way, all
+    of them and those whose 95% interval excludes zero at both rungs."""
+    judged = [rg for rg in rungs if rg.has_runs]
+    if len(judged) < 2:
+        return pd.DataFrame(columns=["rung", "top", "what", "compared", "agree", "share"])
+    top = judged[-1]
+    out = []
+    top_v = df[df["rung"] == top.rung].set_index(["claim", "condition", "comparison"])["verdict"]
+    top_pairs = pair_directions(top.trials)
+    for rg in judged[:-1]:
+        mine = df[df["rung"] == rg.rung].set_index(["claim", "condition", "comparison"])["verdict"]
+        both = [k for k in mine.index if k in top_v.index and mine[k] in DECISIVE and top_v[k] in DECISIVE]
+        agree = sum(1 for k in both if mine[k] == top_v[k])
+        out.append(dict(rung=rg.rung, top=top.rung, what="comparisons decided at both rungs (same verdict)",
+                        compared=len(both), agree=agree, share=agree / len(both) if both else math.nan))
+        pairs = pair_directions(rg.trials)
+        common = [p for p in pairs if p in top_pairs]
+        same = sum(1 for p in common if pairs[p][0] == top_pairs[p][0])
+        out.append(dict(rung=rg.rung, top=top.rung, what="pairs of cells at tuned rates (same direction)",
+                        compared=len(common), agree=same, share=same / len(common) if common else math.nan))
+        dec = [p for p in common if pairs[p][1] and top_pairs[p][1]]
+        same_dec = sum(1 for p in dec if pairs[p][0] == top_pairs[p][0])
+        out.append(dict(rung=rg.rung, top=top.rung, what="pairs of cells decided at both rungs (95% interval)",
+                        compared=len(dec), agree=same_dec, share=same_dec / len(dec) if dec else math.nan))
+    return pd.DataFrame(out)
+
+
+def trials_table(rungs: list[Rung]) -> pd.DataFrame:
+    """trials.csv: every trial of every rung."""
+    cols = ["rung", "rung_scale", "trial_id", "variant", "group", "lr", "seed", "config_hash", "status", "val",
+            "value", "run_id"]
+    frames = [rg.trials for rg in rungs if len(rg.trials)]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    df = pd.concat(frames, ignore_index=True)
+    keep = [c for c in cols if c in df.columns]
+    return df[keep].rename(columns={"val": "val_ppl", "value": "test_ppl"})
+
+
+def _figures(df: pd.DataFrame):
+    """The forest grouped by rung and the effect against tokens per parameter (the primary
+    conditions' comparisons; every row is in ladder.csv)."""
+    from cemlab.report.plotting import pyplot
+
+    prim = df[(df["role"] == "primary") & np.isfinite(df["effect"].to_numpy(dtype=float))]
+    if prim.empty:
+        return None, None
+    plt = pyplot()
+    keys = list(dict.fromkeys(zip(prim["claim"], prim["comparison"])))
+    rungs = sorted(prim["rung"].unique())
+    fig, ax = plt.subplots(figsize=(8.5, 0.28 * len(keys) * len(rungs) + 1.2))
+    y, ticks, labels = 0, [], []
+    for k in keys[::-1]:
+        g = prim[(prim["claim"] == k[0]) & (prim["comparison"] == k[1])]
+        for i, r in enumerate(rungs[::-1]):
+            row = g[g["rung"] == r]
+            if not row.empty:
+                e, lo, hi = (float(row.iloc[0][c]) * 100 for c in ("effect", "ci_low", "ci_high"))
+                color = f"C{len(rungs) - 1 - i}"
+                if math.isfinite(lo):
+                    ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="o", ms=3, capsize=2, color=color)
+                else:
+                    ax.plot(e, y, "x", color=color)
+            ticks.append(y)
+            labels.append(f"{k[0]}: {k[1]} @ {r:g} [{row.iloc[0]['verdict'] if not row.empty else 'not run'}]")
+            y += 1
+        y += 0.6
+    ax.axvline(0, color="0.3", lw=0.8)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.set_xlabel("effect (%), interval at the level that decided it (ladder.csv: level)", fontsize=7)
+    ax.set_title("Every primary comparison at every rung (tokens per parameter after @)", fontsize=8, loc="left")
+    fig.tight_layout()
+    fig2, ax2 = plt.subplots(figsize=(8.5, 5))
+    for i, k in enumerate(keys):
+        g = prim[(prim["claim"] == k[0]) & (prim["comparison"] == k[1])].sort_values("rung")
+        x = g["rung"].to_numpy(dtype=float) * (1 + 0.02 * (i - len(keys) / 2))  # side by side, not on top
+        e = g["effect"].to_numpy(dtype=float) * 100
+        lo, hi = g["ci_low"].to_numpy(dtype=float) * 100, g["ci_high"].to_numpy(dtype=float) * 100
+        err = np.where(np.isfinite(lo), [e - lo, hi - e], 0.0)
+        ax2.errorbar(x, e, yerr=err, marker="o", ms=3, capsize=2, lw=1, label=f"{k[0]}: {k[1]}")
+    ax2.set_xscale("log")
+    ax2.axhline(0, color="0.3", lw=0.8)
+    ax2.set_xlabel("training tokens per parameter (log scale)")
+    ax2.set_ylabel("effect (%): favoured vs reference")
+    ax2.legend(fontsize=6, loc="best")
+    ax2.set_title("Effects against training length (primary conditions; no projection beyond the top rung)",
+                  fontsize=8, loc="left")
+    fig2.tight_layout()
+    return fig, fig2
+
+
+def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | None = None,
+                 grids: SweepGrids | None = None, overrides: list[str] | None = None,
+                 publish: bool = True, tracking_uri: str | None = None) -> LadderResult:
+    """Write the across-the-ladder report of ``sweep`` (see the module docstring)."""
+    from cemlab.tracking.store import tracking_uri as store_tracking_uri
+
+    store = store or RunStore(tracking_uri or store_tracking_uri())
+    grids = grids or SweepGrids(overrides)
+    sweep = grids.add_file(sweep)
+    spec = grids.spec(sweep)
+    if spec.ladder is None:
+        from cemlab.sweeps.spec.schema import SweepError
+
+        raise SweepError(f"{spec.source}: this sweep has no ladder (no ladder: section); nothing to report with --ladder")
+    out_dir = report_dir(sweep, out) / LADDER_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: set[str] = set()
+    rungs = read_rungs(sweep, store, grids)
+    df = comparison_rows(rungs)
+    sections = []
+    forest, trend_fig = _figures(df)
+    if forest is not None:
+        _save(forest, out_dir, "forest", written)
+        _save(trend_fig, out_dir, "trend", written)
+    vt = verdict_table(df)
+    files = {name: _csv(frame, out_dir, name, written) for name, frame in (
+        ("ladder", df), ("verdicts", vt), ("claims", claim_table(rungs)), ("accuracy", accuracy(rungs, df)),
+        ("trials", trials_table(rungs)))}
+    rung_rows = pd.DataFrame([dict(rung=rg.rung, scale=rg.scale, tokens=rg.tokens, steps=rg.steps,
+                                   epochs=round(rg.epochs, 3) if math.isfinite(rg.epochs) else math.nan,
+                                   trials=rg.counts.get("trials", 0), finished=rg.counts.get(schema.STATUS_FINISHED, 0),
+                                   diverged=rg.counts.get(schema.STATUS_DIVERGED, 0),
+                                   report=f"{rg.scale}/index.html" if rg.has_runs else "not run yet")
+                              for rg in rungs])
+    sections.append(Section("rungs", "The rungs", "One model width, the rungs differing in training length only "
+                            "(tokens per parameter of the matched Llama; epochs: passes over the corpus's training "
+                            "split). Each rung's own report is in the folder named by its scale.", None, [],
+                            [rung_rows]))
+    sections.append(Section("verdicts", "Ladder verdicts", "Per comparison: its verdict, effect and interval at each "
+                            "rung (as its rung's report judges it, at that rung's level), and its ladder verdict: "
+                            "holds at every rung, flips between two rungs (decisive at both, opposite verdicts), "
+                            "changes with training (the per-seed slope of its log ratio per doubling of tokens, with "
+                            "its 95% interval, excludes zero) or open (docs/ladder.md).", None,
+                            [files["verdicts"], files["ladder"]], [vt]))
+    sections.append(Section("claims", "Claim conditions at each rung", "Each claim condition's verdict at each rung, "
+                            "with the comparison that decided it.", None, [files["claims"]], [claim_table(rungs)]))
+    sections.append(Section("accuracy", "How well a cheaper rung predicts the top one", "For each lower rung: of the "
+                            "comparisons decided at both it and the top rung, how many reach the same verdict; of the "
+                            "pairs of cells at their tuned rates (each cell's rate chosen on its geometric mean "
+                            "validation perplexity), how many point the same way, all of them and those whose 95% "
+                            "interval excludes zero at both rungs (decision accuracy, as DataDecide measures it).",
+                            None, [files["accuracy"]], [accuracy(rungs, df)]))
+    if forest is not None:
+        sections.append(Section("forest", "Every primary comparison at every rung", "Effect and interval of each "
+                                "comparison of the claims' primary conditions, grouped by comparison, one row per "
+                                "rung; each interval at the level that decided it (ladder.csv).", "forest.png",
+                                ["forest.pdf", files["ladder"]]))
+        sections.append(Section("trend", "Effects against training length", "The same comparisons against tokens per "
+                                "parameter on a log axis, one line per comparison; no projection beyond the top "
+                                "rung.", "trend.png", ["trend.pdf", files["ladder"]]))
+    judged = [rg for rg in rungs if rg.has_runs]
+    summary = [("sweep", sweep), ("ladder", f"scale {spec.ladder.scale}, size {spec.ladder.size}, rungs "
+                                           + ", ".join(f"{r:g}" for r in spec.ladder.rungs) + " tokens per parameter"),
+               ("rungs with runs", ", ".join(f"{rg.rung:g}" for rg in judged) or "none"),
+               ("MLflow store", store.uri),
+               ("comparisons", f"{len(vt)}; ladder verdicts: " + ", ".join(
+                   f"{n} {w}" for w, n in vt["ladder"].value_counts().items()) if len(vt) else "none"),
+               ("trials", f"{sum(rg.counts.get('trials', 0) for rg in rungs)} in all, "
+                          f"{sum(rg.counts.get(schema.STATUS_FINISHED, 0) for rg in rungs)} finished")]
+    banner = None if judged else (f"No runs of the ladder of '{sweep}' in {store.uri}: run `cemlab sweep {sweep} "
+                                  f"--ladder` first.")
+    page = Page(f"cemlab ladder: {sweep}", summary, banner, None, sections, None,
+                [(f"rung {rg.rung:g}", f"{rg.scale}/index.html") for rg in judged])
+    index = _write(out_dir, "index.html", render_html(page), written)
+    _write(out_dir, "index.md", render_md(page), written)
+    _remove_stale(out_dir, written)
+    result = LadderResult(sweep, out_dir, index, rungs, df)
+    parent = store.latest_parent_run(sweep, judged[-1].scale) if judged else None
+    if publish and parent is not None:
+        result.parent_run_id = parent.run_id
+        try:
+            for name in sorted(written):  # the page's own files, not the rungs' reports beside them
+                store.client.log_artifact(parent.run_id, str(out_dir / name), LADDER_DIR)
+            result.published = True
+        except Exception as e:
+            result.publish_error = publish_problem(e, store.uri)
+    return result

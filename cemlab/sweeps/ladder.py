@@ -1,0 +1,196 @@
+"""A sweep's ladder before it runs: each rung's tokens, steps, trials, FLOPs, epochs of the corpus
+and time on this machine (``cemlab plan NAME --ladder``), and the checks that refuse a rung before
+any trial (``cemlab sweep NAME --ladder``). The rungs themselves are scales of the sweep
+(``cemlab.sweeps.spec.ladder``); each runs as an ordinary sweep at its scale.
+
+Refused, with the number: a rung too short for its warm-up (fewer than one warm-up step: the
+schedule would start at the peak rate), and a rung whose tokens exceed ``MAX_EPOCHS`` passes over
+the corpus's training split (a long rung on a small offline corpus measures memorisation).
+
+The time estimate is FLOPs over ``CPU_FLOPS_PER_S`` per trial slot, plus ``TRIAL_OVERHEAD_S`` per
+trial (worker, MLflow, evaluation), over the slots the machine's CPUs give at the rung's
+resources: a planning number for a CPU like this project's, not a promise for another machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cemlab.sweeps.spec.schema import SweepError
+from cemlab.sweeps.spec.load import SweepSpec, load_sweep
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from cemlab.sweeps.plan import Plan
+
+#: Training FLOP/s of one one-thread trial on this project's 2-core machine (AMD EPYC): the ladder's
+#: width (workstation 86m, batch 16 x 256) trained Llama at 32.1k tokens/s (44 GFLOP/s) and CEM
+#: attention T=2 at 17.9k tokens/s (46 GFLOP/s), 2026-11-27; the tiny main job's 18 trials ran at
+#: 52 GFLOP/s (docs/performance.md's stage table).
+CPU_FLOPS_PER_S = 45e9
+#: Seconds per trial besides training (worker start, MLflow run start and end, validation, test,
+#: checkpoints): 5.1 slot-seconds per trial in the tiny one-seed sweep's stage table.
+TRIAL_OVERHEAD_S = 6.0
+#: Passes over the corpus's training split a rung may make; above it the rung is refused.
+MAX_EPOCHS = 8.0
+
+
+@dataclass
+class RungPlan:
+    """One rung: its scale's plan and what the ladder adds."""
+
+    rung: float                  # tokens per parameter of the matched Llama
+    scale: str                   # the rung's scale name
+    plan: "Plan"
+    tokens: int                  # tokens per trial (the matched Llama's budget)
+    steps: int                   # optimizer steps per trial
+    warmup_steps: int
+    train_tokens: int | None     # tokens in the corpus's training split (None: not known)
+    slots: int                   # trials at once on this machine
+    cells: int = 0
+
+    @property
+    def trials(self) -> int:
+        return len(self.plan.rows)
+
+    @property
+    def max_trials(self) -> int:
+        return self.plan.max_trials
+
+    @property
+    def flops(self) -> float:
+        return self.plan.total_flops
+
+    @property
+    def max_flops(self) -> float:
+        return self.plan.total_flops * self.max_trials / max(1, self.trials)
+
+    @property
+    def epochs(self) -> float:
+        return self.tokens / self.train_tokens if self.train_tokens else math.nan
+
+    def seconds(self, most: bool = False) -> float:
+        """Wall-time estimate on this machine (``most``: every cell open to the last look)."""
+        n = self.max_trials if most else self.trials
+        flops = self.max_flops if most else self.flops
+        return (flops / CPU_FLOPS_PER_S + TRIAL_OVERHEAD_S * n) / max(1, self.slots)
+
+    def done(self) -> int:
+        return sum(1 for r in self.plan.rows if r.status == "done")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rung": self.rung, "scale": self.scale, "tokens": self.tokens, "steps": self.steps,
+                "warmup_steps": self.warmup_steps, "cells": self.cells, "trials": self.trials,
+                "max_trials": self.max_trials, "flops": self.flops, "max_flops": self.max_flops,
+                "epochs": None if math.isnan(self.epochs) else self.epochs, "train_tokens": self.train_tokens,
+                "slots": self.slots, "seconds": self.seconds(), "max_seconds": self.seconds(most=True),
+                "looks": self.plan.looks, "done": self.done()}
+
+
+@dataclass
+class LadderPlan:
+    sweep: str
+    base_scale: str
+    size: str
+    rungs: list[RungPlan] = field(default_factory=list)
+    store: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "scale": self.base_scale, "size": self.size, "store": self.store,
+                "cpu_flops_per_s": CPU_FLOPS_PER_S, "trial_overhead_s": TRIAL_OVERHEAD_S, "max_epochs": MAX_EPOCHS,
+                "rungs": [r.as_dict() for r in self.rungs],
+                "seconds": sum(r.seconds() for r in self.rungs),
+                "max_seconds": sum(r.seconds(most=True) for r in self.rungs)}
+
+
+def ladder_of(spec: SweepSpec):
+    if spec.ladder is None:
+        raise SweepError(f"{spec.source}: this sweep has no ladder; add a ladder: section (see "
+                         f"sweeps/recursion_ablation.yaml and docs/ladder.md) or run it without --ladder/--rung")
+    return spec.ladder
+
+
+def rung_scales_to_run(spec: SweepSpec, rung: str | None = None) -> list[str]:
+    """The rungs' scale names, cheapest first; ``rung``: only the one it names (tokens per
+    parameter, or the scale name), refused naming the rungs there are."""
+    ladder = ladder_of(spec)
+    if rung is None:
+        return list(spec.rungs())
+    return [ladder.rung_name(ladder.find(rung, spec.source))]
+
+
+def corpus_train_tokens(trial) -> int | None:
+    """Tokens in the training split of a trial's corpus (tokenised into the token store, once, when
+    it is not there yet); None for a task without a prepared corpus."""
+    from cemlab.data import prepare_data
+    from cemlab.tasks import task_of
+
+    cfg = trial.config
+    task = task_of(cfg)
+    if not task.prepared_data:
+        return None
+    bundle = prepare_data(cfg.data, cfg.model.vocab_size, task.seq_len(cfg))
+    return int(bundle.stats["tokens"]["train"])
+
+
+def plan_ladder(sweep: str | SweepSpec, rung: str | None = None, client: "MlflowClient | None" = None,
+                read_store: bool = True, overrides: list[str] | None = None, corpus: bool = True,
+                cpus: int | None = None) -> LadderPlan:
+    """The plan of each rung (``cemlab.sweeps.plan.plan_sweep`` at the rung's scale) with its epochs
+    and time; raises ``SweepError`` for a rung too short for its warm-up or too long for its corpus
+    (``corpus=False``: the corpus is not read and its epochs are not checked)."""
+    from cemlab.sweeps.plan import Plan, plan_trial, trial_statuses
+    from cemlab.tracking.store import check_reachable, get_client, store_exists
+    from cemlab.train.plan import make_plan
+
+    spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
+    ladder = ladder_of(spec)
+    out = LadderPlan(spec.name, ladder.scale, ladder.size)
+    cpus = cpus or os.cpu_count() or 1
+    train_tokens: int | None = None
+    if read_store and client is None and store_exists():
+        check_reachable()
+        client = get_client()
+    for scale in rung_scales_to_run(spec, rung):
+        trials = spec.expand(scale, overrides=overrides)
+        plan = Plan(spec.name, spec.figure, scale, [plan_trial(t) for t in trials],
+                    client.tracking_uri if client is not None else None, 0.0, looks=spec.looks(scale, trials))
+        if client is not None:
+            statuses = trial_statuses(trials, client)
+            for r in plan.rows:
+                r.status, r.run_id = statuses[r.trial.config_hash]
+        out.store = plan.store
+        if not plan.rows:
+            raise SweepError(f"{spec.source}: ladder rung {spec.rungs()[scale]:g} has no trials (ladder.exclude or "
+                             f"the overrides leave none)")
+        first = plan.rows[0].trial
+        tp = make_plan(first.config, world_size=first.resources.workers)
+        if corpus and train_tokens is None:
+            train_tokens = corpus_train_tokens(first)
+        slots = max(1, int(cpus // max(first.resources.cpus, 1e-9)))
+        rp = RungPlan(spec.rungs()[scale], scale, plan, tp.tokens, tp.total_steps, tp.warmup_steps, train_tokens,
+                      slots, cells=len({(r.trial.variant, r.trial.size) for r in plan.rows}))
+        check_rung(spec, rp)
+        out.rungs.append(rp)
+    return out
+
+
+def check_rung(spec: SweepSpec, rp: RungPlan) -> None:
+    """A rung that cannot be run as planned: too short for one warm-up step, or more than
+    ``MAX_EPOCHS`` passes over the corpus."""
+    where = f"{spec.source}: ladder.rungs: {rp.rung:g} tokens per parameter"
+    if rp.warmup_steps < 1:
+        frac = rp.plan.rows[0].trial.config.train.warmup_frac
+        need = math.ceil(0.5 / frac) if frac > 0 else None
+        raise SweepError(f"{where} gives {rp.steps} optimizer steps ({rp.tokens} tokens at "
+                         f"{rp.tokens // max(1, rp.steps)} per step), too few for the warm-up (train.warmup_frac="
+                         f"{frac:g} of them rounds to 0 steps)" + (f"; a rung needs at least {need} steps: raise the "
+                         f"rung or lower train.batch_size in ladder.set" if need else ""))
+    if rp.train_tokens and rp.epochs > MAX_EPOCHS:
+        raise SweepError(f"{where} asks for {rp.tokens} tokens, {rp.epochs:.1f} epochs of the corpus's "
+                         f"{rp.train_tokens} training tokens (at most {MAX_EPOCHS:g}); lower the rung or the ladder's "
+                         f"size, or train on a larger corpus")
