@@ -178,7 +178,7 @@ def choose_scale(sweep: str, store: RunStore, grids: SweepGrids) -> str:
     return best
 
 
-def _save(fig, out_dir: Path, stem: str, written: set[str]) -> None:
+def save_figure(fig, out_dir: Path, stem: str, written: set[str]) -> None:
     fig.savefig(out_dir / f"{stem}.png", dpi=110, metadata=_PNG_META)
     fig.savefig(out_dir / f"{stem}.pdf", metadata=_PDF_META)
     written.update({f"{stem}.png", f"{stem}.pdf"})
@@ -187,28 +187,28 @@ def _save(fig, out_dir: Path, stem: str, written: set[str]) -> None:
     plt.close(fig)
 
 
-def _csv(df: pd.DataFrame, out_dir: Path, stem: str, written: set[str]) -> str:
+def write_csv(df: pd.DataFrame, out_dir: Path, stem: str, written: set[str]) -> str:
     name = f"{stem}.csv"
     df.to_csv(out_dir / name, index=False, lineterminator="\n")
     written.add(name)
     return name
 
 
-def _write(out_dir: Path, name: str, text: str, written: set[str]) -> Path:
+def write_file(out_dir: Path, name: str, text: str, written: set[str]) -> Path:
     p = out_dir / name
     p.write_text(text, encoding="utf-8")
     written.add(name)
     return p
 
 
-def _remove_stale(out_dir: Path, written: set[str]) -> None:
+def remove_stale(out_dir: Path, written: set[str]) -> None:
     """Drop report files of an earlier build that this one did not write (figures no longer made)."""
     for p in sorted(out_dir.iterdir()):
         if p.is_file() and p.name not in written and p.suffix in (".png", ".pdf", ".csv", ".html", ".md"):
             p.unlink()
 
 
-def _counts(trials: pd.DataFrame) -> dict[str, int]:
+def trial_counts(trials: pd.DataFrame) -> dict[str, int]:
     """Trials in the grid, with a run, per status (every status present), reused from other sweeps."""
     st = trials["status"].value_counts().to_dict()
     counts = {"trials": int(len(trials)), "runs": int((trials["status"] != MISSING).sum()),
@@ -291,11 +291,11 @@ def _regime_text(r) -> str:
 def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Section]) -> tuple[str, str]:
     """claims.csv, comparisons.csv and the forest plot, with their section on the page."""
     counts = ["n_seeds", "steps", "n_comparisons"]
-    claim_file = _csv(_integers(verdict_frame(verdicts), counts), out_dir, "claims", written)
-    comparisons_file = _csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
+    claim_file = write_csv(_integers(verdict_frame(verdicts), counts), out_dir, "claims", written)
+    comparisons_file = write_csv(_integers(comparison_frame(verdicts), ["n"]), out_dir, "comparisons", written)
     forest = forest_plot(verdicts)
     if forest is not None:
-        _save(forest, out_dir, "forest", written)
+        save_figure(forest, out_dir, "forest", written)
     sections.append(Section("comparisons", "Every comparison behind the claims",
                             "One row per comparison (comparisons.csv); effect and 95% interval as relative changes in "
                             "percent, built on the log scale (log2 of the lr ratio for the learning-rate claim); the "
@@ -320,11 +320,11 @@ def _figure_sections(ctx: ReportContext, spec, out_dir: Path, written: set[str])
         files = []
         image = None
         if f.fig is not None:
-            _save(f.fig, out_dir, f.id, written)
+            save_figure(f.fig, out_dir, f.id, written)
             image = f"{f.id}.png"
             files.append(f"{f.id}.pdf")
         for stem, df in f.tables.items():
-            files.append(_csv(df, out_dir, stem, written))
+            files.append(write_csv(df, out_dir, stem, written))
         sections.append(Section(f.id, f.title, f.caption, image, files, [f.tables[t] for t in f.show_tables]))
     return sections
 
@@ -335,7 +335,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     written: set[str] = set()
     trials = ctx.trials()
     cells = ctx.cells()
-    counts = _counts(trials)
+    counts = trial_counts(trials)
     spec = ctx.grids.spec(ctx.sweep)
     figure_tag = str(trials["figure"].iloc[0]) if len(trials) else spec.figure
 
@@ -344,11 +344,11 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, at alpha/K
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
-    trials_file = _csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
-    cells_file = _csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
+    trials_file = write_csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
+    cells_file = write_csv(cells.drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
-    missing_file = _csv(not_done, out_dir, "missing", written)
+    missing_file = write_csv(not_done, out_dir, "missing", written)
     sections.append(Section("data", "Data", "Every trial with its run and status, the cells (below: test mean +- std "
                             "over seeds, n), the verdicts, every comparison and the trials without a finished run, as "
                             "CSV.", None, [trials_file, cells_file, claim_file, comparisons_file, missing_file],
@@ -380,9 +380,9 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     ]
     page = Page(f"cemlab report: {ctx.sweep} ({figure_tag}), scale {ctx.scale}", summary, banner, claims_df,
                 sections, not_done)
-    index = _write(out_dir, "index.html", render_html(page), written)
-    _write(out_dir, "index.md", render_md(page), written)
-    _remove_stale(out_dir, written)
+    index = write_file(out_dir, "index.html", render_html(page), written)
+    write_file(out_dir, "index.md", render_md(page), written)
+    remove_stale(out_dir, written)
 
     result = ReportResult(ctx.sweep, ctx.scale, out_dir, index, counts, verdicts, made,
                           parent.run_id if parent else None, tracking_uri=ctx.store.uri,

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.build import (ReportContext, _counts, _csv, _remove_stale, _save, _write, publish_problem,
-                                 report_dir)
+from cemlab.report.build import (ReportContext, publish_problem, remove_stale, report_dir, save_figure, trial_counts,
+                                 write_csv, write_file)
 from cemlab.report.claims import claims_for
 from cemlab.report.grids import SweepGrids
 from cemlab.report.look import sweep_verdicts
@@ -78,14 +78,13 @@ class LadderResult:
 def _rung_numbers(spec, scale: str, trials: pd.DataFrame) -> tuple[float, float, float]:
     """Tokens and steps of a rung's trials (from its plan; the runs' own where they logged them) and
     the epochs of the corpus they make."""
-    from cemlab.train.plan import make_plan
+    from cemlab.sweeps.ladder import trial_budget
 
-    grid = spec.expand(scale)
-    plan = make_plan(grid[0].config, world_size=grid[0].resources.workers)
+    tokens, steps = trial_budget(spec.expand(scale)[0])
     have = trials["train_tokens"].to_numpy(dtype=float) if "train_tokens" in trials else np.array([])
     have = have[np.isfinite(have)]
-    epochs = plan.tokens / float(have[0]) if len(have) and have[0] > 0 else math.nan
-    return float(plan.tokens), float(plan.total_steps), epochs
+    epochs = tokens / float(have[0]) if len(have) and have[0] > 0 else math.nan
+    return float(tokens), float(steps), epochs
 
 
 def read_rungs(sweep: str, store: RunStore, grids: SweepGrids) -> list[Rung]:
@@ -97,7 +96,7 @@ def read_rungs(sweep: str, store: RunStore, grids: SweepGrids) -> list[Rung]:
         store.prefetch(t.config_hash for t in grids.trials(sweep, scale))
         ctx = ReportContext(sweep, scale, store, grids)
         trials = ctx.trials()
-        counts = _counts(trials)
+        counts = trial_counts(trials)
         tokens, steps, epochs = _rung_numbers(spec, scale, trials)
         verdicts = sweep_verdicts(claims_for(spec.claims), ctx) if counts["runs"] else []
         out.append(Rung(r, scale, tokens, steps, epochs, trials.assign(rung=r, rung_scale=scale), verdicts, counts))
@@ -307,6 +306,51 @@ def _figures(df: pd.DataFrame):
     return fig, fig2
 
 
+def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Path, written: set[str]) -> list:
+    """The page's sections, with their figures and CSV files written to ``out_dir``."""
+    sections = []
+    forest, trend_fig = _figures(df)
+    if forest is not None:
+        save_figure(forest, out_dir, "forest", written)
+        save_figure(trend_fig, out_dir, "trend", written)
+    acc, claims = accuracy(rungs, df), claim_table(rungs)
+    files = {name: write_csv(frame, out_dir, name, written) for name, frame in (
+        ("ladder", df), ("verdicts", vt), ("claims", claims), ("accuracy", acc), ("trials", trials_table(rungs)))}
+    rung_rows = pd.DataFrame([dict(rung=rg.rung, scale=rg.scale, tokens=rg.tokens, steps=rg.steps,
+                                   epochs=round(rg.epochs, 3) if math.isfinite(rg.epochs) else math.nan,
+                                   trials=rg.counts.get("trials", 0), finished=rg.counts.get(schema.STATUS_FINISHED, 0),
+                                   diverged=rg.counts.get(schema.STATUS_DIVERGED, 0),
+                                   report=f"{rg.scale}/index.html" if rg.has_runs else "not run yet")
+                              for rg in rungs])
+    sections.append(Section("rungs", "The rungs", "One model width, the rungs differing in training length only "
+                            "(tokens per parameter of the matched Llama; epochs: passes over the corpus's training "
+                            "split). Each rung's own report is in the folder named by its scale.", None, [],
+                            [rung_rows]))
+    sections.append(Section("verdicts", "Ladder verdicts", "Per comparison: its verdict, effect and interval at each "
+                            "rung (as its rung's report judges it, at that rung's level), and its ladder verdict: "
+                            "holds at every rung, flips between two rungs (decisive at both, opposite verdicts), "
+                            "changes with training (the per-seed slope of its log ratio per doubling of tokens, with "
+                            "its 95% interval, excludes zero) or open (docs/ladder.md).", None,
+                            [files["verdicts"], files["ladder"]], [vt]))
+    sections.append(Section("claims", "Claim conditions at each rung", "Each claim condition's verdict at each rung, "
+                            "with the comparison that decided it.", None, [files["claims"]], [claims]))
+    sections.append(Section("accuracy", "How well a cheaper rung predicts the top one", "For each lower rung: of the "
+                            "comparisons decided at both it and the top rung, how many reach the same verdict; of the "
+                            "pairs of cells at their tuned rates (each cell's rate chosen on its geometric mean "
+                            "validation perplexity), how many point the same way, all of them and those whose 95% "
+                            "interval excludes zero at both rungs (decision accuracy, as DataDecide measures it).",
+                            None, [files["accuracy"]], [acc]))
+    if forest is not None:
+        sections.append(Section("forest", "Every primary comparison at every rung", "Effect and interval of each "
+                                "comparison of the claims' primary conditions, grouped by comparison, one row per "
+                                "rung; each interval at the level that decided it (ladder.csv).", "forest.png",
+                                ["forest.pdf", files["ladder"]]))
+        sections.append(Section("trend", "Effects against training length", "The same comparisons against tokens per "
+                                "parameter on a log axis, one line per comparison; no projection beyond the top "
+                                "rung.", "trend.png", ["trend.pdf", files["ladder"]]))
+    return sections
+
+
 def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | None = None,
                  grids: SweepGrids | None = None, overrides: list[str] | None = None,
                  publish: bool = True, tracking_uri: str | None = None) -> LadderResult:
@@ -326,47 +370,8 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
     written: set[str] = set()
     rungs = read_rungs(sweep, store, grids)
     df = comparison_rows(rungs)
-    sections = []
-    forest, trend_fig = _figures(df)
-    if forest is not None:
-        _save(forest, out_dir, "forest", written)
-        _save(trend_fig, out_dir, "trend", written)
     vt = verdict_table(df)
-    files = {name: _csv(frame, out_dir, name, written) for name, frame in (
-        ("ladder", df), ("verdicts", vt), ("claims", claim_table(rungs)), ("accuracy", accuracy(rungs, df)),
-        ("trials", trials_table(rungs)))}
-    rung_rows = pd.DataFrame([dict(rung=rg.rung, scale=rg.scale, tokens=rg.tokens, steps=rg.steps,
-                                   epochs=round(rg.epochs, 3) if math.isfinite(rg.epochs) else math.nan,
-                                   trials=rg.counts.get("trials", 0), finished=rg.counts.get(schema.STATUS_FINISHED, 0),
-                                   diverged=rg.counts.get(schema.STATUS_DIVERGED, 0),
-                                   report=f"{rg.scale}/index.html" if rg.has_runs else "not run yet")
-                              for rg in rungs])
-    sections.append(Section("rungs", "The rungs", "One model width, the rungs differing in training length only "
-                            "(tokens per parameter of the matched Llama; epochs: passes over the corpus's training "
-                            "split). Each rung's own report is in the folder named by its scale.", None, [],
-                            [rung_rows]))
-    sections.append(Section("verdicts", "Ladder verdicts", "Per comparison: its verdict, effect and interval at each "
-                            "rung (as its rung's report judges it, at that rung's level), and its ladder verdict: "
-                            "holds at every rung, flips between two rungs (decisive at both, opposite verdicts), "
-                            "changes with training (the per-seed slope of its log ratio per doubling of tokens, with "
-                            "its 95% interval, excludes zero) or open (docs/ladder.md).", None,
-                            [files["verdicts"], files["ladder"]], [vt]))
-    sections.append(Section("claims", "Claim conditions at each rung", "Each claim condition's verdict at each rung, "
-                            "with the comparison that decided it.", None, [files["claims"]], [claim_table(rungs)]))
-    sections.append(Section("accuracy", "How well a cheaper rung predicts the top one", "For each lower rung: of the "
-                            "comparisons decided at both it and the top rung, how many reach the same verdict; of the "
-                            "pairs of cells at their tuned rates (each cell's rate chosen on its geometric mean "
-                            "validation perplexity), how many point the same way, all of them and those whose 95% "
-                            "interval excludes zero at both rungs (decision accuracy, as DataDecide measures it).",
-                            None, [files["accuracy"]], [accuracy(rungs, df)]))
-    if forest is not None:
-        sections.append(Section("forest", "Every primary comparison at every rung", "Effect and interval of each "
-                                "comparison of the claims' primary conditions, grouped by comparison, one row per "
-                                "rung; each interval at the level that decided it (ladder.csv).", "forest.png",
-                                ["forest.pdf", files["ladder"]]))
-        sections.append(Section("trend", "Effects against training length", "The same comparisons against tokens per "
-                                "parameter on a log axis, one line per comparison; no projection beyond the top "
-                                "rung.", "trend.png", ["trend.pdf", files["ladder"]]))
+    sections = _sections(rungs, df, vt, out_dir, written)
     judged = [rg for rg in rungs if rg.has_runs]
     summary = [("sweep", sweep), ("ladder", f"scale {spec.ladder.scale}, size {spec.ladder.size}, rungs "
                                            + ", ".join(f"{r:g}" for r in spec.ladder.rungs) + " tokens per parameter"),
@@ -380,9 +385,9 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
                                   f"--ladder` first.")
     page = Page(f"cemlab ladder: {sweep}", summary, banner, None, sections, None,
                 [(f"rung {rg.rung:g}", f"{rg.scale}/index.html") for rg in judged])
-    index = _write(out_dir, "index.html", render_html(page), written)
-    _write(out_dir, "index.md", render_md(page), written)
-    _remove_stale(out_dir, written)
+    index = write_file(out_dir, "index.html", render_html(page), written)
+    write_file(out_dir, "index.md", render_md(page), written)
+    remove_stale(out_dir, written)
     result = LadderResult(sweep, out_dir, index, rungs, df)
     parent = store.latest_parent_run(sweep, judged[-1].scale) if judged else None
     if publish and parent is not None:

@@ -123,6 +123,14 @@ def rung_scales_to_run(spec: SweepSpec, rung: str | None = None) -> list[str]:
     return [ladder.rung_name(ladder.find(rung, spec.source))]
 
 
+def trial_budget(trial) -> tuple[int, int]:
+    """Training tokens and optimizer steps of a trial (``cemlab.train.plan.make_plan``)."""
+    from cemlab.train.plan import make_plan
+
+    plan = make_plan(trial.config, world_size=trial.resources.workers)
+    return plan.tokens, plan.total_steps
+
+
 def corpus_train_tokens(trial) -> int | None:
     """Tokens in the training split of a trial's corpus (tokenised into the token store, once, when
     it is not there yet); None for a task without a prepared corpus."""

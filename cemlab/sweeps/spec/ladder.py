@@ -46,7 +46,7 @@ class Ladder(StrictSpec):
 
     scale: str = Field(min_length=1, description="The scale every rung starts from, e.g. workstation.")
     size: str = Field(min_length=1, description="The one model width of every rung: a size of that scale.")
-    rungs: list[float] = Field(min_length=2, description="Tokens per parameter of the matched Llama, increasing.")
+    rungs: list[float] = Field(description="Tokens per parameter of the matched Llama, increasing (at least 2).")
     axes: dict[str, list[Scalar]] = Field(default_factory=dict,
                                           description="Axis values at every rung (as a scale's entry under scales:).")
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys (dotted) set at every rung.")
@@ -58,6 +58,8 @@ class Ladder(StrictSpec):
     @field_validator("rungs")
     @classmethod
     def _increasing(cls, v: list[float]) -> list[float]:
+        if len(v) < 2:
+            raise ValueError(f"a ladder needs at least 2 rungs to compare, got {v}; e.g. rungs: [0.3125, 1.25, 5, 20]")
         bad = [x for x in v if not x > 0]
         if bad:
             raise ValueError(f"a rung is tokens per parameter and must be above 0, got {bad[0]:g}; "

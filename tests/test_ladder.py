@@ -1,0 +1,222 @@
+"""The ladder of a sweep file (rungs of training length) before anything runs, and the ladder's
+verdicts on constructed data: the sweep-file section and its refusals, the rungs as scales (one
+width, tokens = rung x the matched Llama's parameters, counted here by hand), ``cemlab plan
+--ladder``, the trend and the ladder verdict (stable, flip, trend, open), and the trend's error rate
+by simulation of the decision code itself."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from cemlab.report.trend import CHANGES, FLIPS, HOLDS, OPEN, ladder_verdict, trend
+from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.spec.schema import SweepError
+from cemlab.tracking import schema
+from sweep_support import local_sweeps
+
+BASE = """\
+figure: "test: ladder"
+claims: [t2-beats-t1]
+axes: {size: [86m], lr: [2.0e-3, 4.0e-3], seed: [0, 1]}
+variants:
+  - {group: llama, label: llama}
+  - group: cem-attn
+    label: "cem-attn T{T} eta={eta}"
+    set: {model.attention: cem, model.kq_diagonal: shared, model.attn_steps: "{T}", model.attn_precond: dplr,
+          model.attn_eta: "{eta}"}
+    axes: {T: [1, 2], eta: [1, 0.5]}
+seeding: {max_seeds: {smoke: 3}, batch: 1}
+"""
+
+
+def _sweep(tmp_path, monkeypatch, ladder: str, name: str = "lad"):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, **{name: BASE + ladder})))
+    return load_sweep(name)
+
+
+def _llama_params(d: int, layers: int, d_mlp: int, vocab: int) -> int:
+    """Llama's parameters by hand: untied embedding and head, per layer 4 d^2 (q, k, v, o) + 3 d d_mlp
+    (SwiGLU) + 2 d (norms), a final norm."""
+    return 2 * vocab * d + layers * (4 * d * d + 3 * d * d_mlp + 2 * d) + d
+
+
+WORKSTATION = """\
+ladder:
+  scale: workstation
+  size: 86m
+  rungs: [0.3125, 1.25, 5, 20]
+  axes: {eta: [1]}
+  set: {train.batch_size: 16, train.micro_batch_size: 16}
+  resources: {workers: 1, cpus_per_worker: 1, gpus_per_worker: 0}
+  max_seeds: {0.3125: 4}
+  exclude: {20: [{T: 2}]}
+"""
+
+
+def test_rungs_are_scales_of_one_width_differing_in_tokens_only(tmp_path, monkeypatch):
+    spec = _sweep(tmp_path, monkeypatch, WORKSTATION)
+    names = spec.rungs()
+    assert list(names.values()) == [0.3125, 1.25, 5, 20]
+    assert list(names) == ["workstation-tpp0.3125", "workstation-tpp1.25", "workstation-tpp5", "workstation-tpp20"]
+    params = _llama_params(64, 2, 172, 1024)  # scales.yaml: workstation 86m, vocab 1024
+    grids = {name: spec.expand(name) for name in names}
+    for name, r in names.items():
+        trials = grids[name]
+        tokens = {t.config.train.tokens for t in trials}
+        assert tokens == {"chinchilla" if r == 20 else round(r * params)}
+        assert {t.config.model.d_model for t in trials} == {64} and {t.size for t in trials} == {"86m"}
+        assert {t.config.train.batch_size for t in trials} == {16} and {t.resources.cpus for t in trials} == {1}
+        assert {t.config.tracking.tags[schema.RUNG] for t in trials} == {f"{r:g}"}
+        assert {t.config.tracking.tags[schema.SCALE] for t in trials} == {name}
+        assert {t.axes["eta"] for t in trials if "eta" in t.axes} == {1}  # ladder.axes
+    # everything but the budget is the same config: the hashes differ only through train.tokens
+    strip = lambda t: json.dumps({**t.config.model_dump(mode="json", exclude={"tracking"}),   # noqa: E731
+                                  "train": {**t.config.train.model_dump(mode="json"), "tokens": 0}}, sort_keys=True)
+    first = {t.trial_id: strip(t) for t in grids["workstation-tpp5"]}
+    assert all(first[t.trial_id] == strip(t) for t in grids["workstation-tpp0.3125"])
+    assert len({t.config_hash for g in grids.values() for t in g}) == sum(len(g) for g in grids.values())
+    # the top rung leaves T=2 out; the cheapest plans its own seed budget, the others one look
+    assert {t.axes.get("T") for t in grids["workstation-tpp20"]} == {None, 1}
+    assert len(grids["workstation-tpp5"]) == 3 * 2 * 2 and len(grids["workstation-tpp20"]) == 2 * 2 * 2
+    assert spec.looks("workstation-tpp0.3125", grids["workstation-tpp0.3125"]) == [[0, 1], [0, 1, 2], [0, 1, 2, 3]]
+    assert spec.looks("workstation-tpp5", grids["workstation-tpp5"]) == [[0, 1]]
+    from cemlab.train.plan import make_plan
+
+    assert make_plan(grids["workstation-tpp20"][0].config).budget == 20 * params
+
+
+@pytest.mark.parametrize("ladder, key, fix", [
+    ("rungs: [1, 1]", "rungs", "must increase"),
+    ("rungs: [2, 1]", "rungs", "must increase"),
+    ("rungs: [0, 1]", "rungs", "above 0"),
+    ("rungs: [-1, 1]", "rungs", "above 0"),
+    ("rungs: [1]", "rungs", "at least 2"),
+    ("rungs: [1, 4]\n  size: 999m", "size", "not a size of scale"),
+    ("rungs: [1, 4]\n  max_seeds: {2: 4}", "max_seeds.2", "not a rung"),
+    ("rungs: [1, 4]\n  exclude: {4: [{Q: 2}]}", "exclude.4[0].Q", "not an axis"),
+    ("rungs: [1, 4]\n  exclude: {4: [{T: 3}]}", "exclude.4[0].T", "not a value"),
+    ("rungs: [1, 4]\n  set: {train.tokens: 5}", "train.tokens", "sets this itself"),
+    ("rungs: [1, 4]\n  axes: {size: [108m]}", "axes.size", "ladder.size"),
+])
+def test_a_bad_ladder_is_refused_naming_the_key(tmp_path, monkeypatch, ladder, key, fix):
+    text = "ladder:\n  scale: smoke\n  size: 86m\n  " + ladder + "\n"
+    if "size: 999m" in ladder:
+        text = "ladder:\n  scale: smoke\n  " + ladder.replace("\n  size: 999m", "") + "\n  size: 999m\n"
+    with pytest.raises(SweepError) as e:
+        _sweep(tmp_path, monkeypatch, text)
+    assert "ladder" in str(e.value) and key in str(e.value) and fix in str(e.value), str(e.value)
+
+
+def test_a_rung_the_ladder_lacks_is_refused_naming_the_rungs(tmp_path, monkeypatch):
+    from cemlab.sweeps.ladder import rung_scales_to_run
+
+    spec = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5]}\n")
+    assert rung_scales_to_run(spec, "0.5") == ["smoke-tpp0.5"] == rung_scales_to_run(spec, "smoke-tpp0.5")
+    with pytest.raises(SweepError, match=r"--rung '3'.*0\.125, 0\.5"):
+        rung_scales_to_run(spec, "3")
+
+
+def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_corpus(tmp_path, monkeypatch,
+                                                                                       runs_dir):
+    from cemlab.sweeps.ladder import MAX_EPOCHS, plan_ladder
+
+    short = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.01, 0.5]}\n", "short")
+    with pytest.raises(SweepError, match=r"ladder.rungs: 0.01 .* (\d+) optimizer steps.*warm-up"):
+        plan_ladder(short, read_store=False, corpus=False)
+    long = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.5, 400]}\n", "long")
+    with pytest.raises(SweepError) as e:
+        plan_ladder(long, read_store=False)
+    msg = str(e.value)
+    assert "ladder.rungs: 400" in msg and f"at most {MAX_EPOCHS:g}" in msg
+    epochs = float(msg.split(" epochs of")[0].split(", ")[-1])
+    train_tokens = int(msg.split("corpus's ")[1].split(" ")[0])
+    tokens = int(msg.split("asks for ")[1].split(" ")[0])
+    assert epochs == pytest.approx(tokens / train_tokens, rel=1e-2) and epochs > MAX_EPOCHS
+    ok = plan_ladder(_sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5]}\n", "ok"),
+                     read_store=False)
+    a, b = ok.rungs
+    per_step = b.tokens // b.steps
+    assert abs(b.tokens - 4 * a.tokens) <= 4 * per_step and b.steps > a.steps >= 1 / 0.05 / 2
+    assert a.epochs == pytest.approx(a.tokens / train_tokens) and b.max_trials >= b.trials == 2 * 2 * 5
+
+
+def _rung_points(effects, slope_sd=0.0, seeds=3, noise=0.02, offset_sd=0.03, rng=None):
+    """Per rung, per seed log differences: a seed offset shared by the rungs, noise per rung."""
+    rng = rng or np.random.default_rng(0)
+    offsets = rng.normal(0, offset_sd, seeds)
+    slopes = rng.normal(0, slope_sd, seeds)
+    x = np.arange(len(effects)) * 2.0
+    return {r: {s: float(e + offsets[s] + slopes[s] * (x[i] - x.mean()) + rng.normal(0, noise))
+                for s in range(seeds)} for i, (r, e) in enumerate(zip(RUNGS, effects))}
+
+
+RUNGS = [0.3125, 1.25, 5.0, 20.0]
+TOKENS = {r: r * 230_208 for r in RUNGS}
+
+
+def test_the_trend_is_the_mean_per_seed_least_squares_slope_per_doubling():
+    pts = {0.3125: {0: 0.30, 1: 0.20, 2: 0.25}, 1.25: {0: 0.22, 1: 0.15, 2: 0.18},
+           5.0: {0: 0.10, 1: 0.06, 2: 0.08}, 20.0: {0: 0.02, 1: 0.01, 2: 0.00}}
+    tr = trend(pts, TOKENS)
+    x = np.log2([TOKENS[r] for r in RUNGS])
+    per_seed = [np.polyfit(x, [pts[r][s] for r in RUNGS], 1)[0] for s in range(3)]  # numpy's own fit
+    assert tr.slope == pytest.approx(np.mean(per_seed)) and tr.seeds == 3 and tr.rungs == 4
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 2) * np.std(per_seed, ddof=1) / math.sqrt(3)
+    assert (tr.low, tr.high) == pytest.approx((np.mean(per_seed) - half, np.mean(per_seed) + half))
+    # a seed missing at one rung leaves the trend, not the rung
+    pts[20.0].pop(2)
+    assert trend(pts, TOKENS).seeds == 2
+
+
+@pytest.mark.parametrize("verdicts, effects, word, text", [
+    (["contradicted"] * 4, [0.3, 0.3, 0.3, 0.3], HOLDS, "holds at every rung (contradicted)"),
+    (["supported", "supported", "contradicted", "contradicted"], [-0.2, -0.1, 0.1, 0.2], FLIPS,
+     "flips between rung 1.25 and rung 5 (supported -> contradicted)"),
+    (["inconclusive", "contradicted", "inconclusive", "inconclusive"], [0.3, 0.2, 0.1, 0.0], CHANGES,
+     "changes with training"),
+    (["inconclusive", "contradicted", "inconclusive", "inconclusive"], [0.05, 0.05, 0.05, 0.05], OPEN, "open ("),
+    (["contradicted", "contradicted", "contradicted", "not enough runs"], [0.3, 0.2, 0.1, 0.0], HOLDS,
+     "its effect changes"),
+])
+def test_the_ladder_verdict_on_constructed_data(verdicts, effects, word, text):
+    tr = trend(_rung_points(effects, noise=0.005, offset_sd=0.05), TOKENS)
+    w, t = ladder_verdict(list(zip(RUNGS, verdicts)), tr)
+    assert w == word and text in t, (w, t, tr)
+
+
+def _false_trend_rate(reps: int, rng, **kw) -> tuple[float, float]:
+    """Share of simulated ladders with no change with training whose trend interval excludes zero,
+    on each side."""
+    below = above = 0
+    for _ in range(reps):
+        tr = trend(_rung_points([0.1] * 4, rng=rng, **kw), TOKENS)
+        below += tr.high < 0
+        above += tr.low > 0
+    return below / reps, above / reps
+
+
+@pytest.mark.parametrize("case", [dict(), dict(noise=0.05, offset_sd=0.0), dict(slope_sd=0.01, noise=0.01),
+                                  dict(seeds=8)])
+def test_the_false_changes_with_training_rate_is_at_most_its_level(case):
+    """Null: the effect does not change with training (seed offsets, per-seed random slopes with
+    mean zero, noise per rung). Each side at most alpha/2 = 2.5% plus 2.33 Monte-Carlo SE."""
+    reps = int(os.environ.get("CEMLAB_CALIBRATION_REPS", 2000))
+    below, above = _false_trend_rate(reps, np.random.default_rng(7), **case)
+    bound = 0.025 + 2.33 * math.sqrt(0.025 * 0.975 / reps)
+    print(f"false 'changes with training' {case}: {below:.4f} below, {above:.4f} above ({reps} ladders)")
+    assert below <= bound and above <= bound
+
+
+def test_a_true_trend_is_found():
+    """At a slope of -2% per doubling (1 sd of the per-rung noise), 3 seeds, the trend decides
+    most of the time: the test has power where the ladder needs it."""
+    rng = np.random.default_rng(3)
+    found = sum(trend(_rung_points([0.3 - 0.04 * i for i in range(4)], rng=rng), TOKENS).high < 0 for _ in range(400))
+    assert found / 400 > 0.5
