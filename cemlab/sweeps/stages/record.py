@@ -84,6 +84,8 @@ def open_parent_run(client: "MlflowClient", experiment_id: str, spec: SweepSpec,
             schema.TASK: spec.task, schema.STATUS: schema.STATUS_RUNNING}
     if other_running is not None:
         tags[schema.CONCURRENT_WITH] = other_running or (runs[0].info.run_id if runs else "")
+    if scale in spec.rungs():  # a ladder rung: its tokens per parameter, as on its trials
+        tags[schema.RUNG] = f"{spec.rungs()[scale]:g}"
     commit = mr.git_commit()
     if commit:
         tags[schema.GIT_COMMIT] = commit
