@@ -45,7 +45,7 @@ def ladder_env(runs_dir, tmp_path, monkeypatch, ray_local):
     monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, recursion_ablation=LADDER)))
     monkeypatch.delenv("CEMLAB_SWEEP_FAULTS", raising=False)
-    yield tmp_path / "reports" / "recursion_ablation" / "ladder"
+    yield tmp_path / "reports" / "ladder" / "recursion_ablation"
     stop_server()
 
 
@@ -54,7 +54,7 @@ def _rows(path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def test_a_smoke_ladder_runs_every_rung_and_reports_across_them(ladder_env, data_cache, capsys):
+def test_a_smoke_ladder_runs_every_rung_and_reports_across_them(ladder_env, data_cache, capsys, tmp_path):
     from cemlab.cli import main
     from cemlab.tracking.store import tracking_uri
 
@@ -110,3 +110,9 @@ def test_a_smoke_ladder_runs_every_rung_and_reports_across_them(ladder_env, data
     assert (ladder_env / "ladder.csv").read_bytes() == before
     assert main(["report", "recursion_ablation", "--ladder", "--no-log"]) == 0
     assert (ladder_env / "ladder.csv").read_bytes() == before
+
+    # a store without the ladder's runs (another machine): the rungs' committed reports stand in
+    empty = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    assert main(["report", "recursion_ablation", "--ladder", "--no-log", "--tracking-uri", empty]) == 0
+    assert (ladder_env / "ladder.csv").read_bytes() == before
+    assert (ladder_env / "index.md").read_text().count("as committed (no runs in this store)") == 2

@@ -416,9 +416,8 @@ def reports_root(out: str | Path | None) -> Path:
 
 def report_dir(sweep: str, out: str | Path | None, rung_scale: str | None = None) -> Path:
     """Where a sweep's report goes: ``<out>/<sweep>/``; a ladder rung's (``rung_scale``, the rung's
-    scale name) ``<out>/<sweep>/ladder/<rung_scale>/``, beside the across-the-ladder page."""
-    root = reports_root(out) / sweep
-    return root / "ladder" / rung_scale if rung_scale else root
+    scale name) ``<out>/ladder/<sweep>/<rung_scale>/``, below the across-the-ladder page."""
+    return reports_root(out) / "ladder" / sweep / rung_scale if rung_scale else reports_root(out) / sweep
 
 
 def build(sweep: str, scale: str | None = None, out: str | Path | None = None, tracking_uri: str | None = None,

@@ -1,8 +1,10 @@
 """The across-the-ladder report (``cemlab report NAME --ladder``; ``cemlab sweep NAME --ladder``
 builds it at the end): every comparison of every claim at every rung of the sweep's ladder, its
 trend with training and its ladder verdict (``cemlab.report.trend``), and how well a cheap rung
-predicts the top one. Written to ``<reports>/<sweep>/ladder/``, beside each rung's own report
-(``<reports>/<sweep>/ladder/<rung scale>/``), from the MLflow store alone:
+predicts the top one. Written to ``<reports>/ladder/<sweep>/``, each rung's own report in the
+folder of its scale below it. A rung with runs in the MLflow store gets its report rebuilt from
+them; a rung without reads the report its folder already holds, so that a ladder whose rungs ran
+on different machines (each rung's report committed as it finished) is reported whole:
 
 - ``index.md`` / ``index.html``: the page;
 - ``ladder.csv``: one row per comparison and rung (effect, interval and its level, verdict, the
@@ -29,15 +31,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.build import (ReportContext, publish_problem, remove_stale, report_dir, save_figure, trial_counts,
-                                 write_csv, write_file)
-from cemlab.report.claims import claims_for
+from cemlab.report.build import (ReportContext, make_report, publish_problem, remove_stale, reports_root,
+                                 save_figure, write_csv, write_file)
 from cemlab.report.grids import SweepGrids
-from cemlab.report.look import sweep_verdicts
-from cemlab.report.pairing import shown
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.report.stats import CONTRADICTED, LEVEL, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, t_interval
-from cemlab.report.trend import DECISIVE, Trend, ladder_verdict, trend
+from cemlab.report.table import MISSING
+from cemlab.report.trend import DECISIVE, ladder_verdict, trend
+from cemlab.report.verdict_tables import parse_seed_diffs
 from cemlab.tracking import schema
 from cemlab.tracking.runs import RunStore
 
@@ -47,7 +48,9 @@ LADDER_DIR = "ladder"
 
 @dataclass
 class Rung:
-    """One rung as the ladder report reads it."""
+    """One rung as the ladder report reads it: its report's tables (comparisons.csv, claims.csv,
+    trials.csv), rebuilt from the store where it has the rung's runs, else as written before (a
+    committed rung). ``source``: ``store``, ``files`` or ``none`` (not run)."""
 
     rung: float
     scale: str
@@ -55,12 +58,18 @@ class Rung:
     steps: float
     epochs: float
     trials: pd.DataFrame
-    verdicts: list = field(default_factory=list)
-    counts: dict = field(default_factory=dict)
+    comparisons: pd.DataFrame
+    claims: pd.DataFrame
+    source: str = "none"
 
     @property
     def has_runs(self) -> bool:
-        return self.counts.get("runs", 0) > 0
+        return self.source != "none" and bool((self.trials.get("status", pd.Series(dtype=str)) != MISSING).any())
+
+    def count(self, status: str | None = None) -> int:
+        if status is None:
+            return int(len(self.trials))
+        return int((self.trials["status"] == status).sum()) if len(self.trials) else 0
 
 
 @dataclass
@@ -75,36 +84,53 @@ class LadderResult:
     publish_error: str | None = None
 
 
-def _rung_numbers(spec, scale: str, trials: pd.DataFrame) -> tuple[float, float, float]:
-    """Tokens and steps of a rung's trials (from its plan; the runs' own where they logged them) and
-    the epochs of the corpus they make."""
+def ladder_dir(sweep: str, out: str | Path | None) -> Path:
+    """Where a sweep's across-the-ladder report goes: ``<out>/ladder/<sweep>/``, each rung's own
+    report in the folder of its scale below it (``cemlab report NAME --ladder --out docs`` writes
+    ``docs/ladder/NAME/``)."""
+    return reports_root(out) / LADDER_DIR / sweep
+
+
+def _read(folder: Path, name: str) -> pd.DataFrame:
+    p = folder / f"{name}.csv"
+    return pd.read_csv(p, keep_default_na=False, na_values=[""]) if p.is_file() else pd.DataFrame()
+
+
+def read_rungs(sweep: str, store: RunStore, grids: SweepGrids, out: str | Path | None = None,
+               publish: bool = True) -> list[Rung]:
+    """Every rung of ``sweep``'s ladder, cheapest first. A rung with runs in the store gets its report
+    (``build.make_report``) rebuilt in its folder first; a rung without gets the tables its folder
+    already holds (committed results), or none."""
     from cemlab.sweeps.ladder import trial_budget
 
-    tokens, steps = trial_budget(spec.expand(scale)[0])
-    have = trials["train_tokens"].to_numpy(dtype=float) if "train_tokens" in trials else np.array([])
-    have = have[np.isfinite(have)]
-    epochs = tokens / float(have[0]) if len(have) and have[0] > 0 else math.nan
-    return float(tokens), float(steps), epochs
-
-
-def read_rungs(sweep: str, store: RunStore, grids: SweepGrids) -> list[Rung]:
-    """Every rung of ``sweep``'s ladder, cheapest first, with its trials and verdicts (none for a
-    rung without runs)."""
     spec = grids.spec(sweep)
-    out = []
+    out_rungs = []
     for scale, r in spec.rungs().items():
-        store.prefetch(t.config_hash for t in grids.trials(sweep, scale))
-        ctx = ReportContext(sweep, scale, store, grids)
-        trials = ctx.trials()
-        counts = trial_counts(trials)
-        tokens, steps, epochs = _rung_numbers(spec, scale, trials)
-        verdicts = sweep_verdicts(claims_for(spec.claims), ctx) if counts["runs"] else []
-        out.append(Rung(r, scale, tokens, steps, epochs, trials.assign(rung=r, rung_scale=scale), verdicts, counts))
-    return out
+        folder = ladder_dir(sweep, out) / scale
+        grid = grids.trials(sweep, scale)
+        store.prefetch(t.config_hash for t in grid)
+        source = "none"
+        if any(store.has_runs_for(t) for t in grid):
+            make_report(ReportContext(sweep, scale, store, grids), folder, publish=publish)
+            source = "store"
+        elif (folder / "comparisons.csv").is_file() and (folder / "trials.csv").is_file():
+            source = "files"
+        tokens, steps = trial_budget(grid[0])
+        trials = _read(folder, "trials") if source != "none" else pd.DataFrame()
+        have = pd.to_numeric(trials.get("train_tokens", pd.Series(dtype=float)), errors="coerce").dropna()
+        epochs = tokens / float(have.iloc[0]) if len(have) and have.iloc[0] > 0 else math.nan
+        out_rungs.append(Rung(r, scale, float(tokens), float(steps), epochs, trials.assign(rung=r, rung_scale=scale),
+                              _read(folder, "comparisons") if source != "none" else pd.DataFrame(),
+                              _read(folder, "claims") if source != "none" else pd.DataFrame(), source))
+    return out_rungs
 
 
-def _key(v, ch) -> tuple[str, str, str]:
-    return (v.id, v.condition, ch.label)
+#: Claims whose effect is not a log ratio shown as a relative change (the learning-rate claim's log2).
+def _relative(claim_id: str) -> bool:
+    from cemlab.report.claims import CLAIMS
+
+    c = CLAIMS.get(claim_id) if claim_id in CLAIMS else None
+    return getattr(c, "relative_margin", True)
 
 
 def comparison_rows(rungs: list[Rung], alpha: float | None = None) -> pd.DataFrame:
@@ -112,44 +138,39 @@ def comparison_rows(rungs: list[Rung], alpha: float | None = None) -> pd.DataFra
     from cemlab.report.stats import ALPHA
 
     alpha = ALPHA if alpha is None else alpha
-    rows, points, fmts = [], {}, {}
+    rows, points = [], {}
     for rg in rungs:
-        for v in rg.verdicts:
-            for ch in v.checks:
-                k = _key(v, ch)
-                fmts[k] = ch.fmt
-                points.setdefault(k, {})[rg.rung] = dict(ch.seed_diffs)
-                rows.append(dict(claim=v.id, condition=v.condition, role=v.role, comparison=ch.label, rung=rg.rung,
-                                 tokens=rg.tokens, steps=rg.steps, epochs=rg.epochs, n=ch.iv.n,
-                                 effect=shown(ch.iv.effect, ch.fmt), ci_low=shown(ch.iv.low, ch.fmt),
-                                 ci_high=shown(ch.iv.high, ch.fmt), level=ch.level, verdict=ch.verdict,
-                                 claim_verdict=v.verdict))
+        if rg.comparisons.empty:
+            continue
+        claim_verdicts = {(str(c["id"]), _text(c["condition"])): str(c["verdict"]) for _, c in rg.claims.iterrows()}
+        for _, c in rg.comparisons.iterrows():
+            k = (str(c["id"]), _text(c["condition"]), str(c["comparison"]))
+            points.setdefault(k, {})[rg.rung] = parse_seed_diffs(c.get("seed_diffs", ""))
+            rows.append(dict(claim=k[0], condition=k[1], role=str(c["role"]), comparison=k[2], rung=rg.rung,
+                             tokens=rg.tokens, steps=rg.steps, epochs=rg.epochs, n=int(c["n"]),
+                             effect=float(c["effect"]), ci_low=float(c["ci_low"]), ci_high=float(c["ci_high"]),
+                             level=float(c["level"]), verdict=str(c["verdict"]),
+                             claim_verdict=claim_verdicts.get(k[:2], "")))
     df = pd.DataFrame(rows, columns=["claim", "condition", "role", "comparison", "rung", "tokens", "steps", "epochs",
                                      "n", "effect", "ci_low", "ci_high", "level", "verdict", "claim_verdict"])
     tokens = {rg.rung: rg.tokens for rg in rungs}
     extra = {}
     for k, pts in points.items():
         tr = trend(pts, tokens, alpha)
+        rel = _relative(k[0])
+        show = (lambda x: math.expm1(x) if math.isfinite(x) else x) if rel else (lambda x: x)
         mine = df[(df["claim"] == k[0]) & (df["condition"] == k[1]) & (df["comparison"] == k[2])]
-        word, text = ladder_verdict(list(zip(mine["rung"], mine["verdict"])), tr, _slope_fmt(fmts[k]))
-        extra[k] = dict(slope=_shown_slope(tr.slope, fmts[k]), slope_low=_shown_slope(tr.low, fmts[k]),
-                        slope_high=_shown_slope(tr.high, fmts[k]), slope_level=tr.level, slope_seeds=tr.seeds,
-                        ladder=word, ladder_verdict=text)
+        word, text = ladder_verdict(list(zip(mine["rung"], mine["verdict"])), tr,
+                                    None if rel else (lambda v: f"{v:+.3g}"))
+        extra[k] = dict(slope=show(tr.slope), slope_low=show(tr.low), slope_high=show(tr.high), slope_level=tr.level,
+                        slope_seeds=tr.seeds, ladder=word, ladder_verdict=text)
     for col in ("slope", "slope_low", "slope_high", "slope_level", "slope_seeds", "ladder", "ladder_verdict"):
         df[col] = [extra[(r.claim, r.condition, r.comparison)][col] for r in df.itertuples()]
     return df
 
 
-def _slope_fmt(fmt):
-    from cemlab.report.pairing import pct
-
-    return None if fmt is pct else (lambda v: f"{v:+.3g}")
-
-
-def _shown_slope(x: float, fmt) -> float:
-    """A slope per doubling on the page's scale: the relative change per doubling for a log-ratio
-    effect (exp(slope) - 1), the slope itself otherwise (log2 lr ratios)."""
-    return shown(x, fmt)
+def _text(x) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
 def verdict_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -174,9 +195,11 @@ def claim_table(rungs: list[Rung]) -> pd.DataFrame:
     """claims.csv: each claim condition's verdict (and its deciding comparison) at each rung."""
     out: dict[tuple, dict] = {}
     for rg in rungs:
-        for v in rg.verdicts:
-            row = out.setdefault((v.id, v.condition), dict(claim=v.id, condition=v.condition, role=v.role))
-            row[f"rung {rg.rung:g}"] = v.verdict + (f" ({v.decided_by})" if v.decided_by else "")
+        for _, v in rg.claims.iterrows():
+            cond = _text(v["condition"])
+            row = out.setdefault((v["id"], cond), dict(claim=v["id"], condition=cond, role=v["role"]))
+            by = _text(v.get("decided_by"))
+            row[f"rung {rg.rung:g}"] = str(v["verdict"]) + (f" ({by})" if by else "")
     return pd.DataFrame(list(out.values()))
 
 
@@ -184,11 +207,13 @@ def _tuned_cells(trials: pd.DataFrame) -> dict[str, pd.Series]:
     """Per cell (variant), the per-seed log test metric at its rate with the lowest mean log
     validation metric over its seeds (the geometric mean validation perplexity)."""
     out = {}
-    done = trials[np.isfinite(trials["value"].to_numpy(dtype=float))]
+    if trials.empty:
+        return out
+    done = trials[np.isfinite(pd.to_numeric(trials["value"], errors="coerce").to_numpy(dtype=float))]
     for variant, g in done.groupby("variant", sort=False):
         best, best_val = None, math.inf
         for lr, h in g.groupby("lr", sort=True):
-            val = np.log(h["val"].to_numpy(dtype=float))
+            val = np.log(pd.to_numeric(h["val"], errors="coerce").to_numpy(dtype=float))
             val = val[np.isfinite(val)]
             if len(val) and float(val.mean()) < best_val:
                 best, best_val = h, float(val.mean())
@@ -244,7 +269,7 @@ def accuracy(rungs: list[Rung], df: pd.DataFrame) -> pd.DataFrame:
 def trials_table(rungs: list[Rung]) -> pd.DataFrame:
     """trials.csv: every trial of every rung."""
     cols = ["rung", "rung_scale", "trial_id", "variant", "group", "lr", "seed", "config_hash", "status", "val",
-            "value", "run_id"]
+            "value", "run_id", "run_sweep"]
     frames = [rg.trials for rg in rungs if len(rg.trials)]
     if not frames:
         return pd.DataFrame(columns=cols)
@@ -318,8 +343,9 @@ def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Pa
         ("ladder", df), ("verdicts", vt), ("claims", claims), ("accuracy", acc), ("trials", trials_table(rungs)))}
     rung_rows = pd.DataFrame([dict(rung=rg.rung, scale=rg.scale, tokens=rg.tokens, steps=rg.steps,
                                    epochs=round(rg.epochs, 3) if math.isfinite(rg.epochs) else math.nan,
-                                   trials=rg.counts.get("trials", 0), finished=rg.counts.get(schema.STATUS_FINISHED, 0),
-                                   diverged=rg.counts.get(schema.STATUS_DIVERGED, 0),
+                                   trials=rg.count(), finished=rg.count(schema.STATUS_FINISHED),
+                                   diverged=rg.count(schema.STATUS_DIVERGED), results={"store": "from the store",
+                                   "files": "as committed (no runs in this store)"}.get(rg.source, ""),
                                    report=f"{rg.scale}/index.html" if rg.has_runs else "not run yet")
                               for rg in rungs])
     sections.append(Section("rungs", "The rungs", "One model width, the rungs differing in training length only "
@@ -365,10 +391,10 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
         from cemlab.sweeps.spec.schema import SweepError
 
         raise SweepError(f"{spec.source}: this sweep has no ladder (no ladder: section); nothing to report with --ladder")
-    out_dir = report_dir(sweep, out) / LADDER_DIR
+    out_dir = ladder_dir(sweep, out)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: set[str] = set()
-    rungs = read_rungs(sweep, store, grids)
+    rungs = read_rungs(sweep, store, grids, out, publish)
     df = comparison_rows(rungs)
     vt = verdict_table(df)
     sections = _sections(rungs, df, vt, out_dir, written)
@@ -379,8 +405,8 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
                ("MLflow store", store.uri),
                ("comparisons", f"{len(vt)}; ladder verdicts: " + ", ".join(
                    f"{n} {w}" for w, n in vt["ladder"].value_counts().items()) if len(vt) else "none"),
-               ("trials", f"{sum(rg.counts.get('trials', 0) for rg in rungs)} in all, "
-                          f"{sum(rg.counts.get(schema.STATUS_FINISHED, 0) for rg in rungs)} finished")]
+               ("trials", f"{sum(rg.count() for rg in rungs)} in all, "
+                          f"{sum(rg.count(schema.STATUS_FINISHED) for rg in rungs)} finished")]
     banner = None if judged else (f"No runs of the ladder of '{sweep}' in {store.uri}: run `cemlab sweep {sweep} "
                                   f"--ladder` first.")
     page = Page(f"cemlab ladder: {sweep}", summary, banner, None, sections, None,

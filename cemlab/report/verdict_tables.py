@@ -69,7 +69,19 @@ def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 COMPARISON_COLUMNS = ["id", "condition", "role", "comparison", *WHERE, "compared", "test", "side", "threshold",
                       "margin", "effect", "ci_low", "ci_high", "level", "n", "sd_log", "seeds_for_80pct_power",
                       "p_supported", "p_contradicted", "p_negligible", "alpha_supported", "alpha_contradicted",
-                      "verdict", "primary", "decided", "choice", "n_choices", "diverged", "text"]
+                      "verdict", "primary", "decided", "choice", "n_choices", "diverged", "text", "seed_diffs"]
+
+
+def seed_diffs_text(pairs) -> str:
+    """A comparison's per-seed log differences as ``seed:difference`` words (full precision): what
+    the ladder's trend reads back from a rung's comparisons.csv (:func:`parse_seed_diffs`)."""
+    return " ".join(f"{int(s)}:{float(d)!r}" for s, d in pairs)
+
+
+def parse_seed_diffs(text) -> dict[int, float]:
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    return {int(s): float(d) for s, d in (w.split(":", 1) for w in text.split())}
 
 
 def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
@@ -92,5 +104,5 @@ def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                              alpha_supported=ch.alpha_claim, alpha_contradicted=ch.alpha_against,
                              verdict=ch.verdict, primary=ch is prim, decided=ch.label == v.decided_by,
                              choice=ch.choice, n_choices=" x ".join(map(str, ch.n_choices)), diverged=ch.diverged,
-                             text=ch.text))
+                             text=ch.text, seed_diffs=seed_diffs_text(ch.seed_diffs)))
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)

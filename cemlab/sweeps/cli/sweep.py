@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     (``cemlab.report.look_store.sweep_look``); ``ladder_after(results, console)``: what follows the
     rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report)."""
     if (args.ladder or args.rung is not None) and not getattr(args, "_rung_scale", False):
-        return _run_ladder(args, after, looker, ladder_after)
+        return _run_ladder(args, looker, ladder_after)
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
@@ -139,11 +139,12 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     return result.exit_code
 
 
-def _run_ladder(args: argparse.Namespace, after, looker, ladder_after) -> int:
+def _run_ladder(args: argparse.Namespace, looker, ladder_after) -> int:
     """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
     sweep at the rung's scale (``cemlab.sweeps.spec.ladder``), run as ``cemlab sweep`` runs a scale,
-    with its report; every rung is checked (warm-up, epochs) before the first trial; then the
-    across-the-ladder report. Stops at the first rung that was interrupted or could not start."""
+    every rung checked (warm-up, epochs) before the first trial; then the across-the-ladder report,
+    which builds each rung's report beside it. Stops at the first rung that was interrupted or could
+    not start."""
     from cemlab.sweeps.ladder import plan_ladder, rung_scales_to_run
     from cemlab.sweeps.spec.load import load_sweep
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_STORE_LOST, EXIT_USAGE
@@ -159,7 +160,7 @@ def _run_ladder(args: argparse.Namespace, after, looker, ladder_after) -> int:
     for scale in scales:
         rung_args = argparse.Namespace(**{**vars(args), "scale": scale, "_rung_scale": True})  # resumed as it was run
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
-        rc = run(rung_args, after=after, looker=looker)
+        rc = run(rung_args, after=None, looker=looker)  # each rung's report is built with the ladder's
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break
