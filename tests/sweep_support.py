@@ -20,6 +20,18 @@ SCALES_YAML = yaml.safe_load((REPO_SWEEPS / "scales.yaml").read_text())
 SCALES = list(SCALES_YAML)
 
 
+#: The variants of a test-only ``recursion_ablation`` (the cells the recursion claims read): Llama, and
+#: CEM attention with dplr and a shared KQ diagonal at T and eta; a file adds ``    axes: {T: [...], eta: [...]}``.
+RECURSION_VARIANTS = """\
+variants:
+  - {group: llama, label: llama}
+  - group: cem-attn
+    label: "cem-attn T{T} eta={eta}"
+    set: {model.attention: cem, model.kq_diagonal: shared, model.attn_steps: "{T}", model.attn_precond: dplr,
+          model.attn_eta: "{eta}"}
+"""
+
+
 def expected_grid(path: Path, scale: str) -> tuple[int, int]:
     """(rows of the plan, runs they stand for) from the raw YAML: size x lr x seed x sum over
     variants of the product of their own axes, each axis replaced by the file's override at

@@ -17,18 +17,13 @@ from cemlab.report.trend import CHANGES, FLIPS, HOLDS, OPEN, ladder_verdict, tre
 from cemlab.sweeps.spec.load import load_sweep
 from cemlab.sweeps.spec.schema import SweepError
 from cemlab.tracking import schema
-from sweep_support import local_sweeps
+from sweep_support import RECURSION_VARIANTS, local_sweeps
 
 BASE = """\
 figure: "test: ladder"
 claims: [t2-beats-t1]
 axes: {size: [86m], lr: [2.0e-3, 4.0e-3], seed: [0, 1]}
-variants:
-  - {group: llama, label: llama}
-  - group: cem-attn
-    label: "cem-attn T{T} eta={eta}"
-    set: {model.attention: cem, model.kq_diagonal: shared, model.attn_steps: "{T}", model.attn_precond: dplr,
-          model.attn_eta: "{eta}"}
+""" + RECURSION_VARIANTS + """\
     axes: {T: [1, 2], eta: [1, 0.5]}
 seeding: {max_seeds: {smoke: 3}, batch: 1}
 """

@@ -15,7 +15,7 @@ import csv
 import pytest
 
 from cemlab.tracking import schema
-from sweep_support import client_for, experiment_runs, local_sweeps
+from sweep_support import RECURSION_VARIANTS, client_for, experiment_runs, local_sweeps
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +23,7 @@ LADDER = """\
 figure: "test: ladder"
 claims: [t2-beats-t1, cem-attn-t2-beats-llama]
 axes: {size: [86m], lr: [2.0e-3], seed: [0, 1]}
-variants:
-  - {group: llama, label: llama}
-  - group: cem-attn
-    label: "cem-attn T{T} eta={eta}"
-    set: {model.attention: cem, model.kq_diagonal: shared, model.attn_steps: "{T}", model.attn_precond: dplr,
-          model.attn_eta: "{eta}"}
+""" + RECURSION_VARIANTS + """\
     axes: {T: [1, 2], eta: [1]}
 ladder:
   scale: smoke

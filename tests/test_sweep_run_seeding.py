@@ -18,7 +18,7 @@ import json
 import pytest
 
 from cemlab.tracking import schema
-from sweep_support import REPO_SWEEPS, client_for, experiment_runs, local_sweeps, run
+from sweep_support import RECURSION_VARIANTS, REPO_SWEEPS, client_for, experiment_runs, local_sweeps, run
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +26,7 @@ SEEDED = """\
 figure: "test: seeding"
 claims: [t2-beats-t1]
 axes: {size: [86m], lr: [2.0e-3], seed: [0]}
-variants:
-  - {group: llama, label: llama}
-  - group: cem-attn
-    label: "cem-attn T{T} eta={eta}"
-    set: {model.attention: cem, model.kq_diagonal: shared, model.attn_steps: "{T}", model.attn_precond: dplr,
-          model.attn_eta: "{eta}"}
+""" + RECURSION_VARIANTS + """\
     axes: {T: [1, 2], eta: [1]}
 seeding: {max_seeds: {smoke: 3}, batch: 1}
 """
