@@ -140,13 +140,14 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     assert a.epochs == pytest.approx(a.tokens / train_tokens) and b.max_trials >= b.trials == 2 * 2 * 5
 
 
-def _rung_points(effects, slope_sd=0.0, seeds=3, noise=0.02, offset_sd=0.03, rng=None):
-    """Per rung, per seed log differences: a seed offset shared by the rungs, noise per rung."""
+def _rung_points(effects, slope_sd=0.0, seeds=3, noise=0.02, offset_sd=0.03, rng=None, noise_by_rung=(1, 1, 1, 1)):
+    """Per rung, per seed log differences: a seed offset shared by the rungs, a seed's own slope
+    (mean zero), noise per rung (scaled by ``noise_by_rung``)."""
     rng = rng or np.random.default_rng(0)
     offsets = rng.normal(0, offset_sd, seeds)
     slopes = rng.normal(0, slope_sd, seeds)
     x = np.arange(len(effects)) * 2.0
-    return {r: {s: float(e + offsets[s] + slopes[s] * (x[i] - x.mean()) + rng.normal(0, noise))
+    return {r: {s: float(e + offsets[s] + slopes[s] * (x[i] - x.mean()) + rng.normal(0, noise * noise_by_rung[i]))
                 for s in range(seeds)} for i, (r, e) in enumerate(zip(RUNGS, effects))}
 
 
@@ -197,11 +198,12 @@ def _false_trend_rate(reps: int, rng, **kw) -> tuple[float, float]:
     return below / reps, above / reps
 
 
-@pytest.mark.parametrize("case", [dict(), dict(noise=0.05, offset_sd=0.0), dict(slope_sd=0.01, noise=0.01),
+@pytest.mark.parametrize("case", [dict(), dict(noise_by_rung=(3, 2, 1, 0.5)), dict(slope_sd=0.01, noise=0.01),
                                   dict(seeds=8)])
 def test_the_false_changes_with_training_rate_is_at_most_its_level(case):
     """Null: the effect does not change with training (seed offsets, per-seed random slopes with
-    mean zero, noise per rung). Each side at most alpha/2 = 2.5% plus 2.33 Monte-Carlo SE."""
+    mean zero, noise per rung, noisier at the short rungs). Each side at most alpha/2 = 2.5% plus
+    2.33 Monte-Carlo SE."""
     reps = int(os.environ.get("CEMLAB_CALIBRATION_REPS", 2000))
     below, above = _false_trend_rate(reps, np.random.default_rng(7), **case)
     bound = 0.025 + 2.33 * math.sqrt(0.025 * 0.975 / reps)
