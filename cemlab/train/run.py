@@ -72,7 +72,7 @@ from cemlab.train.module import CEMLabModule, Diverged
 from cemlab.train.plan import TrainPlan, make_plan
 from cemlab.train.result import RunResult, finite
 from cemlab.train.trainer import (accelerator_and_precision, build_trainer, device_peak_flops, quiet_lightning,
-                                  show_progress_bar)
+                                  show_progress_bar, use_compile_cache)
 
 log = logging.getLogger("cemlab.train")
 
@@ -307,6 +307,8 @@ def set_up_trainer(run: Run, model: Model, data: TaskData, start: Start, callbac
                    progress_bar: bool | None, ray_train: bool):
     """The LightningModule, the resumable training loader of this rank and the ``Trainer``."""
     position = DataPosition()
+    if run.cfg.train.compiles(run.accelerator) or run.accelerator == "gpu":  # flex compiles on a GPU in any case
+        use_compile_cache()
     module = CEMLabModule(run.cfg, model.runtime, run.plan, position)
     sampler = StepBatchSampler(len(data.train), run.plan, run.cfg.train.seed, run.rank, position)
     loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=run.accelerator == "gpu")
