@@ -29,6 +29,9 @@ import cemlab.models.cem as cem
 import cemlab.models.kernels as kernels
 from cemlab.models import build_model
 from cemlab.models.config import ModelConfig
+from gpu_support import gpu_file_timeout
+
+pytestmark = gpu_file_timeout
 
 NANO = dict(d_model=32, n_layers=1, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 

@@ -191,7 +191,7 @@ class RunLogger:
         finally:
             try:
                 if self.monitor is not None:
-                    self.monitor.finish()
+                    conventions.stop_system_metrics(self.monitor)
             finally:
                 mr.finish_run(self.client, self.run_id, status, extra_tags)
 
