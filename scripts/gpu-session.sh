@@ -66,7 +66,9 @@ planned=0   # --dry-run: the seconds the steps before would take at their limits
 run() {
   local step=$1 log=$2 cmd; shift 2
   printf -v cmd '%q ' "$@"
-  local left=$(( budget - ($(date +%s) - start) - planned ))
+  local elapsed=0
+  [ "$dry" = 1 ] || elapsed=$(( $(date +%s) - start ))
+  local left=$(( budget - elapsed - planned ))
   local t=${limit[$step]}
   [ "$t" -le $(( left - 10 )) ] || t=$(( left - 10 ))
   if [ "$t" -lt 30 ]; then

@@ -10,7 +10,9 @@ and the script that installs it there without a network (docs/gpu.md).
 What goes in: cemlab's wheel (built from this checkout) and every distribution its requirements
 reach (extras such as ``ray[tune]`` followed, environment markers evaluated for the node's Python
 and Linux x86-64), each at its pinned version, plus ``--with`` names; not torch, and not the names
-listed in ``--installed`` (the node already has them, with their own dependencies). A reachable
+listed in ``--installed`` (the node already has them, with their own dependencies) unless their
+wheel is small (``--keep-small``, default 2 MiB: a fallback for a node whose version is too old
+or too new for a requirement, e.g. pydantic's typing-extensions>=4.16). A reachable
 distribution that the constraints do not pin is an error naming it. ``--only`` restricts the
 bundle to the names given (and cemlab), for a small bundle (the test suite builds one).
 
@@ -139,21 +141,28 @@ def build_cemlab_wheel(dest: Path) -> Path:
 
 
 def collect(args, wheels: Path) -> list[Path]:
-    """cemlab's wheel and every pinned wheel its requirements reach, downloaded into ``wheels``."""
+    """cemlab's wheel and every pinned wheel its requirements reach, downloaded into ``wheels``. A
+    distribution the node has (``--installed``) is bundled only when its wheel is at most
+    ``--keep-small`` bytes (pip then takes it only where the node's version misses a requirement),
+    and what it needs is followed only then."""
     pins = read_pins(args.constraints)
-    skip = NEVER | (read_names(args.installed) if args.installed else set())
+    installed = read_names(args.installed) if args.installed else set()
     only = {canonicalize_name(n) for n in args.only} if args.only else None
     env = marker_env(args.python_version)
     cemlab = build_cemlab_wheel(wheels)
     todo = [(r.name, set(r.extras)) for r in needed(requires(cemlab), set(), env)]
     todo += [(n, set()) for n in args.with_]
     files: dict[str, Path] = {"cemlab": cemlab}
+    left_out = set(NEVER)   # never bundled, or the node's own and too large to bring as a fallback
     seen: set[tuple[str, frozenset]] = set()
     while todo:
         level = []
         for name, extras in todo:
             n = canonicalize_name(name)
-            if n in skip or (only is not None and n not in only) or (n, frozenset(extras)) in seen:
+            if n in left_out or (only is not None and n not in only) or (n, frozenset(extras)) in seen:
+                continue
+            if n not in pins and n in installed:   # the node's, and no pinned version to fall back on
+                left_out.add(n)
                 continue
             seen.add((n, frozenset(extras)))
             level.append((n, extras))
@@ -169,8 +178,13 @@ def collect(args, wheels: Path) -> list[Path]:
                 found = [w for w in wheels.glob("*.whl") if canonicalize_name(parse_wheel_filename(w.name)[0]) == n]
                 if not found:
                     raise BundleError(f"pip downloaded no wheel of {n}=={pins[n]}")
-                files[n] = found[0]
-        todo = [(r.name, set(r.extras)) for n, extras in level for r in needed(requires(files[n]), extras, env)]
+                if n in installed and found[0].stat().st_size > args.keep_small:
+                    found[0].unlink()
+                    left_out.add(n)
+                else:
+                    files[n] = found[0]
+        todo = [(r.name, set(r.extras)) for n, extras in level if n in files
+                for r in needed(requires(files[n]), extras, env)]
     return sorted(files.values())
 
 
@@ -313,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python-version", help="the node's Python, e.g. 3.12 (wheels for Linux x86-64); default: this one's")
     p.add_argument("--constraints", type=Path, default=ROOT / "requirements" / "constraints.txt",
                    help="the pinned versions (default requirements/constraints.txt)")
-    p.add_argument("--installed", type=Path, help="a file of distribution names the node already has: not bundled")
+    p.add_argument("--installed", type=Path,
+                   help="a file of distribution names the node already has: bundled only when small (--keep-small)")
+    p.add_argument("--keep-small", type=parse_size, default=parse_size("2M"), metavar="SIZE",
+                   help="still bundle the pinned wheel of a distribution the node has when it is at most SIZE "
+                        "(default 2M): pip takes it where the node's version misses a requirement; 0: never")
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="NAME",
                    help="also bundle NAME and what it needs (repeatable), e.g. --with pytest --with pytest-timeout")
     p.add_argument("--only", action="append", metavar="NAME", help="bundle only these names (and cemlab)")

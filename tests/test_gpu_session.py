@@ -114,15 +114,16 @@ def test_offline_bundle_names_what_it_cannot_bundle(tmp_path, monkeypatch):
     pins = tmp_path / "c.txt"
     pins.write_text("toy-a==1.0\n")
     args = bundle.argparse.Namespace(constraints=pins, installed=None, only=None, python_version=None, with_=[],
-                                     find_links=links)
+                                     find_links=links, keep_small=0)
     with pytest.raises(bundle.BundleError, match=r"toy-b: needed but not pinned in .*c\.txt; pin it there"):
         bundle.collect(args, tmp_path / "wheels")
     installed = tmp_path / "node.txt"
-    installed.write_text("# the node's packages\ntoy_b==2.0.1\n")
-    args.installed = installed   # the node has it: not bundled, and not asked for
-    (tmp_path / "wheels2").mkdir()
-    got = bundle.collect(args, tmp_path / "wheels2")
-    assert [p.name.split("-")[0] for p in got] == ["cemlab", "toy_a"]
+    installed.write_text("# the node's packages\ntoy_b==2.0.1\ntoy-a\n")
+    args.installed = installed   # the node has both: toy-b has no pin to fall back on, toy-a is large
+    for keep, bundled in ((0, ["cemlab"]), (1 << 20, ["cemlab", "toy_a"])):
+        args.keep_small = keep   # ... or small enough to bring as a fallback
+        (tmp_path / f"w{keep}").mkdir()
+        assert [p.name.split("-")[0] for p in bundle.collect(args, tmp_path / f"w{keep}")] == bundled
 
 
 def _session(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:

@@ -145,7 +145,7 @@ def test_a_system_metrics_monitor_that_does_not_stop_does_not_hold_the_run_end(c
     import threading
     import time
 
-    from cemlab.tracking.conventions import stop_system_metrics
+    from cemlab.train.run import stop_system_metrics
 
     release = threading.Event()
 

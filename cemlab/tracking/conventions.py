@@ -49,7 +49,6 @@ import os
 import pwd
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,25 +266,6 @@ def start_system_metrics(cfg: "RunConfig", tracking_uri: str, run_id: str, resum
     monitor = SystemMetricsMonitor(run_id, resume_logging=resume, tracking_uri=tracking_uri)
     monitor.start()
     return monitor
-
-
-#: How long the end of a run waits for MLflow's system metrics thread to stop.
-SYSTEM_METRICS_STOP_S = 30.0
-
-
-def stop_system_metrics(monitor, timeout: float = SYSTEM_METRICS_STOP_S) -> bool:
-    """Stop a ``SystemMetricsMonitor``, waiting at most ``timeout`` seconds; returns whether it
-    stopped. Its ``finish`` joins the sampling thread with no limit, so a sample stuck in a store
-    or NVML call would hold the run's end, and the process, for good; both threads are daemons,
-    so a process that moves on still exits."""
-    stopper = threading.Thread(target=monitor.finish, name="cemlab-stop-system-metrics", daemon=True)
-    stopper.start()
-    stopper.join(timeout)
-    if stopper.is_alive():
-        log.warning("MLflow's system metrics did not stop within %.0f s; the run ends without waiting for them "
-                    "(tracking.system_metrics=false turns them off)", timeout)
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,9 +192,28 @@ class RunLogger:
         finally:
             try:
                 if self.monitor is not None:
-                    conventions.stop_system_metrics(self.monitor)
+                    stop_system_metrics(self.monitor)
             finally:
                 mr.finish_run(self.client, self.run_id, status, extra_tags)
+
+
+#: How long the end of a run waits for MLflow's system metrics thread to stop.
+SYSTEM_METRICS_STOP_S = 30.0
+
+
+def stop_system_metrics(monitor, timeout: float = SYSTEM_METRICS_STOP_S) -> bool:
+    """Stop a ``SystemMetricsMonitor``, waiting at most ``timeout`` seconds; returns whether it
+    stopped. Its ``finish`` joins the sampling thread with no limit, so a sample stuck in a store
+    or NVML call would hold the run's end, and the process, for good; both threads are daemons,
+    so a process that moves on still exits."""
+    stopper = threading.Thread(target=monitor.finish, name="cemlab-stop-system-metrics", daemon=True)
+    stopper.start()
+    stopper.join(timeout)
+    if stopper.is_alive():
+        log.warning("MLflow's system metrics did not stop within %.0f s; the run ends without waiting for them "
+                    "(tracking.system_metrics=false turns them off)", timeout)
+        return False
+    return True
 
 
 # -- the steps ----------------------------------------------------------------------------------------
