@@ -13,8 +13,8 @@ import argparse
 import importlib
 import shlex
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
+import cemlab
 from cemlab.links import COMMAND, PATH, print_link
 
 #: subcommand -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, one-line help)
@@ -64,17 +64,10 @@ Everyday use:
 command. Runs are logged to $MLFLOW_TRACKING_URI, else to the project's store under ./runs."""
 
 
-def _version() -> str:
-    try:
-        return version("cemlab")
-    except PackageNotFoundError:  # a source checkout that is not installed
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cemlab", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"cemlab {_version()}")
+    parser.add_argument("--version", action="version", version=f"cemlab {cemlab.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

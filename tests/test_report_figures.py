@@ -5,8 +5,10 @@ baselines carry their seed spread; panels name the paper's size and the models' 
 the loss axis is linear and a log perplexity axis is labelled in plain numbers.
 
 Two of the report tests' sweeps (``report_support``: recursion_ablation, kq_diagonal, whose
-Llama baseline is recursion_ablation's), and a sweep of 16 cells (T x preconditioner x eta beside
-Llama, one seed) that gives panels with more lines than the palette has colours.
+Llama baseline is recursion_ablation's), a sweep of 16 cells (T x preconditioner x eta beside
+Llama, one seed) that gives panels with more lines than the palette has colours, and two sweeps
+that run T = 1 and 2 each at eta = 1 and 1/2 (Fig. 2c; Fig. 4 with plain reuse), whose lines and
+arrows are read back against the values written.
 """
 
 from __future__ import annotations
@@ -50,6 +52,56 @@ def _write_many(uri: str, artifacts: Path) -> None:
                 histories={schema.TRAIN_LOSS: [(s, 6.0 - 0.001 * s * (1 + i / 20)) for s in range(0, 300, 50)],
                            schema.VAL_PPL: [(s, v + 400.0 / (1 + s)) for s in (10, 100, 300)]})
 
+#: T x eta crossed, as recursion_ablation and reuse_vs_recursion_attention run it, at the size s2 that
+#: no other sweep written here has (every run its own); the T=1 cells at eta=1 and eta=1/2 are two
+#: models with far apart perplexities.
+ETAS = """\
+figure: "Fig 2c"
+figures: [fig2c]
+axes: {size: [s2], seed: [0, 1]}
+variants:
+  - {group: llama, label: llama}
+  - group: cem-attn
+    label: "cem-attn T{T} dplr eta={eta}"
+    set: {model.attention: cem, model.attn_steps: "{T}", model.attn_precond: dplr, model.attn_eta: "{eta}"}
+    axes: {T: [1, 2], eta: [1, 0.5]}
+"""
+ETAS_REUSE = """\
+figure: "Fig 4"
+figures: [fig4]
+axes: {size: [s2], seed: [0, 1]}
+variants:
+  - {group: reuse-attn, label: "reuse-attn T{T}", set: {model.attn_reuse: "{T}"}, axes: {T: [1, 2]}}
+  - group: cem-attn
+    label: "cem-attn T{T} eta={eta}"
+    set: {model.attention: cem, model.attn_steps: "{T}", model.attn_eta: "{eta}"}
+    axes: {T: [1, 2], eta: [1, 0.5]}
+"""
+#: (T, eta) -> test perplexity at seed 0 (seed 1: one more); Llama (plain reuse at T=1) and plain reuse at T=2.
+ETA_PPL = {(1, 1.0): 173.1, (1, 0.5): 136.8, (2, 1.0): 243.4, (2, 0.5): 150.2}
+LLAMA_S2, REUSE_T2 = 160.0, 165.0
+
+
+def _eta_value(t) -> float:
+    """A trial's crafted perplexity in the eta sweeps."""
+    if t.group == "cem-attn":
+        return ETA_PPL[(t.axes["T"], float(t.axes["eta"]))] + t.axes["seed"]
+    return (REUSE_T2 if t.axes.get("T", 1) == 2 else LLAMA_S2) + t.axes["seed"]
+
+
+def _write_etas(uri: str, artifacts: Path) -> None:
+    from cemlab.sweeps.spec.load import load_sweep
+
+    w = rs.RunWriter(uri, artifacts)
+    done = set()
+    for name in ("etas", "etas_reuse"):
+        parent = w.parent(name)
+        for t in load_sweep(name).expand("smoke"):
+            if t.config_hash not in done:  # plain reuse at T=1 is the Llama baseline: written once
+                done.add(t.config_hash)
+                w.trial(t, metrics=rs.lm_metrics(_eta_value(t), params=1.8e6 if t.group == "cem-attn" else 2e6),
+                        parent_id=parent)
+
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
@@ -63,13 +115,16 @@ def drawn(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         sweeps = rs.write_sweeps(root / "sweeps")
         (sweeps / "many.yaml").write_text(MANY)
+        (sweeps / "etas.yaml").write_text(ETAS)
+        (sweeps / "etas_reuse.yaml").write_text(ETAS_REUSE)
         mp.setenv("CEMLAB_SWEEPS_DIR", str(sweeps))
         uri = rs.migrated_store(root / "template.db", root / "mlflow.db")
         rs.populate(uri, root / "artifacts", ["recursion_ablation", "kq_diagonal"])
         _write_many(uri, root / "artifacts")
+        _write_etas(uri, root / "artifacts")
         store, grids = RunStore(uri), SweepGrids()
         out = {}
-        for sweep in ["recursion_ablation", "kq_diagonal", "many"]:
+        for sweep in ["recursion_ablation", "kq_diagonal", "many", "etas", "etas_reuse"]:
             ctx = ReportContext(sweep, "smoke", store, grids)
             for fid in grids.spec(sweep).figures:
                 out[f"{sweep}/{fid}"] = PAPER_FIGURES[fid](ctx)
@@ -173,3 +228,51 @@ def test_captions_baselines_and_panels_say_what_is_drawn(drawn):
     labels = [t.get_text() for t in axes[schema.VAL_PPL].get_yticklabels(minor=True)
               + axes[schema.VAL_PPL].get_yticklabels()]
     assert labels and not any("times" in t or "^" in t or "$" in t for t in labels), labels
+
+
+def _mean(T: int, eta: float) -> float:
+    return statistics.mean(ETA_PPL[(T, eta)] + seed for seed in (0, 1))
+
+
+def test_each_step_size_is_drawn_through_its_own_cells(drawn):
+    """Fig. 2c: the eta=1 line joins T=1 at eta=1 to T=2 at eta=1, the eta=1/2 line T=1 at eta=1/2 to
+    T=2 at eta=1/2: no T=1 cell of the other step size on a line (read from the Line2D drawn)."""
+    from matplotlib.container import ErrorbarContainer
+
+    f = drawn["etas/fig2c"]
+    lines = {c.get_label(): list(zip(c.lines[0].get_xdata(), c.lines[0].get_ydata()))
+             for c in f.fig.axes[0].containers if isinstance(c, ErrorbarContainer)}
+    assert set(lines) == {"precond dplr, eta=1", "precond dplr, eta=0.5"}, lines
+    for eta in (1.0, 0.5):
+        points = lines[f"precond dplr, eta={eta:g}"]
+        assert [x for x, _ in points] == [1, 2], points
+        assert [y for _, y in points] == [pytest.approx(_mean(1, eta)), pytest.approx(_mean(2, eta))], (eta, points)
+    assert "each line through the cells of its own eta only" in f.caption, f.caption
+
+
+def test_reuse_figure_compares_each_step_size_with_its_own_t1(drawn):
+    """Fig. 4: each CEM setting named by its eta has its T=1 and T=2 points (and the gain) at that eta,
+    in the figure's table and in the markers drawn; plain reuse is Llama at T=1 and reuse at T=2."""
+    from matplotlib.colors import to_hex
+
+    from cemlab.report.plotting import T1_COLOR, T2_COLOR
+
+    f = drawn["etas_reuse/fig4"]
+    gains = f.tables["fig4"].set_index("setting")
+    expected = {"CEM eta=1": (_mean(1, 1.0), _mean(2, 1.0)), "CEM eta=0.5": (_mean(1, 0.5), _mean(2, 0.5)),
+                "plain reuse": (LLAMA_S2 + 0.5, REUSE_T2 + 0.5)}
+    assert set(gains.index) == set(expected), gains.index
+    ax = f.fig.axes[0]
+    where = {t.get_text(): t.get_position()[0] for t in ax.texts}   # each setting's name above its points
+    drawn_at = {}
+    for c in ax.containers:
+        color = to_hex(c.lines[0].get_color())
+        for x, y in zip(c.lines[0].get_xdata(), c.lines[0].get_ydata()):
+            drawn_at[(x, color)] = y
+    for setting, (t1, t2) in expected.items():
+        row = gains.loc[setting]
+        assert (row["T1_mean"], row["T2_mean"]) == (pytest.approx(t1), pytest.approx(t2)), (setting, row)
+        assert row["gain"] == pytest.approx(t1 - t2)
+        x = where[setting]
+        assert drawn_at[(x, T1_COLOR)] == pytest.approx(t1) and drawn_at[(x, T2_COLOR)] == pytest.approx(t2), setting
+    assert "a setting named with an eta has both its points at that step size" in f.caption, f.caption

@@ -120,8 +120,10 @@ def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(mo
     assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]]
     assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(ALPHA / 2)
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
-    # an override of the seed axis moves the plan with it
-    assert spec.looks("tiny", spec.expand("tiny", overrides=["seed=[0]"])) == [[0], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7]]
+    # a seed axis given on the command line is run exactly: one look, no seed added, judged at alpha
+    given = spec.expand("tiny", overrides=["seed=[0]"])
+    assert spec.looks("tiny", given) == [[0]] and sweep_alpha(spec, "tiny", given) == ALPHA
+    assert "each at alpha 0.05 on the seeds of the grid" in level_note(spec, "tiny", given)
     assert "alpha 0.05/2 = 0.025" in level_note(spec, "tiny", tiny)
     # the page says so when the runs hold no added seed (cemlab sweep --no-seeding), not otherwise
     assert "no seed was added" in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2})
@@ -152,6 +154,56 @@ def test_the_plan_shows_the_looks_and_the_most_trials(sweep_dir):
     s = plan.seeding()
     assert [lk["seeds"] for lk in s["looks"]] == [[0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]
     assert s["alpha_per_look"] == pytest.approx(ALPHA / 3) and len(plan.rows) == 6 and s["max_trials"] == 12
+
+
+def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeypatch, capsys):
+    """``cemlab sweep recursion_ablation --scale tiny "seed=[0]"`` runs its 18 trials and no more:
+    the plan has one look, the seeding stage asks no judge for a look, and the plan and the sweep's
+    first lines say why (no training: the plan, the stage with a judge that must not be called,
+    and the start lines printed from the same trials)."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from cemlab.cli import main
+    from cemlab.sweeps.cli.plan import _plan_json
+    from cemlab.sweeps.looks import seeds_given_note
+    from cemlab.sweeps.plan import plan_sweep
+    from cemlab.sweeps.stages.progress import print_start
+    from cemlab.sweeps.stages.seeding import add_seeds
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    spec = load_sweep("recursion_ablation")
+    plan = plan_sweep(spec, "tiny", read_store=False, overrides=["seed=[0]"])
+    assert len(plan.rows) == 18 and plan.looks == [[0]] and plan.max_trials == 18 and plan.seeding() == {}
+    note = plan.seeding_note
+    for part in ("seed=[0] from the command line", "none added where a verdict is open", "alpha 0.05",
+                 "up to 8 per cell at tiny"):
+        assert part in note, (part, note)
+    assert _plan_json(plan)["seeding_note"] == note
+    # nothing to say where the file's own seed axis runs, or where the file adds no seeds (smoke)
+    assert seeds_given_note(spec, "tiny", spec.expand("tiny")) == ""
+    assert seeds_given_note(spec, "smoke", spec.expand("smoke", overrides=["seed=[0]"])) == ""
+
+    # cemlab plan prints it
+    assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store", "seed=[0]"]) == 0
+    assert f"Seeding: {note}" in " ".join(capsys.readouterr().out.split())
+
+    # the sweep: the seeding stage plans no look (a judge called would add seeds) ...
+    trials = [r.trial for r in plan.rows]
+    inv = SimpleNamespace(spec=spec, scale="tiny", parent_run_id="p", parent_reopened=False, uri="sqlite:///x.db",
+                          experiment_id="1", log_dir=Path("logs"), other_driver=None)
+
+    def judge(*args):
+        raise AssertionError(f"a look was judged: {args[3]}")
+
+    add_seeds(inv, trials, ["seed=[0]"], judge)
+    # ... and its first lines say why
+    console = Console(record=True, width=400)
+    print_start(inv, trials, console)
+    first = console.export_text().splitlines()
+    assert first[0].startswith("Sweep recursion_ablation") and "18 trials" in first[0]
+    assert [line for line in first[:5] if line.strip().startswith("seeds:")] == [f"  seeds: {note}"], first
 
 
 # ---------------------------------------------------------------------------------------------

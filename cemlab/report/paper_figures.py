@@ -132,20 +132,20 @@ def _recursion(ctx, fid: str, family: str, title: str) -> Figure | None:
     csv["baseline_mean"] = data["baseline_mean"].to_numpy()
 
     sizes = cell_sizes(data)
-    # one colour per preconditioner, one line style per step size of the T>1 cells
+    # one colour per preconditioner, one line style per step size
     preconds = list(dict.fromkeys(data["precond"]))
     spare = iter(line_styles(len(preconds), avoid=(LLAMA_COLOR, *PRECOND_COLORS.values())))
     colors = {p: PRECOND_COLORS.get(p) or next(spare).color for p in preconds}
-    etas = list(dict.fromkeys(data.loc[data["T"] > 1, "eta"])) or list(dict.fromkeys(data["eta"]))
+    etas = list(dict.fromkeys(data["eta"]))
     dashes = dict(zip(etas, LINESTYLES.values()))
     fig, axes = subplots(1, len(sizes), figsize=(max(7.5, 3.4 * len(sizes) + 2.6), 3.9), squeeze=False)
     drawn_baseline = False
     for ax, size in zip(axes[0], sizes):
         d = data[data["size"] == size]
         for precond, g in d.groupby("precond", sort=False):
-            # one line per step size of the T>1 cells; T=1 is the same model under every eta
-            for eta in [e for e in etas if e in set(g["eta"])] or etas[:1]:
-                line = g[(g["T"] == 1) | (g["eta"] == eta)].sort_values("T")
+            # one line per step size through its own cells: T=1 at eta=1/2 is another model than T=1 at eta=1
+            for eta, line in g.groupby("eta", sort=False):
+                line = line.sort_values("T")
                 ok = np.isfinite(line["mean"].to_numpy(dtype=float))
                 if ok.any():
                     label = f"precond {precond}" + (f", eta={eta}" if len(etas) > 1 or eta not in ("", "1") else "")
@@ -172,8 +172,9 @@ def _recursion(ctx, fid: str, family: str, title: str) -> Figure | None:
         "size name and the parameter count of the models drawn), one colour per preconditioner ("
         + ", ".join(f"{p} {color_name(colors[p])}" for p in preconds) + ")")
     if len(etas) > 1 or etas[0] not in ("", "1"):
-        caption += (", one line style per step size eta of the T>1 cells ("
-                    + ", ".join(f"{LineStyle(LLAMA_COLOR, dashes[e]).words.split()[0]} eta={e}" for e in etas) + ")")
+        caption += (", one line style per step size eta ("
+                    + ", ".join(f"{LineStyle(LLAMA_COLOR, dashes[e]).words.split()[0]} eta={e}" for e in etas)
+                    + "), each line through the cells of its own eta only")
     if drawn_baseline:
         caption += (f"; the {LineStyle(LLAMA_COLOR, '--').words} line is the Llama baseline of the same dimensions, "
                     "its band +- its seed std")
@@ -309,16 +310,17 @@ def reuse_setting(row, attention: bool) -> str:
 
 
 def recursion_gains(cells: pd.DataFrame, attention: bool) -> pd.DataFrame:
-    """Per (setting, size): perplexity at T=1 and T=2 and the gain ppl(T=1) - ppl(T=2)."""
+    """Per (setting, size): perplexity at T=1 and T=2 and the gain ppl(T=1) - ppl(T=2); a CEM setting
+    run at several step sizes is one setting per eta (``CEM eta=0.5``), its T=1 and T=2 cells both at it."""
     cells = cells.copy()
     cells["setting"] = [reuse_setting(r, attention) for _, r in cells.iterrows()]
     cells = lr_reduced(cells, ["setting", "size", "T", "eta"])
     rows = []
     for (setting, size), g in cells.groupby(["setting", "size"], sort=False):
-        # CEM at several step sizes: one setting per eta of its T=2 cells, all sharing the T=1 cell
-        etas = list(dict.fromkeys(g.loc[g["T"] > 1, "eta"])) if setting != "plain reuse" else []
+        # CEM at several step sizes: one setting per eta, T=1 and T=2 both at that eta (its own cells)
+        etas = list(dict.fromkeys(g["eta"])) if setting != "plain reuse" else []
         for eta in etas or [None]:
-            sel = g if eta is None else g[(g["T"] == 1) | (g["eta"] == eta)]
+            sel = g if eta is None else g[g["eta"] == eta]
             name = setting if eta is None or (len(etas) == 1 and eta in ("", "1")) else f"{setting} eta={eta}"
             rows.append(_gain_row(name, size, {int(t): r for t, r in sel.set_index("T").iterrows()}))
     return pd.DataFrame(rows)
@@ -369,8 +371,10 @@ def _reuse_figure(ctx, fid: str, attention: bool, title: str, caption: str) -> F
     ax.set_title(title, pad=16)
     ax.grid(alpha=0.3, axis="y")
     legend_outside(ax)
+    per_eta = "; a setting named with an eta has both its points at that step size" if any(
+        " eta=" in s for s in settings) else ""
     return Figure(fid, title, f"Test perplexity (seed means, bars = seed std) at T=1 ({color_name(T1_COLOR)}) and "
-                  f"T=2 ({color_name(T2_COLOR)}) {caption}; arrows show the gain.", {fid: gains}, fig)
+                  f"T=2 ({color_name(T2_COLOR)}) {caption}{per_eta}; arrows show the gain.", {fid: gains}, fig)
 
 
 def fig3c(ctx) -> Figure | None:

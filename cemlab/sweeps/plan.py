@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, REFERENCE_KIND, gpu_hours, gpu_kind, visible_gpus
 from cemlab.models.config import ModelConfig
+from cemlab.sweeps.looks import seeds_given_note
 from cemlab.sweeps.spec.expand import sampled_trials
 from cemlab.sweeps.spec.schema import Trial
 from cemlab.sweeps.spec.load import SweepSpec, load_sweep
@@ -104,6 +105,7 @@ class Plan:
     paper_samples: int | None = None     # search: optuna: samples per cell at the paper scale
     data_prep: dict[str, Any] = field(default_factory=dict)  # the data step at the paper scale (data_prep_estimate)
     looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
+    seeding_note: str = ""  # the command line's seed axis turned the file's seeding off (looks.seeds_given_note)
     gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
 
     @property
@@ -311,4 +313,4 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
                 paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
                 data_prep=data_prep_estimate(spec), looks=spec.looks(scale, trials),
-                gpu_time=gpu_time_estimate(rows, mfu))
+                seeding_note=seeds_given_note(spec, scale, trials), gpu_time=gpu_time_estimate(rows, mfu))

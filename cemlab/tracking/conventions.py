@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -54,10 +53,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import cemlab
 from cemlab.tracking import schema
 from cemlab.tasks import format_lr, task_of
 from cemlab.tracking.mlflow_run import git_commit, model_kind, size_label
 from cemlab.tracking.store import get_client, search_runs
+from cemlab.version import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlflow import MlflowClient
@@ -291,11 +292,8 @@ def log_final_model(client: "MlflowClient", run_id: str, model, cfg: "RunConfig"
     logged = client.create_logged_model(
         experiment_id, name="model", source_run_id=run_id, model_type="cemlab",
         tags={schema.CONFIG_HASH: cfg.hash(), schema.MODEL_KIND: model_kind(cfg), schema.SIZE: size_label(cfg)})
-    try:
-        version = importlib.metadata.version("cemlab")
-    except importlib.metadata.PackageNotFoundError:  # a source checkout on PYTHONPATH
-        version = None
-    reqs = [f"torch=={torch.__version__.split('+')[0]}", f"cemlab=={version}" if version else "cemlab"]
+    version = cemlab.__version__  # the installed metadata's, else the source checkout's (cemlab.version)
+    reqs = [f"torch=={torch.__version__.split('+')[0]}", "cemlab" if version == UNKNOWN else f"cemlab=={version}"]
     quiet = logging.getLogger("mlflow.pytorch")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the pickle-format caution: the model is a cemlab module, loaded with cemlab

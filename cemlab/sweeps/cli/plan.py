@@ -154,7 +154,8 @@ def _plan_json(plan) -> dict:
         "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
-        "data_prep": plan.data_prep, "seeding": plan.seeding(), "gpu_time": plan.gpu_time,
+        "data_prep": plan.data_prep, "seeding": plan.seeding(), "seeding_note": plan.seeding_note,
+        "gpu_time": plan.gpu_time,
     }
 
 
@@ -190,6 +191,8 @@ def _print_plan(plan, console) -> None:
         console.print(f"Seeding: {len(seeding['looks'])} planned looks ({looks}), each and the report judging at "
                       f"alpha {seeding['alpha_per_look']:.3g}; seeds are added only to cells whose comparison is "
                       f"still open: {len(plan.rows)} trials at least, {seeding['max_trials']} at most")
+    if plan.seeding_note:
+        console.print(f"Seeding: {plan.seeding_note}")
     paper = f", {plan.paper_samples} samples per cell, {UPPER_BOUND}" if plan.paper_samples else ""
     console.print(f"At the paper scale ({_sci(plan.paper_flops)} training FLOPs{paper}): {_hours(plan.gpu_hours_mfu)} "
                   f"at {plan.mfu:.0%} MFU of dense bf16 peak")

@@ -76,6 +76,7 @@ def with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
         return spec, layers
     out = spec.model_copy(deep=True)
     out._path = spec._path
+    out._cli_axes = frozenset(axis_values)
     out.scales = {**out.scales, scale: {**out.scales.get(scale, {}), **axis_values}}
     try:
         check_scale_overrides(out, scales)
@@ -217,7 +218,7 @@ def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, 
         config.tracking.tags[schema.MODEL_KIND] = config.model.kind
     return Trial(sweep=spec.name, figure=spec.figure, scale=scale_name, trial_id=trial_id, group=variant.group,
                  variant=label, size=size or "", axes=axes, config=config, config_hash=h, task=spec.task,
-                 resources=task_scale.resources, search=search)
+                 resources=task_scale.resources, search=search, seeds_given="seed" in spec._cli_axes)
 
 
 def _tracking_tags(spec, scale_name: str, trial_id: str, group: str, label: str, size: str | None,

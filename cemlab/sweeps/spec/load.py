@@ -99,6 +99,7 @@ class SweepSpec(StrictSpec):
     seeding: Seeding | None = Field(default=None, description="Seeds added where a claim's verdict is open.")
 
     _path: Path | None = PrivateAttr(default=None)
+    _cli_axes: frozenset[str] = PrivateAttr(default=frozenset())   # axes the command line set (with_overrides)
 
     @field_validator("figures", "claims")
     @classmethod
@@ -158,10 +159,19 @@ class SweepSpec(StrictSpec):
 
     def looks(self, scale: str, trials: list["Trial"]) -> list[list[int]]:
         """The seeds of each planned look at ``scale`` for the grid ``trials`` (its seed axis as
-        expanded, overrides included): one look of its own seeds without ``seeding``."""
-        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
-        if self.seeding is None or self.search == "optuna" or not seeds:
+        expanded, overrides included): one look of its own seeds without ``seeding``, and where the
+        command line gave the seed axis (``seed=[...]``: those seeds exactly, none added; the file's
+        budget applies to its own seed axis, see :meth:`budget_looks`)."""
+        seeds = grid_seeds(trials)
+        if any(t.seeds_given for t in trials):
             return [seeds]
+        return self.budget_looks(scale, seeds)
+
+    def budget_looks(self, scale: str, seeds: list[int]) -> list[list[int]]:
+        """The looks this file's ``seeding`` plans at ``scale`` from the grid seeds ``seeds`` (one
+        look, ``seeds``, where it adds none)."""
+        if self.seeding is None or self.search == "optuna" or not seeds:
+            return [list(seeds)]
         like = load_scales(scales_path_for(self._path)).get(scale)
         return self.seeding.looks(scale, seeds, like.like if like is not None else None)
 
@@ -187,6 +197,11 @@ class SweepSpec(StrictSpec):
                              f"(defined in {scales_path_for(self._path)})")
         spec, layers = (self, []) if not overrides else with_overrides(self, scale, scales, overrides)
         return expand_spec(spec, scale, scales[scale], layers)
+
+
+def grid_seeds(trials: list["Trial"]) -> list[int]:
+    """The seeds of a grid's trials, in order."""
+    return sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
 
 
 #: A sweep name: a file name in the sweeps folder, without its ``.yaml`` (no folder, no ``..``).

@@ -28,6 +28,7 @@ from rich.live import Live
 from rich.text import Text
 
 from cemlab.links import COMMAND, PATH, print_link
+from cemlab.sweeps.looks import seeds_given_note
 from cemlab.sweeps.trial import tune_report as tr
 from cemlab.sweeps.stages.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
@@ -455,6 +456,8 @@ def print_start(inv, trials: list, console: Console, other_pid: int | None = Non
     print_link("  MLflow, the parent run (its trials are listed as they start):",
                run_link(inv.uri, inv.experiment_id, inv.parent_run_id), console=console)
     print_link("  logs:", inv.log_dir, PATH, console=console)
+    if note := seeds_given_note(spec, scale, trials):
+        console.print(f"  seeds: {note}", highlight=False, markup=False)
     if inv.other_driver is not None:
         console.print(f"note: another `cemlab sweep {spec.name} --scale {scale}` is running "
                       f"(pid {other_pid or '?'}, parent run {inv.other_driver or 'not known yet'}); trials it "
