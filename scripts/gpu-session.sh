@@ -32,7 +32,7 @@ budget=570
 dry=0
 out=${OUT:-}
 sweep_axes=${SWEEP_AXES:-"size=[86m] precond=[dplr] T=[2] eta=[1] lr=[2.0e-3]"}
-declare -A limit=([receive]=60 [install]=150 [tests]=300 [sweep]=240 [bench]=150)
+declare -A limit=([receive]=60 [install]=150 [tests]=300 [sweep]=300 [bench]=150)
 order=(receive install tests sweep bench)
 chosen=()
 

@@ -128,13 +128,17 @@ def pip_download(names: list[str], pins: dict[str, str], dest: Path, args) -> No
 
 
 def build_cemlab_wheel(dest: Path) -> Path:
-    """cemlab's wheel from this checkout (setuptools of the running environment, no index needed)."""
+    """cemlab's wheel from this checkout: with the running environment's setuptools (no index
+    needed), else in pip's isolated build environment (setuptools from pip's index)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "reports", "build", "dist",
-                                                                 "*.egg-info", "__pycache__", "offline-bundle*"))
-        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                               "-w", str(dest), str(src)], capture_output=True, text=True)
+                                                                 "*.egg-info", "__pycache__", "offline-bundle*",
+                                                                 ".gpu-session"))
+        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)]
+        done = subprocess.run(cmd[:4] + ["--no-build-isolation"] + cmd[4:], capture_output=True, text=True)
+        if done.returncode:
+            done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise BundleError(f"building cemlab's wheel failed:\n{done.stderr.strip()[-2000:]}")
     return next(dest.glob("cemlab-*.whl"))
@@ -223,7 +227,7 @@ def pack(items: list[tuple[str, bytes]], limit: int | None) -> list[list[tuple[s
     parts: list[list[tuple[str, bytes]]] = []
     sizes: list[int] = []
     for name, blob in sorted(items, key=lambda x: -len(x[1])):
-        cost = 512 + -(-len(blob) // 512) * 512   # a tar header and the padded member
+        cost = 3 * 512 + -(-len(blob) // 512) * 512   # its headers (a long name adds a pax header) and data
         if limit is not None and cost + TAR_END > limit:
             raise BundleError(f"{name} alone is {cost + TAR_END:,} bytes compressed, over --part-size {limit:,}; "
                               f"give a larger --part-size")
@@ -298,7 +302,7 @@ def write_bundle(args, wheels: list[Path]) -> list[Path]:
     paths = []
     for k, group in enumerate(groups, 1):
         path = out / f"cemlab-offline-{k}-of-{len(groups)}.tar"
-        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:   # wheel names pass 100 characters
             for name, blob in sorted(group):
                 info = tarfile.TarInfo(name)
                 info.size, info.mode, info.mtime = len(blob), 0o644, 0

@@ -102,8 +102,8 @@ def test_offline_bundle_names_what_it_cannot_bundle(tmp_path, monkeypatch):
     bundle = _script("offline-bundle")
     with pytest.raises(bundle.BundleError, match=r"big\.whl\.xz alone is .* over --part-size 2,048; give a larger"):
         bundle.pack([("big.whl.xz", b"x" * 4096)], 2048)
-    parts = bundle.pack([("c", b"x" * 100), ("a", b"x" * 3000), ("b", b"x" * 3000)], 16 * 1024)
-    assert [[n for n, _ in p] for p in parts] == [["a", "c"], ["b"]]   # largest first, into the first part it fits
+    parts = bundle.pack([("c", b"x" * 100), ("a", b"x" * 3000), ("b", b"x" * 3000), ("d", b"x" * 5000)], 20 * 1024)
+    assert [[n for n, _ in p] for p in parts] == [["d", "c"], ["a", "b"]]   # largest first, into the first part it fits
 
     links = tmp_path / "links"
     links.mkdir()
@@ -144,10 +144,11 @@ def test_gpu_session_plans_its_steps_within_the_budget(tmp_path):
     assert "skipped, 10 s of the 570 s budget left" in lines[4] and r"seed=\[1\]" in lines[4]
     assert (tmp_path / "summary.md").read_text().count("\n- ") == 7
 
-    done = _session("--dry-run", "--budget", "600", "bench", "sweep", out=tmp_path)   # run in the steps' order
+    done = _session("--dry-run", "--budget", "900", "bench", "sweep", out=tmp_path)   # run in the steps' order
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("- ")]
     assert done.returncode == 0 and [ln.split()[1] for ln in lines] == ["sweep", "sweep", "results:", "bench"]
-    assert "cem-attn\\ flex" in lines[3] and "limit 110 s, at most 590 s" in lines[3]
+    assert "limit 300 s, at most 600 s" in lines[1] and r"seed=\[1\]" in lines[1]
+    assert "cem-attn\\ flex" in lines[3] and "limit 150 s, at most 750 s" in lines[3]
 
 
 @pytest.mark.parametrize("args,message", [
