@@ -18,6 +18,7 @@ import torch
 
 from cemlab.config import ConfigError, RunConfig
 from cemlab.hardware import peak_flops
+from cemlab.paths import compile_cache_dir
 
 
 def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
@@ -52,9 +53,7 @@ def use_compile_cache() -> dict[str, str]:
     is a folder under /tmp, per machine and lost with a container; inductor writes that default
     into the environment the first time it compiles, so that value counts as unset. Returns the
     variables as set."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    from cemlab.paths import compile_cache_dir
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # torch._inductor: seconds to import
 
     root = compile_cache_dir()
     for var, sub in COMPILE_CACHE_ENV.items():
