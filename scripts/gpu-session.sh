@@ -14,12 +14,12 @@
 #   install  python3 -m pip install --no-index --find-links $BUNDLE/wheelhouse cemlab
 #   tests    pytest tests/test_gpu_paths.py tests/test_attention_kernels.py (each test under the
 #            suite's own timeout, tests/gpu_support.py)
-#   sweep    cemlab sweep recursion_ablation --scale gpu, $SWEEP_AXES, seed 0 then seed 1 (each its
-#            own limit), one fresh runs folder; then scripts/gpu-results.py: the stage table, each trial's time,
-#            tokens/s, MFU and first-step time, and the second seed's first step against the first's
+#   sweep    cemlab sweep recursion_ablation --scale gpu, $SWEEP_AXES, seed 0 then seed 1 (each
+#            its own limit), one fresh runs folder; then scripts/gpu-results.py: the stage table,
+#            each trial's time, tokens/s, MFU and first step, and seed 1's first step against seed 0's
 #   bench    cemlab bench kernels at 86m (Llama, CEM attention on flex, full CEM T=2), compiled
 #
-# Files written to $OUT (at most 8, as the lending tool returns them): summary.md (each step: its
+# Files written to $OUT (8 at most, for runners that bring back only a few): summary.md (each step: its
 # command, exit code, seconds), env.txt, install.log, tests.log, sweep.log, results.md, bench.log,
 # sweep-files.tar.gz (stages.jsonl, summary.json, the report's index.md).
 # The cemlab of this checkout runs (PYTHONPATH), the bundle supplies its dependencies.
