@@ -36,7 +36,7 @@ declare -A limit=([receive]=60 [install]=150 [tests]=300 [sweep]=300 [bench]=150
 order=(receive install tests sweep bench)
 chosen=()
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "gpu-session: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
