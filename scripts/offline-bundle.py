@@ -26,7 +26,8 @@ What comes out, in ``--out``:
   one at a time; each adds its wheels) into ``wheelhouse/`` and installs cemlab with pip, offline:
   ``python3 -m pip install --no-index --find-links wheelhouse cemlab`` (``install [pip args]``:
   other requirements or options). It refuses a Python other than the bundle's, naming both.
-- ``MANIFEST.txt``: the target, every wheel with its size and SHA-256, the parts, the install command.
+- ``MANIFEST.txt``: the target, the parts, the install command, every wheel with its size and its
+  SHA-256 as unpacked and as pip's index serves it.
 """
 
 from __future__ import annotations
@@ -204,11 +205,12 @@ def stored_copy(wheel: Path) -> bytes:
     return out.getvalue()
 
 
-def compress(wheel: Path, level: int) -> bytes:
+def compress(wheel: Path, level: int) -> tuple[str, bytes]:
+    """The SHA-256 of the wheel as it will be unpacked (its stored copy) and that copy, xz-compressed."""
     data = stored_copy(wheel)
     dict_size = min(max(1 << 20, 1 << (len(data) - 1).bit_length()), 192 << 20)
     filters = [{"id": lzma.FILTER_LZMA2, "preset": level | lzma.PRESET_EXTREME, "dict_size": dict_size}]
-    return lzma.compress(data, format=lzma.FORMAT_XZ, filters=filters)
+    return hashlib.sha256(data).hexdigest(), lzma.compress(data, format=lzma.FORMAT_XZ, filters=filters)
 
 
 def parse_size(text: str) -> int:
@@ -294,10 +296,11 @@ def write_bundle(args, wheels: list[Path]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("cemlab-offline-*-of-*.tar"):
         old.unlink()
-    items = []
+    items, unpacked = [], {}
     for w in wheels:
         print(f"  compressing {w.name} ({w.stat().st_size / 2**20:.1f} MiB)", flush=True)
-        items.append((w.name + ".xz", compress(w, args.level)))
+        unpacked[w.name], blob = compress(w, args.level)
+        items.append((w.name + ".xz", blob))
     groups = pack(items, args.part_size)
     paths = []
     for k, group in enumerate(groups, 1):
@@ -317,10 +320,11 @@ def write_bundle(args, wheels: list[Path]) -> list[Path]:
              f"install on the node: sh install.sh   (= python3 -m pip install --no-index --find-links wheelhouse cemlab)",
              "", "parts:"]
     lines += [f"  {p.name}  {p.stat().st_size:,} bytes" for p in paths]
-    lines += ["", "wheels:"]
+    lines += ["", "wheels (sha256: as unpacked into wheelhouse/, its members stored uncompressed; "
+              "index-sha256: the file pip downloaded, the same members deflated):"]
     for w in wheels:
         digest = hashlib.sha256(w.read_bytes()).hexdigest()
-        lines.append(f"  {w.name}  {w.stat().st_size:,} bytes  sha256={digest}")
+        lines.append(f"  {w.name}  {w.stat().st_size:,} bytes  sha256={unpacked[w.name]}  index-sha256={digest}")
     (out / "MANIFEST.txt").write_text("\n".join(lines) + "\n")
     return paths
 

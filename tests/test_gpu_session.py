@@ -84,6 +84,10 @@ def test_offline_bundle_installs_into_a_fresh_venv_without_an_index(tmp_path):
         done = subprocess.run(["sh", str(out / "install.sh"), *step], capture_output=True, text=True, env=env,
                               timeout=300)
         assert done.returncode == 0, (step, done.stdout, done.stderr)
+    for line in manifest.splitlines():   # the wheels as unpacked are the ones the manifest names
+        if ".whl " in line:
+            name, digest = line.split()[0], line.split("sha256=")[1].split()[0]
+            assert hashlib.sha256((out / "wheelhouse" / name).read_bytes()).hexdigest() == digest, name
     probe = subprocess.run([str(py), "-c", "import toy_a, toy_b, cemlab.paths, importlib.metadata as m; "
                             "print(toy_a.VALUE, toy_b.VALUE, m.version('cemlab'))"],
                            capture_output=True, text=True, cwd=tmp_path, timeout=60)
