@@ -32,6 +32,8 @@ PEAK_BF16_FLOPS: dict[str, float] = {
 
 #: The kinds ``cemlab plan`` gives GPU-hour estimates for.
 ESTIMATE_KINDS = ("A100", "H100 SXM")
+#: The GPU ``cemlab plan`` times a GPU scale's trials on when this machine has none it knows.
+REFERENCE_KIND = "H100 SXM"
 
 
 def gpu_kind(device_name: str) -> str | None:
@@ -77,6 +79,15 @@ def peak_flops(device_name: str | None = None, precision: str = "bf16-mixed") ->
         device_name = torch.cuda.get_device_name()
     kind = gpu_kind(device_name)
     return PEAK_BF16_FLOPS[kind] if kind else None
+
+
+def visible_gpus() -> tuple[str | None, int]:
+    """The name of this machine's first CUDA device and how many there are ((None, 0) without one)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, 0
+    return torch.cuda.get_device_name(0), torch.cuda.device_count()
 
 
 def gpu_hours(flops: float, kind: str, mfu: float) -> float:

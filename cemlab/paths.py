@@ -28,6 +28,12 @@ def cache_dir() -> Path:
     return _runs_subdir("cache")
 
 
+def compile_cache_dir() -> Path:
+    """``<runs>/compile-cache``: torch.compile's on-disk caches for every run of this runs folder
+    (``cemlab.train.trainer.use_compile_cache``), so that a sweep's trials of one shape compile once."""
+    return _runs_subdir("compile-cache")
+
+
 def mlflow_dir() -> Path:
     return _runs_subdir("mlflow")
 

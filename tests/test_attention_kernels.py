@@ -29,6 +29,9 @@ import cemlab.models.cem as cem
 import cemlab.models.kernels as kernels
 from cemlab.models import build_model
 from cemlab.models.config import ModelConfig
+from gpu_support import gpu_file_timeout
+
+pytestmark = gpu_file_timeout
 
 NANO = dict(d_model=32, n_layers=1, n_heads=4, d_mlp=48, vocab_size=97, context_length=64)
 
@@ -286,6 +289,44 @@ def test_auto_is_flash_on_cpu_and_flex_on_cuda():
     # the flex path never materialises the [K, S, S] ALiBi bias
     _, flex = _pair(dict(kq_diagonal="none"))
     assert flex.positions(16, torch.device("cpu"), torch.float32).alibi is None
+
+
+def test_auto_takes_flex_on_cuda_only_when_the_run_compiles():
+    """FlexAttention is fast only compiled: a run with ``train.compile: false`` gets the reference
+    path on CUDA from ``auto``; an explicit ``flex`` is kept, and the CPU's choice does not depend on it."""
+    from cemlab.config import load_run_config
+    from cemlab.tasks import task_of
+    from cemlab.train.module import CEMLabModule
+    from cemlab.train.plan import make_plan
+    from cemlab.train.data import DataPosition
+
+    def path(kernel, device, compiled, **kw):
+        cfg = ModelConfig(**NANO, attention="cem", attn_kernel=kernel, **kw)
+        return kernels.attention_path(cfg, torch.device(device), compiled)
+
+    assert path("auto", "cuda", True) == "flex" and path("auto", "cuda", False) == "reference"
+    assert path("auto", "cuda", False, kq_diagonal="shared") == "reference"
+    assert path("flex", "cuda", False) == "flex" and path("reference", "cuda", True) == "reference"
+    assert path("auto", "cpu", False) == path("auto", "cpu", True) == "flash"
+
+    # the model carries the fact to every CEM attention sublayer and to its positions (ALiBi)
+    model = build_model(ModelConfig(**NANO, attention="cem"))
+    attn = [sub for name, _, sub in model.cem_sublayers() if name == "attn"]
+    assert attn and all(sub.path(torch.device("cuda")) == "flex" for sub in attn)  # default: compiled
+    model.set_compiled(False)
+    assert all(sub.path(torch.device("cuda")) == "reference" for sub in attn)
+    model.set_compiled(True)
+    assert all(sub.path(torch.device("cuda")) == "flex" for sub in attn)
+
+    # training tells the model what train.compile means on its accelerator (here the CPU)
+    for value, expected in (("false", False), ("true", True), ("auto", False)):
+        cfg = load_run_config(None, ["model.attention=cem", "model.n_layers=1", "train.accelerator=cpu",
+                                     f"train.compile={value}"])
+        runtime = task_of(cfg).build(cfg)
+        CEMLabModule(cfg, runtime, make_plan(cfg), DataPosition())
+        assert runtime.model.compiled is expected, value
+        assert [s.path(torch.device("cuda")) for n, _, s in runtime.model.cem_sublayers() if n == "attn"] == \
+            ["flex" if expected else "reference"], value
 
 
 @pytest.mark.slow

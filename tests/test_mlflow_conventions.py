@@ -140,6 +140,37 @@ def test_system_metrics_and_model_switches(monkeypatch):
     assert log_model_enabled(smoke) is True
 
 
+def test_a_system_metrics_monitor_that_does_not_stop_does_not_hold_the_run_end(caplog):
+    """MLflow's ``finish`` joins its sampling thread with no limit; the run's end waits a bounded time."""
+    import threading
+    import time
+
+    from cemlab.train.run import stop_system_metrics
+
+    release = threading.Event()
+
+    class Stuck:   # a monitor whose sampling thread is stuck in a call that never returns
+        finished = False
+
+        def finish(self):
+            release.wait()
+            self.finished = True
+
+    t0 = time.perf_counter()
+    assert stop_system_metrics(Stuck(), timeout=0.3) is False
+    assert time.perf_counter() - t0 < 5 and "did not stop within" in caplog.text
+    release.set()
+
+    class Prompt:
+        finished = False
+
+        def finish(self):
+            self.finished = True
+
+    monitor = Prompt()
+    assert stop_system_metrics(monitor, timeout=5) is True and monitor.finished
+
+
 @pytest.mark.slow
 def test_reused_runs_are_linked_once_under_the_parent_that_reused_them(tmp_path):
     from mlflow import MlflowClient

@@ -146,6 +146,7 @@ class Case:
         else:
             self.cfg = ModelConfig.model_validate({**base.model_dump(), **overrides})
             self.model = build_model(self.cfg).to(args.device)
+            self.model.set_compiled(compiled)  # as training tells it: attn_kernel auto takes flex only compiled
             eager = self.model
         self.model.train(self.train)
         self.forward = torch.compile(eager) if compiled else eager

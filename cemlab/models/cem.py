@@ -169,6 +169,7 @@ class CEMAttention(CEMSublayer):
         self._set_step_size(a.eta, cfg.cem_x0)
         self.checkpointed = cfg.checkpoint_recursion
         self._cfg, self._paths = cfg, {}  # attention.kernel's meaning per device type (``path``)
+        self.compiled = True  # whether the run compiles (CausalLM.set_compiled): 'auto' takes flex only then
         self.alibi_slopes = AlibiSlopes(K, a.alibi_max_bias)
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class CEMAttention(CEMSublayer):
         """'reference', 'flash' or 'flex' on this device (``kernels.attention_path``)."""
         kind = torch.device(device).type
         if kind not in self._paths:
-            self._paths[kind] = attention_path(self._cfg, torch.device(device))
+            self._paths[kind] = attention_path(self._cfg, torch.device(device), self.compiled)
         return self._paths[kind]
 
     def output_weights(self) -> tuple:

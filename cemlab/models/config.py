@@ -140,7 +140,7 @@ class AttentionConfig(SublayerConfig):
         "bias that carries the self/other bias's gradient), 'flash' (CPU: the same bias held constant so that "
         "SDPA's flash kernel runs, the self/other bias's gradient from its log-sum-exp), 'flex' (FlexAttention, "
         "biases as score_mod, causal block mask; training needs CUDA in torch 2.13) or 'auto' (flex on CUDA where "
-        "the heads stay narrow, flash on CPU without a KQ diagonal, reference elsewhere). Same numbers either way "
+        "the heads stay narrow and the run compiles, flash on CPU without a KQ diagonal, reference elsewhere). Same numbers either way "
         "(docs/performance.md).",
     )
     rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base for Llama attention.")

@@ -43,12 +43,15 @@ from cemlab.models.config import ModelConfig
 Path = Literal["reference", "flash", "flex"]
 
 
-def attention_path(cfg: ModelConfig, device: torch.device) -> Path:
-    """The kernel ``cfg.attention.kernel`` (flat ``attn_kernel``) means on ``device``.
+def attention_path(cfg: ModelConfig, device: torch.device, compiled: bool = True) -> Path:
+    """The kernel ``cfg.attention.kernel`` (flat ``attn_kernel``) means on ``device``; ``compiled``:
+    whether the run compiles (its caller knows: training passes ``train.compile``).
 
     'auto': on CUDA, flex without a ``per_head`` diagonal or the exact gradient form (those widen
     the heads by D channels, 756 at 86m, past the head widths up to 256 that flex's GPU kernel
-    holds), else reference; on the CPU, flash without a KQ diagonal (FlexAttention has no CPU
+    holds) when the run compiles, else reference: FlexAttention is fast only as a compiled kernel
+    (eager, it materialises every score; ``flex`` below compiles it on its own when the model is
+    not), and a run that does not compile (``train.compile: false``) asks for no compiler; on the CPU, flash without a KQ diagonal (FlexAttention has no CPU
     backward in torch 2.13; with a diagonal the flash kernel needs the values widened to the
     queries' D_h + D channels, which costs more than the math kernel it avoids: docs/performance.md),
     else reference; reference on any other device."""
@@ -57,7 +60,7 @@ def attention_path(cfg: ModelConfig, device: torch.device) -> Path:
     if a.kernel == "auto":
         if kind == "cuda":
             narrow = a.kq_diagonal != "per_head" and not a.exact_energy_gradient
-            return "flex" if narrow else "reference"
+            return "flex" if narrow and compiled else "reference"
         return "flash" if kind == "cpu" and a.kq_diagonal == "none" else "reference"
     if a.kernel == "flash" and kind != "cpu":
         raise ValueError(f"model.attn_kernel='flash' is the CPU kernel; on {kind} use model.attn_kernel='auto' "

@@ -48,7 +48,17 @@ class CausalLM(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.alibi_slopes = AlibiSlopes(cfg.n_heads, cfg.attention.alibi_max_bias)
         self._pos_cache: dict = {}
+        self.compiled = True  # see set_compiled
         init_linear_and_embedding(self, cfg.init_std)
+
+    def set_compiled(self, compiled: bool) -> None:
+        """Whether this model's run compiles it (training passes ``train.compile``): ``attn_kernel:
+        auto`` takes FlexAttention only when it does (``kernels.attention_path``). Default True."""
+        self.compiled = bool(compiled)
+        self._pos_cache = {}
+        for _, _, sub in self.cem_sublayers():
+            if isinstance(sub, CEMAttention):
+                sub.compiled, sub._paths = self.compiled, {}
 
     def positions(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> Positions:
         """RoPE tables and the ALiBi bias for this length, computed once and reused."""
@@ -58,7 +68,7 @@ class CausalLM(nn.Module):
             a = self.cfg.attention
             if a.kind == "llama":
                 pos.cos, pos.sin = rope_cache(seq_len, self.cfg.head_dim, a.rope_theta, device, torch.float32)
-            elif a.alibi and attention_path(self.cfg, device) != "flex":  # flex: inside the kernel
+            elif a.alibi and attention_path(self.cfg, device, self.compiled) != "flex":  # flex: inside the kernel
                 pos.alibi = causal_alibi(seq_len, self.alibi_slopes(device, dtype), device, dtype)
             self._pos_cache = {key: pos}  # keep only the latest length
         return self._pos_cache[key]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cemlab.sweeps.data_step import sweep_data_needs
-from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, gpu_hours
+from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, REFERENCE_KIND, gpu_hours, gpu_kind, visible_gpus
 from cemlab.models.config import ModelConfig
 from cemlab.sweeps.looks import seeds_given_note
 from cemlab.sweeps.spec.expand import sampled_trials
@@ -106,6 +106,7 @@ class Plan:
     data_prep: dict[str, Any] = field(default_factory=dict)  # the data step at the paper scale (data_prep_estimate)
     looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
     seeding_note: str = ""  # the command line's seed axis turned the file's seeding off (looks.seeds_given_note)
+    gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
 
     @property
     def max_trials(self) -> int:
@@ -242,6 +243,24 @@ def paper_estimate(spec: SweepSpec, mfu: float) -> dict[str, Any]:
     return {"flops": flops, "mfu": hours_mfu, "paper": hours_paper, "implied_mfu": implied_mfu, "samples": samples}
 
 
+def gpu_time_estimate(rows: list[TrialPlan], mfu: float) -> dict[str, Any]:
+    """Training time of the trials that hold GPUs at this scale, on the GPUs this machine has (the
+    first one's kind in ``cemlab.hardware``'s table) or, without one it knows, on the reference kind:
+    training FLOPs at ``mfu`` of its dense bf16 peak, spread over the GPUs found (one without).
+    FLOPs only: compile, evaluation and per-step overhead come on top (most of a small model's trial)."""
+    timed = [r for r in rows if r.trial.resources.gpus > 0 and r.flops]
+    if not timed:
+        return {}
+    device, count = visible_gpus()
+    kind = gpu_kind(device) if device else None
+    peak = PEAK_BF16_FLOPS[kind or REFERENCE_KIND]
+    seconds = [r.flops * r.samples / (peak * mfu) for r in timed]
+    return {"device": device, "gpus": count, "kind": kind or REFERENCE_KIND, "found": kind is not None,
+            "peak_flops": peak, "mfu": mfu, "trials": len(timed), "gpu_seconds": sum(seconds),
+            "trial_seconds": [min(seconds), max(seconds)], "wall_seconds": sum(seconds) / max(count, 1),
+            "trials_per_gpu": 1 / min(r.trial.resources.gpus for r in timed)}
+
+
 def data_prep_estimate(spec: SweepSpec, tokens_per_core_s: float = PREP_TOKENS_PER_CORE_S) -> dict[str, Any]:
     """The data step of ``spec`` at the paper scale: tokens tokenised once by ``cemlab data prepare``
     (the largest token budget per streamed data set), against once per budget inside the trials
@@ -294,4 +313,4 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
                 paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
                 data_prep=data_prep_estimate(spec), looks=spec.looks(scale, trials),
-                seeding_note=seeds_given_note(spec, scale, trials))
+                seeding_note=seeds_given_note(spec, scale, trials), gpu_time=gpu_time_estimate(rows, mfu))

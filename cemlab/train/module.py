@@ -54,6 +54,8 @@ class CEMLabModule(L.LightningModule):
         # The compiled module shares the parameters but is kept out of the module tree, so that
         # checkpoints and state dicts have the same keys with and without compilation.
         compiled = cfg.train.compiles(accelerator_and_precision(cfg)[0])
+        if hasattr(self.model, "set_compiled"):  # attention kernels that need compiling (attn_kernel: auto)
+            self.model.set_compiled(compiled)
         self.__dict__["_train_forward"] = torch.compile(self.model) if compiled else self.model
         inject = os.environ.get(INJECT_NAN_ENV)
         self._inject_nan_step = int(inject) if inject else None

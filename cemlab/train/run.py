@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,7 @@ from cemlab.train.module import CEMLabModule, Diverged
 from cemlab.train.plan import TrainPlan, make_plan
 from cemlab.train.result import RunResult, finite
 from cemlab.train.trainer import (accelerator_and_precision, build_trainer, device_peak_flops, quiet_lightning,
-                                  show_progress_bar)
+                                  show_progress_bar, use_compile_cache)
 
 log = logging.getLogger("cemlab.train")
 
@@ -191,9 +192,28 @@ class RunLogger:
         finally:
             try:
                 if self.monitor is not None:
-                    self.monitor.finish()
+                    stop_system_metrics(self.monitor)
             finally:
                 mr.finish_run(self.client, self.run_id, status, extra_tags)
+
+
+#: How long the end of a run waits for MLflow's system metrics thread to stop.
+SYSTEM_METRICS_STOP_S = 30.0
+
+
+def stop_system_metrics(monitor, timeout: float = SYSTEM_METRICS_STOP_S) -> bool:
+    """Stop a ``SystemMetricsMonitor``, waiting at most ``timeout`` seconds; returns whether it
+    stopped. Its ``finish`` joins the sampling thread with no limit, so a sample stuck in a store
+    or NVML call would hold the run's end, and the process, for good; both threads are daemons,
+    so a process that moves on still exits."""
+    stopper = threading.Thread(target=monitor.finish, name="cemlab-stop-system-metrics", daemon=True)
+    stopper.start()
+    stopper.join(timeout)
+    if stopper.is_alive():
+        log.warning("MLflow's system metrics did not stop within %.0f s; the run ends without waiting for them "
+                    "(tracking.system_metrics=false turns them off)", timeout)
+        return False
+    return True
 
 
 # -- the steps ----------------------------------------------------------------------------------------
@@ -307,6 +327,8 @@ def set_up_trainer(run: Run, model: Model, data: TaskData, start: Start, callbac
                    progress_bar: bool | None, ray_train: bool):
     """The LightningModule, the resumable training loader of this rank and the ``Trainer``."""
     position = DataPosition()
+    if run.cfg.train.compiles(run.accelerator) or run.accelerator == "gpu":  # flex compiles on a GPU in any case
+        use_compile_cache()
     module = CEMLabModule(run.cfg, model.runtime, run.plan, position)
     sampler = StepBatchSampler(len(data.train), run.plan, run.cfg.train.seed, run.rank, position)
     loader = DataLoader(data.train, batch_sampler=sampler, num_workers=0, pin_memory=run.accelerator == "gpu")

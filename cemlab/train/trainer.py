@@ -18,6 +18,7 @@ import torch
 
 from cemlab.config import ConfigError, RunConfig
 from cemlab.hardware import peak_flops
+from cemlab.paths import compile_cache_dir
 
 
 def accelerator_and_precision(cfg: RunConfig) -> tuple[str, str]:
@@ -37,6 +38,28 @@ def device_peak_flops(accelerator: str, precision: str = "bf16-mixed") -> float 
         return None
 
     return peak_flops(precision=precision)
+
+
+#: torch.compile's on-disk caches (inductor's FX graph, autograd and autotuning caches; Triton's
+#: kernels on a GPU), and where ``use_compile_cache`` puts them under ``<runs>/compile-cache``.
+COMPILE_CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+
+
+def use_compile_cache() -> dict[str, str]:
+    """Point torch.compile's on-disk caches at the runs folder (``cemlab.paths.compile_cache_dir``)
+    in this process, unless the environment names other folders: every run and every sweep trial
+    of the runs folder, on any node that shares it, then compiles a shape once and reads it back
+    after (a reused worker's next trial, another trial process, a resumed run). Inductor's default
+    is a folder under /tmp, per machine and lost with a container; inductor writes that default
+    into the environment the first time it compiles, so that value counts as unset. Returns the
+    variables as set."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # torch._inductor: seconds to import
+
+    root = compile_cache_dir()
+    for var, sub in COMPILE_CACHE_ENV.items():
+        if os.environ.get(var) in (None, "", os.path.abspath(default_cache_dir())):
+            os.environ[var] = str(root / sub)
+    return {var: os.environ[var] for var in COMPILE_CACHE_ENV}
 
 
 def show_progress_bar(cfg: RunConfig, override: bool | None) -> bool:

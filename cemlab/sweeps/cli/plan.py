@@ -195,6 +195,7 @@ def _plan_json(plan) -> dict:
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
         "data_prep": plan.data_prep, "seeding": plan.seeding(), "seeding_note": plan.seeding_note,
+        "gpu_time": plan.gpu_time,
     }
 
 
@@ -222,6 +223,8 @@ def _print_plan(plan, console) -> None:
     every = f" for every sample ({UPPER_BOUND})" if searched else ""
     console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs{every}; {counts}")
     console.print(f"Store: {plan.store or 'not read'}")
+    if plan.gpu_time:
+        console.print(_gpu_time_line(plan.gpu_time), soft_wrap=True)
     seeding = plan.seeding()
     if seeding:
         looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))}" for lk in seeding["looks"])
@@ -243,6 +246,27 @@ def _print_plan(plan, console) -> None:
                       f"{d['tokens_per_core_s'] / 1e3:.0f}k tokens/s per core, 0 GPU-hours (tokenised inside the "
                       f"trials once per budget: {_si(d['tokens_per_budget'])} tokens, "
                       f"{d['gpu_hours_idle_before']:,.1f} GPU-hours idle)")
+
+
+def _duration(s: float) -> str:
+    return f"{s:.2g} s" if s < 60 else f"{s / 60:.1f} min" if s < 3600 else f"{s / 3600:.1f} h"
+
+
+def _gpu_time_line(g: dict) -> str:
+    """The training time of a GPU scale's trials (``cemlab.sweeps.plan.gpu_time_estimate``)."""
+    peak = f"{g['peak_flops'] / 1e12:.0f} TFLOP/s dense bf16"
+    if g["found"]:
+        on = f"on this machine's {g['gpus']} x {g['device']} ({g['kind']}, {peak})"
+    elif g["device"]:
+        on = f"on the {g['kind']} ({peak}): this machine's {g['device']} is not in cemlab.hardware's table"
+    else:
+        on = f"no GPU here; estimated for the {g['kind']} ({peak})"
+    gpus = max(g["gpus"], 1)
+    return (f"GPU time, {on}, at {g['mfu']:.0%} MFU: {_duration(g['gpu_seconds'])} of training for "
+            f"{g['trials']} trials ({_duration(g['trial_seconds'][0])} to {_duration(g['trial_seconds'][1])} "
+            f"each), {_duration(g['wall_seconds'])} on {gpus} GPU{'s' if gpus > 1 else ''} "
+            f"({g['trials_per_gpu']:g} trials at once per GPU); training FLOPs only: compile, evaluation and "
+            f"start-up come on top, most of a trial at small sizes (docs/gpu.md)")
 
 
 def _print_measured(plan, mfu: float, console) -> None:

@@ -129,7 +129,10 @@ def redirect_output(path: Path):
 def trial_scope():
     """Run one trial in a worker process that may run others before and after it (Tune's
     ``reuse_actors``), leaving behind what a fresh process would have: the environment, torch's
-    thread count, default dtype and grad mode, the logging handlers and levels, the warning filters,
+    thread count, default dtype and grad mode, no compiled code in memory (``torch._dynamo.reset``:
+    the next trial compiles its own model, served from the on-disk compile cache where the shapes
+    are the same, instead of adding guards to this one's until dynamo's recompile limit sends a
+    later trial to eager mode), the logging handlers and levels, the warning filters,
     no active MLflow run, and the memory the trial freed (its reference cycles collected; what is left
     is frozen out of later collections, ``gc.freeze``). Seeds need no reset: ``train`` seeds every generator from
     the config before it builds the model, as in a fresh process."""
@@ -148,6 +151,8 @@ def trial_scope():
         with warnings.catch_warnings():
             yield
     finally:
+        if "torch._dynamo" in sys.modules:  # before the environment: it may touch inductor's cache folder
+            torch._dynamo.reset()
         os.environ.clear()
         os.environ.update(env)
         torch.set_num_threads(threads)
