@@ -352,3 +352,17 @@ def test_fig3a_optimum_is_chosen_on_the_validation_curve():
     assert math.log10(row["optimum_lr"]) == pytest.approx(best, abs=1e-3) and row["optimum_lr"] > 4e-3
     t = Akima1DInterpolator(np.log10(lrs), test, method="makima")(math.log10(row["optimum_lr"]))
     assert row["optimum_ppl"] == pytest.approx(float(t), rel=1e-9)
+
+
+def test_the_module_describes_the_log_scale_effect_and_the_levels_as_the_code_has_them():
+    """stats.py's opening text: the effect is a difference of log metrics (not ppl_B / ppl_A - 1),
+    and the interval drawn (LEVEL) agrees with the decision only where no look, Holm step or
+    every-choice factor makes the decision stricter."""
+    import cemlab.report.stats as st
+
+    doc = st.__doc__
+    assert "ppl_B(s) / ppl_A(s) - 1" not in doc and "log(ppl_B(s) / ppl_A(s))" in doc
+    assert f"{st.LEVEL:.0%}" in doc and "alpha / (2K)" in doc and "every_choice_p" in doc
+    assert "stricter than that interval" in doc
+    lo = st.t_interval([0.1, 0.2, 0.3]).low  # the interval the text names is the one t_interval draws
+    assert lo == pytest.approx(0.2 - sps.t.ppf(0.975, 2) * 0.1 / 3 ** 0.5)

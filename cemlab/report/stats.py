@@ -1,20 +1,28 @@
-"""Paired comparisons over seeds: the effect, its 95% confidence interval and the verdict word.
+"""Paired comparisons over seeds on the log scale: the effect, its interval and the verdict word.
 
 A claim compares two (or more) grid cells that differ in one setting. Runs with the same seed see
 the same data order and, where the shapes allow, the same initial embedding, so the comparison is
-made per seed (a *paired* difference) and the seeds are the replicates:
+made per seed (a *paired* difference) and the seeds are the replicates. The difference is taken on
+the log scale of the metric (``cemlab.report.pairing``):
 
-    d_s = f(values of the compared cells at seed s)        e.g. ppl_B(s) / ppl_A(s) - 1
-    effect = mean_s d_s,   95% CI = effect +- t_{0.975, n-1} * sd(d) / sqrt(n)     (Student t)
+    d_s = sum_i c_i log(value of cell i at seed s)     e.g. log(ppl_B(s) / ppl_A(s)) = CE_B(s) - CE_A(s)
+    effect = mean_s d_s,   interval = effect +- t_{1 - a, n-1} * sd(d) / sqrt(n)     (Student t)
 
-The interval is a t-interval over the paired differences (``METHOD``), not a bootstrap: with the
-2-5 seeds a sweep affords, a bootstrap's percentile interval is too narrow and too coarse. Only
-seeds at which every compared cell finished enter; fewer than two give no interval.
+shown as the relative change exp(.) - 1. The interval is a t-interval over the paired differences,
+not a bootstrap: with the 2-8 seeds a sweep affords, a bootstrap's percentile interval is too
+narrow and too coarse. Only seeds at which every compared cell finished enter; fewer than two give
+no interval.
 
-The interval shown is a 95% t-interval of the paired differences (on the log scale of the
-effects, ``cemlab.report.verdicts``); the *decision* uses one-sided p-values at alpha/2 each
-(``t_pvalues``; ``sign_pvalues`` for a discrete effect), so that for one comparison without choices
-the interval and the decision agree:
+**The levels.** The *decision* uses one-sided p-values (``t_pvalues``; ``sign_pvalues`` for a
+discrete effect), each held to half the claim's level: alpha / 2 = 2.5% in a sweep without seeding,
+alpha / (2K) at each of the K planned looks of a seeded sweep (``cemlab.report.sequential``), and
+Holm's step level where Holm applies. Where a position may be one of several cells (learning rates,
+the best of several variants), ``every_choice_p`` tests every choice, its p-value multiplied by the
+number of free choices. The interval shown on the page is the 95% (``LEVEL``) t-interval of the
+differences (with candidates: of the leave-one-seed-out differences, ``pairing``); it agrees with
+the decision only for a comparison without choices judged at 2.5% one-sided. Where the looks,
+Holm or the every-choice factor apply, the decision is stricter than that interval, and the p-values
+and the levels they were held to (comparisons.csv) are what decided. The words:
 
 - ``supported``: the claim's side of its tolerance (below, above, or inside +-tol by two one-sided
   tests);
