@@ -19,7 +19,8 @@ from scipy import stats as sps
 
 from cemlab.report import claims, verdict_tables, verdicts
 from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, Evidence, combine,
-                                 comparison_evidence, decide, sign_pvalues, t_interval)
+                                 comparison_evidence, decide, decision_bounds, judge, judge_logs, paired_diffs,
+                                 sign_pvalues, t_interval)
 from cemlab.report.table import aggregate
 
 
@@ -86,14 +87,21 @@ def test_decision_sides_and_combine():
 # A recursion_ablation grid written as trials: T=1, and T=2 at two step sizes, several seeds
 # ----------------------------------------------------------------------------------------------
 
+#: The chance value of the crafted trials' metric (the vocabulary size: the uniform predictor's perplexity).
+CHANCE = 512.0
+
+
 def _trials(values: dict[tuple, list[float]], val: dict[tuple, list[float]] | None = None) -> pd.DataFrame:
     """Trials of cem-attn cells (T, eta[, precond[, lr]]) -> per-seed test perplexities (and
-    validation perplexities ``val``, else none), as ``table.join_trials`` makes them."""
+    validation perplexities ``val``, else none), as ``table.join_trials`` makes them: NaN is a
+    diverged run, None a failed one."""
     rows = []
     for key, vals in values.items():
         T, eta, precond, lr = (*key, "dplr", 2e-3)[:4] if len(key) == 2 else (*key, 2e-3)[:4]
         vv = (val or {}).get(key, [math.nan] * len(vals))
         for seed, (v, w) in enumerate(zip(vals, vv)):
+            status = "failed" if v is None else "finished" if math.isfinite(v) else "diverged"
+            v = math.nan if v is None else v
             cell = json.dumps({"T": T, "eta": eta, "precond": precond, "size": "86m", "sweep": "recursion_ablation",
                                "lr": lr}, sort_keys=True)
             rows.append(dict(order=len(rows), sweep="recursion_ablation", figure="Fig 2c", scale="tiny",
@@ -101,7 +109,7 @@ def _trials(values: dict[tuple, list[float]], val: dict[tuple, list[float]] | No
                              size="86m", task="lm", metric="test/ppl", lr=lr, T=T, precond=precond,
                              kq_diagonal="shared", kernel="", param_matched=False, eta=eta, x0="h", corpus="stdlib",
                              cell=cell, seed=seed, val=w,
-                             status="finished" if math.isfinite(v) else "diverged", run_id=f"r{len(rows)}", value=v,
+                             status=status, run_id=f"r{len(rows)}", value=v, chance=CHANCE,
                              params_total=1e5, token_budget=5e5, total_steps=400.0, train_tokens=2e5,
                              flops_per_token=1.0,
                              params_attention=1.0, params_mlp=1.0, params_embedding=1.0, flops_per_example=math.nan))
@@ -220,13 +228,23 @@ def test_all_is_intersection_union_and_contradiction_is_holm():
     assert (none.iv.low, none.iv.high) == pytest.approx((alone.low, alone.high), rel=1e-12)
     assert none.verdict == SUPPORTED and v.verdict == SUPPORTED and v.decided_by == none.label
     frame = verdict_tables.comparison_frame([v])
-    assert len(frame) == 3 and set(frame["level"].round(6)) == {0.95}
-    assert set(frame["alpha_supported"].round(6)) == {0.025}
-    # Holm: p-values 0.001, 0.02, 0.03 at one-sided alpha 2.5% over k=3 -> only the first is rejected
+    # the interval that decided: the supported end (upper) at 2.5% (intersection-union), the
+    # contradicted end (lower) at Holm's step level; coverage 1 - the two
+    assert len(frame) == 3 and set(frame["alpha_supported"].round(6)) == {0.025}
+    assert set(frame["alpha_high"].round(6)) == {0.025}
+    assert sorted(frame["alpha_low"].round(6)) == pytest.approx(sorted(frame["alpha_contradicted"].round(6)))
+    assert (frame["level"] == 1 - frame["alpha_low"] - frame["alpha_high"]).all()
+    # ... and 'supported' exactly where the upper end is below 0: the same t bound scipy gives
+    upper = sps.ttest_1samp(d, 0.0, alternative="less").confidence_interval(1 - 0.025).high
+    assert none.bounds.high == pytest.approx(upper, rel=1e-12) and upper < 0
+    # Holm: p-values 0.001, 0.02, 0.03 at one-sided alpha 2.5% over k=3 -> only the first is rejected;
+    # the step where it stopped (0.02 > 2.5%/2) holds the rest to its level, so each is rejected
+    # exactly when its p-value is at most its level
     ps = [0.001, 0.02, 0.03]
     verdict, words, levels = decide([Evidence(1.0, p) for p in ps])
     assert verdict == CONTRADICTED and words == [CONTRADICTED, INCONCLUSIVE, INCONCLUSIVE]
-    assert levels == pytest.approx([0.025 / 3, 0.025 / 2, 0.025])
+    assert levels == pytest.approx([0.025 / 3, 0.025 / 2, 0.025 / 2])
+    assert [p <= lv for p, lv in zip(ps, levels)] == [w == CONTRADICTED for w in words]
     # one contradiction at p = 0.02 < 2.5% alone, but not below 2.5%/3: Holm leaves the claim open
     assert decide([Evidence(1.0, 0.02), Evidence(1.0, 0.5), Evidence(1.0, 0.6)])[0] == INCONCLUSIVE
     # 'any': Holm on the claim's side; contradicted only when every comparison is
@@ -251,28 +269,60 @@ def _noisy(base, factors):
     return [b * f for b, f in zip(base, factors)]
 
 
-def test_a_diverged_cell_is_no_candidate_and_a_missing_comparison_counts():
-    """Preconditioner 'none' diverged at every seed at T=2: 'for every preconditioner' cannot be
-    supported by the two that ran (it was, when the gap was dropped and k shrank)."""
+def test_a_diverged_run_is_an_outcome_and_a_missing_comparison_counts():
+    """Preconditioner 'none' diverged at every seed at T=2: the divergence is its outcome, counted at
+    the chance value (the uniform predictor's perplexity), so 'T=2 beats T=1 for every
+    preconditioner' is contradicted by it (it was 'not enough runs'). A cell with no run that has a
+    value (every seed failed) is still a planned comparison without runs, and counts."""
     t1 = [30.0, 31.0, 29.5]
     values = {(1, "1", "none"): t1, (2, "1", "none"): [math.nan] * 3}
     for p in ("diag", "dplr"):
         values[(1, "1", p)] = t1
         values[(2, "1", p)] = _noisy(t1, (0.90, 0.92, 0.905))
     v = _verdicts(values)["same per-step eta=1"]
-    assert v.n_comparisons == 3 and v.verdict == NOT_ENOUGH
+    none = next(c for c in v.checks if "none" in c.label)
+    assert none.verdict == CONTRADICTED and "3 diverged (counted at the chance value) of 3 seeds" in none.diverged
+    assert v.verdict == CONTRADICTED and v.decided_by == none.label
+    values[(2, "1", "none")] = [None] * 3   # every seed failed: no value, so no comparison
+    v = _verdicts(values)["same per-step eta=1"]
     gap = next(c for c in v.checks if "none" in c.label)
-    assert gap.verdict == NOT_ENOUGH and "diverged" in gap.text
+    assert v.n_comparisons == 3 and v.verdict == NOT_ENOUGH and gap.verdict == NOT_ENOUGH
     assert sorted(c.verdict for c in v.checks) == [NOT_ENOUGH, SUPPORTED, SUPPORTED]
-    # a rate where two of three seeds diverged is not "chosen" on the one survivor
+    # a rate where two of three seeds diverged stays a candidate, at the chance value there: no
+    # choice is made on its one survivor, and it cannot help its cell
     t1b = [30.0, 31.0, 29.5]
     grid = {(1, "1", "dplr", 2e-3): t1b, (1, "1", "dplr", 4e-3): _noisy(t1b, (1.01, 0.99, 1.0)),
             (2, "1", "dplr", 2e-3): _noisy(t1b, (1.02, 1.0, 1.01)),
             (2, "1", "dplr", 4e-3): [20.0, math.nan, math.nan]}
     w = _verdicts(grid)["same per-step eta=1"]
     (ch,) = w.checks
-    assert "lr=0.004: 2 diverged of 3 seeds" in ch.diverged and ch.n_choices == (2, 1)
+    assert "lr=0.004: 2 diverged (counted at the chance value) of 3 seeds" in ch.diverged and ch.n_choices == (2, 2)
     assert w.verdict != SUPPORTED
+    # a failed run has no value: its seed does not pair, the rate stays a candidate at its other seeds ...
+    grid[(2, "1", "dplr", 4e-3)] = [20.0, None, 20.5]
+    (ch,) = _verdicts(grid)["same per-step eta=1"].checks
+    assert "lr=0.004: 1 failed (no value) of 3 seeds" in ch.diverged and ch.n_choices == (2, 2)
+    assert ch.diffs_of[(0, 1)].size == 2 and ch.diffs_of[(0, 0)].size == 3
+    # ... and a planned candidate without a value at any seed leaves the comparison 'not enough runs':
+    # the cell would otherwise be tuned over fewer rates than the one it is compared with
+    grid[(2, "1", "dplr", 4e-3)] = [None] * 3
+    w = _verdicts(grid)["same per-step eta=1"]
+    assert w.verdict == NOT_ENOUGH and "no run with a value at a planned candidate" in "; ".join(w.missing)
+
+
+def test_one_diverged_seed_at_the_better_rate_does_not_decide_between_identical_cells():
+    """The reviewer's construction: two identical cells (up to 0.1% noise), the higher rate 5%
+    better, and one seed of one cell diverged at the higher rate. Dropping that rate from that cell
+    only compared it at its worse rate and read 'supported, -4.9%'; counted at the chance value in
+    the cell it happened in, the divergence decides nothing either way."""
+    base = np.array([30.0, 31.0, 29.5])
+    noise = {(1, 2e-3): (1.0, 1.001, 0.999), (1, 4e-3): (0.95, 0.951, 0.949),
+             (2, 2e-3): (1.001, 0.999, 1.0), (2, 4e-3): (0.951, 0.949, 0.95)}
+    for diverged_T in (1, 2):
+        grid = {(T, "1", "dplr", lr): list(base * np.array(f)) for (T, lr), f in noise.items()}
+        grid[(diverged_T, "1", "dplr", 4e-3)][1] = math.nan
+        (ch,) = _verdicts(grid)["same per-step eta=1"].checks
+        assert ch.verdict not in (SUPPORTED, CONTRADICTED), (diverged_T, ch.describe())
 
 
 def test_the_reference_side_does_not_change_the_effect():
@@ -354,15 +404,113 @@ def test_fig3a_optimum_is_chosen_on_the_validation_curve():
     assert row["optimum_ppl"] == pytest.approx(float(t), rel=1e-9)
 
 
-def test_the_module_describes_the_log_scale_effect_and_the_levels_as_the_code_has_them():
-    """stats.py's opening text: the effect is a difference of log metrics (not ppl_B / ppl_A - 1),
-    and the interval drawn (LEVEL) agrees with the decision only where no look, Holm step or
-    every-choice factor makes the decision stricter."""
-    import cemlab.report.stats as st
+# ----------------------------------------------------------------------------------------------
+# The interval shown is the one that decided
+# ----------------------------------------------------------------------------------------------
 
-    doc = st.__doc__
-    assert "ppl_B(s) / ppl_A(s) - 1" not in doc and "log(ppl_B(s) / ppl_A(s))" in doc
-    assert f"{st.LEVEL:.0%}" in doc and "alpha / (2K)" in doc and "every_choice_p" in doc
-    assert "stricter than that interval" in doc
-    lo = st.t_interval([0.1, 0.2, 0.3]).low  # the interval the text names is the one t_interval draws
-    assert lo == pytest.approx(0.2 - sps.t.ppf(0.975, 2) * 0.1 / 3 ** 0.5)
+@pytest.mark.parametrize("alpha", [0.05, 0.0025, 0.0475])
+def test_the_interval_shown_decides_exactly_as_the_tests_do(alpha):
+    """For random tuned comparisons (2-3 candidates per position, every choice tested) and random
+    claims of the three kinds, judged alone and two at a time (Holm on the contradiction): a
+    comparison is supported exactly when the claim's end of its interval that decided is beyond the
+    tolerance, contradicted exactly when the other end is, negligible exactly when the interval lies
+    inside +-margin; its level is 1 minus the two ends' one-sided levels."""
+    rng = np.random.default_rng(int(alpha * 1e5))
+    seen = set()
+    for _ in range(300):
+        checks = []
+        for _ in range(2):
+            n, k = int(rng.integers(2, 7)), (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+            shift = rng.normal(0, 1.5)
+            logs = [[{s: rng.normal(0, 1) for s in range(n)} for _ in range(k[0])],
+                    [{s: rng.normal(shift, 1) for s in range(n)} for _ in range(k[1])]]
+            side = str(rng.choice(["below", "above", "within"]))
+            tol = 0.0 if side != "within" and rng.random() < 0.5 else abs(rng.normal(0, 0.7))
+            diffs = paired_diffs(logs, (-1.0, 1.0))
+            checks.append((diffs, k, side, tol if side == "within" else tol * rng.choice([-1, 1]), 0.3))
+        evidence = [comparison_evidence(d, (-1.0, 1.0), k, t, side, m) for d, k, side, t, m in checks]
+        _, words, levels = decide(evidence, "all", alpha)
+        for (d, k, side, t, m), w, lv in zip(checks, words, levels):
+            b = decision_bounds(d, (-1.0, 1.0), k, side, alpha / 2, lv, w, alpha / 2)
+            assert b.level == pytest.approx(1 - b.alpha_low - b.alpha_high)
+            seen.add((side, w))
+            if w == NEGLIGIBLE:
+                assert -m <= b.low and b.high <= m
+                continue
+            lo, hi = (b.low if np.isfinite(b.low) else -np.inf), (b.high if np.isfinite(b.high) else np.inf)
+            if side == "within":
+                assert (w == SUPPORTED) == (-t <= lo and hi <= t)
+                if w == CONTRADICTED:
+                    assert lo >= t or hi <= -t
+                continue
+            claim_end, other_end = (hi, lo) if side == "below" else (lo, hi)
+            beyond = (lambda x: x <= t) if side == "below" else (lambda x: x >= t)
+            assert (w == SUPPORTED) == beyond(claim_end), (side, w, b, t)
+            assert (w == CONTRADICTED) == ((other_end >= t) if side == "below" else (other_end <= t)), (side, w, b, t)
+    assert len(seen) >= 5   # every kind of claim met decided and open rows
+    if alpha == 0.05:
+        assert {("below", SUPPORTED), ("below", CONTRADICTED), ("below", INCONCLUSIVE), ("within", SUPPORTED)} <= seen
+
+
+def test_the_report_prints_the_interval_at_the_level_that_decided():
+    """A seeded sweep's look at alpha 0.025 (one-sided 1.25%): the comparison's interval is the
+    97.5% interval (not a 95% one labelled '98% CI'), its row says so, and the verdict follows it;
+    ``judge`` gives the same for the comparison from its per-seed log metrics."""
+    t1 = [30.0, 31.0, 29.5, 30.4]
+    values = {(1, "1"): t1, (2, "1"): [x * f for x, f in zip(t1, (0.97, 0.975, 0.972, 0.98))]}
+    trials = _trials(values)
+    cells = aggregate(trials)
+    (v,) = verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"], lambda s: cells, "tiny",
+                             lambda s: trials, alpha=0.025)
+    (ch,) = v.checks
+    d = np.log(values[(2, "1")]) - np.log(t1)
+    upper = sps.ttest_1samp(d, 0.0, alternative="less").confidence_interval(1 - 0.0125).high
+    lower = sps.ttest_1samp(d, 0.0, alternative="greater").confidence_interval(1 - 0.0125).low
+    assert (ch.bounds.low, ch.bounds.high) == pytest.approx((lower, upper), rel=1e-12)
+    assert ch.level == pytest.approx(0.975) and "97.5% interval that decided" in v.numbers and "98%" not in v.numbers
+    assert v.level == pytest.approx(0.975) and v.ci_high == pytest.approx(math.expm1(upper))
+    row = verdict_tables.comparison_frame([v]).iloc[0]
+    assert row["level"] == pytest.approx(0.975) and row["ci_high"] == pytest.approx(math.expm1(upper))
+    assert row["ci95_high"] == pytest.approx(math.expm1(t_interval(d).high))
+    assert (ch.verdict == SUPPORTED) == (upper < 0)
+    one = judge_logs([[dict(enumerate(np.log(t1)))], [dict(enumerate(np.log(values[(2, "1")])))]], (-1.0, 1.0),
+                     margin=math.log1p(0.01), alpha=0.025)
+    assert one.verdict == ch.verdict and (one.bounds.low, one.bounds.high) == pytest.approx((lower, upper))
+    assert judge({(): d}, alpha=0.025).verdict == ch.verdict
+
+
+def test_a_sign_test_says_what_decided_and_when_it_cannot():
+    """Optima on a grid, 3 seeds: the exact sign test's smallest p is 0.5^3 = 0.125, so nothing can
+    decide it at one-sided 2.5%; the comparison says so, and has no t interval that 'decided'."""
+    ch = verdicts.check_of_diffs("s1", "s1", [1.0, 1.0, 1.0], 0.0, "above", discrete=True)
+    assert ch.bounds is None and "0.5^3 = 0.125" in ch.how and "cannot be decided at 3 seeds" in ch.how
+    assert "cannot be decided" in verdicts.undecidable([ch])
+    six = verdicts.check_of_diffs("s1", "s1", [1.0] * 6, 0.0, "above", discrete=True)
+    assert six.verdict == SUPPORTED and verdicts.undecidable([six]) == ""
+
+
+def test_seeds_for_power_answer_for_the_claim_condition():
+    """``seeds_for_80pct_power``: per comparison at its support's level over the choices that may be
+    picked (2 rates: half the level); per claim condition every comparison of an 'all' claim must
+    be supported (more seeds than its weakest alone); shown beside the sweep's seed budget."""
+    from cemlab.report.build import _power_text
+
+    sd, delta = 0.01, 0.01
+    one = verdict_tables.all_power_seeds([(sd, delta, 0.025)])
+    assert one == verdict_tables.power_seeds(sd, delta, 0.025)
+    assert verdict_tables.all_power_seeds([(sd, delta, 0.0125)]) > one              # the every-choice factor
+    assert verdict_tables.all_power_seeds([(sd, delta, 0.025)] * 2) > one           # both must be supported
+    assert verdict_tables.all_power_seeds([(sd, delta, 0.025)] * 2, rule="any") < one   # either may be
+    t1b = [30.0, 31.0, 29.5, 30.2]
+    grid = {(1, "1", "dplr", 2e-3): t1b, (1, "1", "dplr", 4e-3): _noisy(t1b, (1.01, 0.99, 1.0, 1.005)),
+            (2, "1", "dplr", 2e-3): _noisy(t1b, (0.995, 0.99, 1.0, 0.985)),
+            (2, "1", "dplr", 4e-3): _noisy(t1b, (1.0, 0.985, 1.004, 0.99))}
+    v = _verdicts(grid)["same per-step eta=1"]
+    (ch,) = v.checks
+    assert verdict_tables.claim_level(ch) == pytest.approx(ch.alpha_claim / 2)   # T=2 may be either rate
+    row = verdict_tables.comparison_frame([v]).iloc[0]
+    assert row["seeds_for_80pct_power"] == verdict_tables.power_seeds(ch.power_sd, ch.margin, ch.alpha_claim / 2)
+    v.seed_budget = 3
+    claim = verdict_tables.verdict_frame([v]).iloc[0]
+    assert claim["seeds_for_80pct_power"] == row["seeds_for_80pct_power"] and claim["seed_budget"] == 3
+    assert _power_text(claim).endswith("(the sweep reaches 3; beyond it)")

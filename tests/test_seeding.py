@@ -63,6 +63,17 @@ BAD = {
                         ["seeding.max_seeds.tiny", "fewer than the 3 seeds", "give at least 3"]),
     "no_claims": (HEAD.replace("claims: [t2-beats-t1]\n", "") + "seeding: {max_seeds: {tiny: 6}}\n",
                   ["seeding", "lists no claims", "claims: [...]"]),
+    # the per-look split of alpha: fixed in the file, checked against alpha and the plan's looks
+    "split_sum": (HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.01, 0.03]}}\n",
+                  ["seeding.alpha_split.tiny", "sums to 0.04", "sum to 0.05", "[0.025, 0.025]"]),
+    "split_zero": (HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0, 0.05]}}\n",
+                   ["seeding.alpha_split.tiny", "above 0", "[0.005, 0.045]"]),
+    "split_looks": (HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.01, 0.02, 0.02]}}\n",
+                    ["seeding.alpha_split.tiny", "gives 3 look(s)", "plans 2 looks", "give 2 levels summing to 0.05"]),
+    "split_scale": (HEAD + "seeding: {max_seeds: {tiny: 8}, alpha_split: {tiyn: [0.025, 0.025]}}\n",
+                    ["seeding.alpha_split.tiyn", "unknown scale"]),
+    "split_no_budget": (HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {smoke: [0.025, 0.025]}}\n",
+                        ["seeding.alpha_split.smoke", "no seed budget", "seeding.max_seeds.smoke"]),
     "optuna": ("figure: x\nclaims: [t2-beats-t1]\naxes: {size: [86m]}\nvariants: [{group: llama, label: llama}]\n"
                "search: optuna\noptuna: {lr: [1.0e-3, 4.0e-3], samples: 2}\nseeding: {max_seeds: {tiny: 6}}\n",
                ["seeding", "search: optuna", "remove seeding"]),
@@ -113,18 +124,22 @@ def test_each_look_judges_at_alpha_over_the_planned_looks():
         look_alpha(0)
 
 
-def test_the_main_job_plans_two_looks_and_its_report_judges_at_alpha_over_two(monkeypatch):
+def test_the_main_job_plans_two_looks_at_its_split_of_alpha(monkeypatch):
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     spec = load_sweep("recursion_ablation")
     tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
     assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]]
-    assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(ALPHA / 2)
+    assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts.md: the rule's choice
+    assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(0.0025)   # where the looks are not replayed: the strictest
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
     # a seed axis given on the command line is run exactly: one look, no seed added, judged at alpha
     given = spec.expand("tiny", overrides=["seed=[0]"])
     assert spec.looks("tiny", given) == [[0]] and sweep_alpha(spec, "tiny", given) == ALPHA
     assert "each at alpha 0.05 on the seeds of the grid" in level_note(spec, "tiny", given)
     assert "alpha 0.05/2 = 0.025" in level_note(spec, "tiny", tiny)
+    note = level_note(spec, "tiny", tiny)
+    assert "seeding.alpha_split: 0.0025 + 0.0475 = 0.05 (one-sided 0.00125 + 0.02375)" in note
+    assert "look 1: 8 seeds at alpha 0.0475 (one-sided 0.02375)" in note
     # the page says so when the runs hold no added seed (cemlab sweep --no-seeding), not otherwise
     assert "no seed was added" in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2})
     assert "no seed was added" not in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2, 5})
@@ -153,7 +168,44 @@ def test_the_plan_shows_the_looks_and_the_most_trials(sweep_dir):
                       "tiny", read_store=False)
     s = plan.seeding()
     assert [lk["seeds"] for lk in s["looks"]] == [[0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]
-    assert s["alpha_per_look"] == pytest.approx(ALPHA / 3) and len(plan.rows) == 6 and s["max_trials"] == 12
+    assert s["alpha_split"] == pytest.approx([ALPHA / 3] * 3) and len(plan.rows) == 6 and s["max_trials"] == 12
+    assert [lk["alpha_one_sided"] for lk in s["looks"]] == pytest.approx([ALPHA / 6] * 3)
+
+
+def test_a_split_of_alpha_is_carried_into_the_plan_the_looks_and_the_page(sweep_dir, capsys):
+    """``seeding.alpha_split``: look 0 at 0.005 and look 1 at 0.045 (one-sided 0.0025 and 0.0225),
+    in ``cemlab plan``'s look lines and JSON, in each look's level, on the report page's summary and
+    as the level of the claims the report reads this sweep beside its own (the strictest look's)."""
+    from cemlab.cli import main
+    from cemlab.report.look import LookLoop
+    from cemlab.sweeps.plan import plan_sweep
+
+    path = write(sweep_dir, "split", HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.005, "
+                                            "0.045]}}\n")
+    spec = load_sweep(path)
+    grid = spec.expand("tiny")
+    assert spec.look_alphas("tiny", grid) == [0.005, 0.045]
+    assert spec.look_alphas("smoke", spec.expand("smoke")) == [ALPHA]   # no budget there: one look at alpha
+    s = plan_sweep(path.as_posix(), "tiny", read_store=False).seeding()
+    assert [lk["alpha"] for lk in s["looks"]] == [0.005, 0.045] and s["split"].startswith("0.005 + 0.045 = 0.05")
+    main(["plan", path.as_posix(), "--scale", "tiny", "--no-store"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "look 0: seeds 0,1,2 at alpha 0.005 (one-sided 0.0025)" in out
+    assert "look 1: seeds 0,1,2,3,4,5,6,7 at alpha 0.045 (one-sided 0.0225)" in out
+    note = level_note(spec, "tiny", grid)
+    assert "look 0: 3 seeds at alpha 0.005 (one-sided 0.0025)" in note and "seeding.alpha_split" in note
+    assert sweep_alpha(spec, "tiny", grid) == pytest.approx(0.005)
+    loop = LookLoop([], "tiny", "split", spec.looks("tiny", grid), spec.look_alphas("tiny", grid))
+    assert loop.alphas == [0.005, 0.045]
+    # an override of the seed axis that changes the number of looks: the split no longer fits; the
+    # looks take the even split (a rule as fixed before any run) and the plan and the page say why
+    one = spec.expand("tiny", overrides=["seed=[0]"])
+    assert spec.look_alphas("tiny", one) == pytest.approx([ALPHA / 3] * 3)
+    why = "seeding.alpha_split.tiny lists 2 levels, but the seed axis [0] plans 3 looks: each judges at the even split"
+    assert spec.split_note("tiny", one).startswith(why) and spec.split_note("tiny", grid) == ""
+    assert why in level_note(spec, "tiny", one)
+    main(["plan", path.as_posix(), "--scale", "tiny", "--no-store", "seed=[0]"])
+    assert why in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeypatch, capsys):
@@ -245,7 +297,7 @@ def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monk
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     grids, by_id = SweepGrids(), {c.id: c for c in all_claims()}
-    assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(ALPHA / 2)
+    assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(0.0025)   # the strictest look
     assert claim_alpha(by_id["t2-beats-t1"], grids, "smoke") == ALPHA
     assert claim_alpha(by_id["attn-small-cost"], grids, "tiny") == ALPHA
 

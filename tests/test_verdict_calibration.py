@@ -127,19 +127,23 @@ def test_power_at_one_sd_is_printed_beside_the_old_method():
 
 
 def test_sequential_seeding_holds_its_level_and_buys_power():
-    """The main job's seeding (3 seeds, then 2 more where a comparison is open; 2 planned looks, each
-    judged at alpha/2 = ``sequential.look_alpha(2)``), a comparison of two tuned cells (2 rates each,
-    every choice tested), a decision kept once made: the false-decisive rate with every true tuned
-    effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full alpha.
-    (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on frames.)"""
-    from cemlab.report.sequential import look_alpha
+    """The main job's seeding as its sweep file ships it (3 seeds, then 8 where a comparison is open;
+    two planned looks, each at its level of ``seeding.alpha_split``), a comparison of two tuned cells
+    (2 rates each, every choice tested), a decision kept once made: the false-decisive rate with
+    every true tuned effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full
+    alpha. (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on
+    frames, with divergence.)"""
+    from cemlab.sweeps.spec.load import load_sweep
+    from sweep_support import REPO_SWEEPS
 
-    looks, alpha = [3, 5], look_alpha(2)
+    seeding = load_sweep(REPO_SWEEPS / "recursion_ablation.yaml").seeding
+    looks = [len(s) for s in seeding.looks("tiny", [0, 1, 2])]
+    alphas = seeding.alphas("tiny", [0, 1, 2])
 
     def run(rng, effect):
-        ref_t, _ = _cell(rng, 5, [0.0, 0.3], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
-        fav_t, _ = _cell(rng, 5, [-effect, 0.3 - effect], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
-        for n in looks:
+        ref_t, _ = _cell(rng, looks[-1], [0.0, 0.3], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
+        fav_t, _ = _cell(rng, looks[-1], [-effect, 0.3 - effect], sd_seed=0.0, sd_rate=1 / math.sqrt(2))
+        for n, alpha in zip(looks, alphas):
             word = decide([_evidence(ref_t[:, :n], fav_t[:, :n])], alpha=alpha)[0]
             if word != "inconclusive":
                 return word, n
@@ -152,9 +156,10 @@ def test_sequential_seeding_holds_its_level_and_buys_power():
     fixed = [decide([_evidence(*(c[:, :3] for c in (_cell(rng, 3, [0.0, 0.3], 0.0, 1 / math.sqrt(2))[0],
                                                     _cell(rng, 3, [-1.0, -0.7], 0.0, 1 / math.sqrt(2))[0])))])[0]
              for _ in range(1000)]
-    print(f"\nsequential 3 -> 5 seeds at alpha/2 per look, null: false 'supported' {_rate(words, SUPPORTED):.4f}, "
-          f"false 'contradicted' {_rate(words, CONTRADICTED):.4f}, mean seeds {np.mean([n for _, n in null]):.2f}; "
-          f"1 sd: power {_rate([w for w, _ in power], SUPPORTED):.3f} at {np.mean([n for _, n in power]):.2f} mean "
-          f"seeds, fixed 3 seeds {_rate(fixed, SUPPORTED):.3f}")
+    print(f"\nsequential {' -> '.join(map(str, looks))} seeds at alpha {' + '.join(f'{a:g}' for a in alphas)}, null: "
+          f"false 'supported' {_rate(words, SUPPORTED):.4f}, false 'contradicted' {_rate(words, CONTRADICTED):.4f}, "
+          f"mean seeds {np.mean([n for _, n in null]):.2f}; 1 sd: power {_rate([w for w, _ in power], SUPPORTED):.3f} "
+          f"at {np.mean([n for _, n in power]):.2f} mean seeds, fixed 3 seeds {_rate(fixed, SUPPORTED):.3f}")
+    assert sum(alphas) == pytest.approx(0.05)
     assert _rate(words, SUPPORTED) <= ALPHA_SIDE + MC and _rate(words, CONTRADICTED) <= ALPHA_SIDE + MC
     assert _rate([w for w, _ in power], SUPPORTED) > _rate(fixed, SUPPORTED)

@@ -26,6 +26,7 @@ without loading it; ``cemlab.sweeps.spec.load`` is imported inside ``SweepGrids`
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,43 +238,71 @@ def _run_link(uri: str, run) -> str:
 
 
 def _claims_frame(verdicts, where: str = "in its sweep's report") -> pd.DataFrame:
-    """The claims table of the page: the verdict, its interval and its regime next to the paper's.
-    A claim's comparisons are rows of their own (``where``); its ``numbers`` text (claims.csv)
-    stands on the page only for a claim without comparisons."""
+    """The claims table of the page: the verdict (after what no outcome of the runs could decide),
+    the deciding comparison's interval that decided with its level, and the regime next to the
+    paper's. A claim's comparisons are rows of their own (``where``); its ``numbers`` text
+    (claims.csv) stands on the page only for a claim without comparisons."""
     df = verdict_frame(verdicts)
     df["comparisons"] = [f"{int(r['n_comparisons'])} {where}" if r["n_comparisons"] else r["numbers"]
                          for _, r in df.iterrows()]
-    df["effect (95% CI)"] = [_effect_text(r) for _, r in df.iterrows()]
+    df["effect, % [interval that decided, level]"] = [_effect_text(r) for _, r in df.iterrows()]
     df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
     df["verdict at a shared lr (sensitivity)"] = df["verdict_shared_lr"]
     df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
-    df["effect, % [CI]"] = df.pop("effect (95% CI)")
     df["primary comparison"] = [_primary_text(r) for _, r in df.iterrows()]
+    df["seeds for 80% power"] = [_power_text(r) for _, r in df.iterrows()]
+    df["cannot be decided"] = df["undecidable"]
     df["condition"] = [f"{r['condition']} ({r['role']})".strip() if r["condition"] else r["role"]
                        for _, r in df.iterrows()]
-    return df[["id", "paper", "claim", "condition", "verdict", "decided_by", "effect, % [CI]", "primary comparison",
+    return df[["id", "paper", "claim", "condition", "cannot be decided", "verdict", "decided_by",
+               "effect, % [interval that decided, level]", "primary comparison", "seeds for 80% power",
                "verdict at a shared lr (sensitivity)", "verdict changes with tuning", "margin", "size_flips", "regime",
                "paper_regime", "comparisons", "missing", "rule"]]
 
 
+def _interval_text(low: float, high: float, level: float) -> str:
+    """`` [-5.10, -0.20] at 97.5%``: an interval that decided, in percent, with its coverage."""
+    if not (np.isfinite(low) or np.isfinite(high)):
+        return " (no interval)"
+    def end(x):
+        return f"{x * 100:+.2f}" if np.isfinite(x) else "n/a"
+    return f" [{end(low)}, {end(high)}] at {_fmt_level(level)}%"
+
+
+def _fmt_level(level: float) -> str:
+    return f"{level * 100:.4f}".rstrip("0").rstrip(".") if np.isfinite(level) else "n/a"
+
+
 def _primary_text(r) -> str:
-    """The primary comparison beside the deciding one, when they differ."""
+    """The primary comparison beside the deciding one, when they differ, with its interval that
+    decided and its level."""
     if not r["primary"] or r["primary"] == r["decided_by"]:
         return "(the deciding one)" if r["primary"] else ""
-    ci = (f" [{r['primary_ci_low'] * 100:+.2f}, {r['primary_ci_high'] * 100:+.2f}]"
-          if np.isfinite(r["primary_ci_low"]) else "")
-    eff = f"{r['primary_effect'] * 100:+.2f}{ci}" if np.isfinite(r["primary_effect"]) else "n/a"
+    eff = (f"{r['primary_effect'] * 100:+.2f}"
+           + _interval_text(r["primary_ci_low"], r["primary_ci_high"], r["primary_level"])
+           if np.isfinite(r["primary_effect"]) else "n/a")
     return f"{r['primary']}: {eff}"
 
 
 def _effect_text(r) -> str:
-    """The deciding comparison's effect and its 95% interval, as a relative change in percent."""
-    def pct(x):
-        return f"{x * 100:+.2f}"
+    """The deciding comparison's effect and its interval that decided (relative changes in percent)
+    with that interval's level; what decided where the interval does not say it all."""
     if not np.isfinite(r["effect"]):
         return ""
-    ci = f" [{pct(r['ci_low'])}, {pct(r['ci_high'])}]" if np.isfinite(r["ci_low"]) else " (no interval)"
-    return f"{pct(r['effect'])}{ci}, n={int(r['n_seeds'])}"
+    how = f"; {r['decided_how']}" if r["decided_how"] else ""
+    interval = _interval_text(r["ci_low"], r["ci_high"], r["level"])
+    return f"{r['effect'] * 100:+.2f}{interval}, n={int(r['n_seeds'])}{how}"
+
+
+def _power_text(r) -> str:
+    """The seeds per cell the condition needs for 80% power, beside what its sweep can reach."""
+    n, budget = r["seeds_for_80pct_power"], r["seed_budget"]
+    if not np.isfinite(n) and not n == math.inf:
+        return ""
+    need = "more than 1000" if n == math.inf else str(int(n))
+    if np.isfinite(budget):
+        need += f" (the sweep reaches {int(budget)}" + ("; beyond it)" if n > budget else ")")
+    return need
 
 
 def _regime_text(r) -> str:
@@ -297,12 +326,16 @@ def _claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Sect
     if forest is not None:
         save_figure(forest, out_dir, "forest", written)
     sections.append(Section("comparisons", "Every comparison behind the claims",
-                            "One row per comparison (comparisons.csv); effect and 95% interval as relative changes in "
-                            "percent, built on the log scale (log2 of the lr ratio for the learning-rate claim); the "
-                            "decision uses the p-values and one-sided levels shown (intersection-union for 'all' "
-                            "claims, Holm over the planned comparisons for contradictions and 'any'); a position "
-                            "with several candidates is tested at every choice. Forest plot: the grey band is each claim's smallest effect of interest, a "
-                            "dashed red tick the threshold of a threshold or equivalence (TOST) test.",
+                            "One row per comparison (comparisons.csv); effects and intervals as relative changes in "
+                            "percent, built on the log scale (log2 of the lr ratio for the learning-rate claim). The "
+                            "interval is the one that decided: each end the one-sided bound of the test that decides "
+                            "on its side, at the level that test was held to (the look's level, Holm's step for "
+                            "contradictions and 'any' claims, the every-choice factor where a position has several "
+                            "candidates), its coverage given with it; the 95% interval is only descriptive. A sign "
+                            "test has no such interval and its row says what decided. Forest plot: the thick bar is "
+                            "the interval that decided (its level in the row's label), the thin grey bar the 95% "
+                            "interval, the grey band each claim's smallest effect of interest, a dashed red tick the "
+                            "threshold of a threshold or equivalence (TOST) test.",
                             "forest.png" if forest is not None else None,
                             [comparisons_file] + (["forest.pdf"] if forest is not None else []),
                             [comparisons_table(verdicts)]))
@@ -341,7 +374,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
 
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
-    verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, at alpha/K
+    verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, each at its level
     claims_df = _claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = _claim_files(verdicts, out_dir, written, sections)
     trials_file = write_csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)

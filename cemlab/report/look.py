@@ -1,8 +1,9 @@
 """A look of a sweep that adds seeds where a verdict is open (``seeding:`` in its file).
 
 At look ``j`` the sweep's claims are judged by the report's own code (``verdicts.evaluate``) on the
-trials of the first ``n_j`` seeds only (``SweepSpec.looks``), at ``alpha / K``
-(``cemlab.report.sequential``). The cells of a comparison that is itself inconclusive, inside a
+trials of the first ``n_j`` seeds only (``SweepSpec.looks``), at the look's level ``alpha_j``
+(``SweepSpec.look_alphas``: the file's ``seeding.alpha_split``, else ``alpha / K``;
+``cemlab.report.sequential``). The cells of a comparison that is itself inconclusive, inside a
 claim condition that is inconclusive, are *open*: the next look adds seeds to them, as ordinary
 trials of the grid (:func:`next_trials`: the sweep file's trials with those seeds, same naming and
 config hashing). Everything is read from the store, so a rerun of the sweep makes the same
@@ -133,8 +134,16 @@ class LookLoop:
     planned look, which is what Bonferroni over the looks needs (``cemlab.report.sequential``). A
     claim condition's verdict combines its comparisons' (frozen or current) by its rule."""
 
-    def __init__(self, claims: list, scale: str, sweep: str, looks: list[list[int]], alpha: float, history=None):
-        self.claims, self.scale, self.sweep, self.looks, self.alpha = claims, scale, sweep, looks, alpha
+    def __init__(self, claims: list, scale: str, sweep: str, looks: list[list[int]], alpha: float | list[float],
+                 history=None, sensitivity: bool = True):
+        self.claims, self.scale, self.sweep, self.looks = claims, scale, sweep, looks
+        #: Judge the shared-rate sensitivity verdicts too (the report's replay; the running sweep's
+        #: looks need only the verdicts that open cells).
+        self.sensitivity = sensitivity
+        #: The two-sided level of each look (one number: every look at it).
+        self.alphas = [float(a) for a in alpha] if isinstance(alpha, (list, tuple)) else [float(alpha)] * len(looks)
+        if len(self.alphas) != len(looks):
+            raise ValueError(f"{len(self.alphas)} levels for {len(looks)} looks: give one per look")
         self.history = history
         self.by_id = {c.id: c for c in claims}
         self.frozen: dict[tuple, object] = {}   # (claim, condition, label) -> the Check that decided
@@ -142,15 +151,17 @@ class LookLoop:
         self.made: list[Look] = []
 
     def look(self, j: int, trials_of: Callable[[str], pd.DataFrame]) -> Look:
-        """Look ``j`` on ``trials_of`` (every sweep's trials; restricted here to the look's seeds)."""
+        """Look ``j`` on ``trials_of`` (every sweep's trials; restricted here to the look's seeds), at
+        its level ``alphas[j]``: a comparison decided here keeps this look's level and interval."""
         from cemlab.report.verdicts import evaluate
 
         seeds = self.looks[j]
         cells_of, trials_at = at_seeds(trials_of, seeds)
         self.verdicts = [self._freeze(v) for v in evaluate(self.claims, cells_of, self.scale, trials_at,
-                                                            self.history, alpha=self.alpha)]
+                                                            self.history, alpha=self.alphas[j],
+                                                            sensitivity=self.sensitivity)]
         open_claims, cells = open_cells(self.verdicts, self.sweep)
-        look = Look(j, list(seeds), self.alpha, open_claims, cells)
+        look = Look(j, list(seeds), self.alphas[j], open_claims, cells)
         self.made.append(look)
         return look
 
@@ -171,10 +182,11 @@ class LookLoop:
 
 
 def replay(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, sweep: str, looks: list[list[int]],
-           alpha: float, history=None, upto: int | None = None) -> LookLoop:
+           alpha: float | list[float], history=None, upto: int | None = None, sensitivity: bool = True) -> LookLoop:
     """The looks the sweep made, replayed from its trials: look after look until nothing is open
-    or the last look (or ``upto`` looks). The loop's ``verdicts`` are the sweep's final verdicts."""
-    loop = LookLoop(claims, scale, sweep, looks, alpha, history)
+    or the last look (or ``upto`` looks). The loop's ``verdicts`` are the sweep's final verdicts
+    (``sensitivity``: with the shared-rate verdicts, as the report shows them)."""
+    loop = LookLoop(claims, scale, sweep, looks, alpha, history, sensitivity)
     for j in range(len(looks) if upto is None else min(upto, len(looks))):
         if not loop.look(j, trials_of).open_cells:
             break
@@ -202,33 +214,43 @@ def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
 
 def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
     """The report page's line on how its claims were judged: the level, and for a ``seeding``
-    sweep its planned looks (and, where ``seeds_run``, the seeds that have runs, holds none beyond
-    the grid's: that no seed was added); for a sweep that judges no claim, that it judges none and
-    why (its description says why)."""
-    from cemlab.report.sequential import ALPHA, look_alpha
+    sweep its planned looks with the level of each (and, where ``seeds_run``, the seeds that have
+    runs, holds none beyond the grid's: that no seed was added); for a sweep that judges no claim,
+    that it judges none and why (its description says why)."""
+    from cemlab.report.sequential import ALPHA, split_text
 
     if not spec.claims:
         why = " ".join(str(spec.description or "").split())
         return "none: this sweep's file lists no claim" + (f" ({why})" if why else "")
     looks = spec.looks(scale, trials) if trials else [[]]
     if len(looks) < 2:
-        return f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g} on the seeds of the grid"
-    seeds = "; ".join(f"look {j}: {len(s)} seeds" for j, s in enumerate(looks))
-    note = (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g}/{len(looks)} = {look_alpha(len(looks)):.3g}: "
-            f"seeds were added only to the cells of comparisons still inconclusive, at {len(looks)} planned looks "
-            f"({seeds}; Bonferroni over the looks, docs/verdicts.md)")
+        return (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g} on the seeds of the grid (every one-sided "
+                f"decision at {ALPHA / 2:g}; a claim that also reads a seeded sweep at that sweep's strictest look's "
+                f"level; each comparison's interval at the level that decided it)")
+    alphas = spec.look_alphas(scale, trials)
+    even = all(abs(a - alphas[0]) < 1e-12 for a in alphas)
+    seeds = "; ".join(f"look {j}: {len(s)} seeds at alpha {a:.4g} (one-sided {a / 2:.4g})"
+                      for j, (s, a) in enumerate(zip(looks, alphas)))
+    how = (f"alpha {ALPHA:g}/{len(looks)} = {alphas[0]:.3g} at each" if even else
+           f"alpha {ALPHA:g} split over them as the sweep file fixes it (seeding.alpha_split: {split_text(alphas)})")
+    note = (f"{len(spec.claims)} claim(s) at {len(looks)} planned looks, {how}: seeds were added only to the cells "
+            f"of comparisons still inconclusive ({seeds}; Bonferroni over the looks, docs/verdicts.md); each "
+            f"comparison is shown at the look that decided it (or the last), its interval at that look's level")
+    if spec.split_note(scale, trials):
+        note += f" ({spec.split_note(scale, trials)})"
     if seeds_run and set(seeds_run) <= set(looks[0]):   # runs exist, none of an added seed
         note += ("; no seed was added in the runs found (the grid's own seeds only, as `cemlab sweep --no-seeding` "
-                 "runs it), judged at the planned level all the same")
+                 "runs it), judged at the planned levels all the same")
     return note
 
 
 def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
     """The verdicts a report shows for ``claims`` read through ``ctx`` (``build.ReportContext``),
     judged for ``sweep`` (default ``ctx.sweep``): where that sweep is seeded at the scale, its looks
-    replayed (:func:`replay`: every comparison at the look that decided it, at ``alpha / K``); else
-    each claim at its sweeps' level (``sequential.claim_alpha``)."""
-    from cemlab.report.sequential import claim_alpha, look_alpha
+    replayed (:func:`replay`: every comparison at the look that decided it, at that look's level);
+    else each claim at its sweeps' level (``sequential.claim_alpha``). Each verdict carries the
+    seeds per cell its sweep can reach (``seed_budget``)."""
+    from cemlab.report.sequential import claim_alpha
     from cemlab.report.verdicts import evaluate
 
     sweep = sweep or ctx.sweep
@@ -239,7 +261,11 @@ def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
     except ValueError:  # a sweep this project does not have, or not at this scale
         looks = [[]]
     if len(looks) < 2:
-        return [v for c in claims for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
-                                                    alpha=claim_alpha(c, ctx.grids, ctx.scale))]
-    return replay(claims, ctx.trials, ctx.scale, sweep, looks, look_alpha(len(looks)), ctx.history).verdicts
-
+        out = [v for c in claims for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
+                                                   alpha=claim_alpha(c, ctx.grids, ctx.scale))]
+    else:
+        out = replay(claims, ctx.trials, ctx.scale, sweep, looks, spec.look_alphas(ctx.scale, trials),
+                     ctx.history).verdicts
+    for v in out:
+        v.seed_budget = len(looks[-1])
+    return out

@@ -9,14 +9,15 @@ from cemlab.report.claims import claims_for
 from cemlab.report.look import Look, full_grid, next_trials, replay
 
 
-def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float) -> Look:
+def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float | list[float]) -> Look:
     """Look ``index`` of ``sweep`` from the runs in ``store`` (``cemlab.tracking.runs.RunStore``),
     its trials read as the report reads them, the looks before it replayed (the last one made when
     one of them left nothing open)."""
     ctx = ReportContext(sweep, scale, store, grids)
     spec = grids.spec(sweep)
     looks = spec.looks(scale, grids.trials(sweep, scale))
-    return replay(claims_for(spec.claims), ctx.trials, scale, sweep, looks, alpha, ctx.history, upto=index + 1).made[-1]
+    return replay(claims_for(spec.claims), ctx.trials, scale, sweep, looks, alpha, ctx.history, upto=index + 1,
+                  sensitivity=False).made[-1]
 
 
 def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[dict | None, list]:
@@ -24,14 +25,14 @@ def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[
     ``Invocation``) judged from its store: the look as a dict and the trials of the next seeds for
     its open cells ([] at the last look); (None, []) when an earlier look left nothing open."""
     from cemlab.report.grids import SweepGrids
-    from cemlab.report.sequential import look_alpha
     from cemlab.tracking.runs import RunStore
 
     spec = inv.spec
     looks = spec.looks(inv.scale, trials)
     grids = SweepGrids(overrides)
     name = grids.add_file(spec.path) if spec.path is not None else spec.name
-    look = look_from_store(name, inv.scale, RunStore(inv.uri, client=inv.client), grids, j, look_alpha(len(looks)))
+    look = look_from_store(name, inv.scale, RunStore(inv.uri, client=inv.client), grids, j,
+                           spec.look_alphas(inv.scale, trials))
     if look.index != j:
         return None, []
     last = j == len(looks) - 1

@@ -5,7 +5,6 @@ method: ``docs/verdicts.md``; how a claim's comparisons make its verdict: ``ceml
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from cemlab.paper import SESOI
-from cemlab.report.stats import (ALPHA, LEVEL, NOT_ENOUGH, Evidence, Interval, comparison_evidence, decide,
+from cemlab.report.stats import (ALPHA, LEVEL, NOT_ENOUGH, Bounds, Evidence, Interval, comparison_evidence,
+                                 decide, decided_how, deciding_choice, decision_bounds, paired_diffs,
                                  t_interval)
 from cemlab.report.table import selection_key
 
@@ -40,11 +40,13 @@ def shown(x: float, fmt: Callable = pct) -> float:
 
 @dataclass
 class Check:
-    """One comparison: where (``label``), the interval shown (``iv``, log scale), the tolerance and
-    the side of it the claim states (``below``: effect < tol; ``above``: effect > tol; ``within``:
-    |effect| < tol; ``tol`` and ``margin`` on the effect's own scale), its ``evidence`` (one-sided
-    p-values, every choice tested; None: planned but without runs), its verdict (set by the claim's
-    decision, ``stats.decide``), its numbers, the ``condition`` it belongs to and its regime."""
+    """One comparison: where (``label``), the tolerance and the side of it the claim states
+    (``below``: effect < tol; ``above``: effect > tol; ``within``: |effect| < tol; ``tol`` and
+    ``margin`` on the effect's own scale), its ``evidence`` (one-sided p-values, every choice
+    tested; None: planned but without runs), its verdict (set by the claim's decision,
+    ``stats.decide``), the interval that decided it (``bounds``, at the levels its tests were held
+    to; ``settle``), the descriptive 95% interval (``iv``, log scale: the effect shown, its n and
+    sd), its numbers, the ``condition`` it belongs to and its regime."""
 
     label: str
     text: str
@@ -56,7 +58,6 @@ class Check:
     verdict: str = ""
     fmt: Callable[[float], str] = pct
     margin: float = math.log1p(SESOI)
-    level: float = LEVEL
     cells: dict = field(default_factory=dict)
     #: The table's ``cell`` ids of every cell this comparison read (its candidates included).
     cell_ids: tuple = ()
@@ -65,11 +66,22 @@ class Check:
     choice: str = ""
     #: Candidates per position (1 everywhere: nothing chosen).
     n_choices: tuple = ()
-    #: Cells (or candidates) left out because a seed diverged or failed, with their counts.
+    #: Candidates with a diverged seed (counted at the metric's chance value) or a failed one (no
+    #: value: that seed does not pair), with their counts.
     diverged: str = ""
-    #: The one-sided levels the comparison's supported / contradicted test was held to.
+    #: The one-sided levels the comparison's supported / contradicted / negligible test was held to.
     alpha_claim: float = ALPHA / 2
     alpha_against: float = ALPHA / 2
+    alpha_negligible: float = ALPHA / 2
+    #: The per-seed differences of every choice as tested (choice -> differences), the coefficients
+    #: they were tested with (``every_choice_p``) and whether the test was an exact sign test.
+    diffs_of: dict = field(default_factory=dict, repr=False)
+    test_coefs: tuple = ()
+    discrete: bool = False
+    #: The interval that decided (``stats.Bounds``; None: a sign test, or no runs).
+    bounds: Bounds | None = None
+    #: What decided, in words, where the interval does not say it all (sign test, TOST, Holm step).
+    how: str = ""
     #: The per-seed differences behind the effect shown, ``((seed, difference), ...)`` (each
     #: position's choice on the other seeds' validation): what the ladder's trend reads.
     seed_diffs: tuple = ()
@@ -77,6 +89,36 @@ class Check:
     def __post_init__(self):
         if not self.verdict:
             self.verdict = decide([self.evidence])[0] if self.evidence is not None else NOT_ENOUGH
+        self.settle(self.alpha_claim, self.alpha_against, self.alpha_negligible)
+
+    def settle(self, alpha_claim: float, alpha_against: float, alpha_negligible: float = ALPHA / 2,
+               holm: str = "") -> "Check":
+        """Record the one-sided levels its tests were held to and the interval that decided at them
+        (``stats.decision_bounds``); ``holm``: the side ('supported' or 'contradicted') held to a Holm step."""
+        self.alpha_claim, self.alpha_against, self.alpha_negligible = alpha_claim, alpha_against, alpha_negligible
+        self.bounds = (decision_bounds(self.diffs_of, self.test_coefs, self.n_choices or (), self.side, alpha_claim,
+                                       alpha_against, self.verdict, alpha_negligible, self.discrete)
+                       if self.diffs_of else None)
+        self.how = decided_how(self.evidence, self.side, alpha_claim, alpha_against, self.iv.n, self.discrete, holm)
+        return self
+
+    @property
+    def power_sd(self) -> float:
+        """The sd of the paired log differences a power calculation should use: those of the choice
+        that decides the claim's side (``stats.deciding_choice``), else of the effect shown."""
+        if self.diffs_of and not self.discrete and self.side != "within":
+            combo = deciding_choice(self.diffs_of, self.test_coefs, self.n_choices or (), self.alpha_claim,
+                                    upper=self.side == "below")
+            d = np.asarray(self.diffs_of.get(combo, []), dtype=float) if combo is not None else np.array([])
+            d = d[np.isfinite(d)]
+            if len(d) >= 2:
+                return float(d.std(ddof=1))
+        return self.iv.sd
+
+    @property
+    def level(self) -> float:
+        """The coverage of the interval that decided (1 - its two ends' one-sided levels); NaN without one."""
+        return self.bounds.level if self.bounds is not None else math.nan
 
     @property
     def test(self) -> str:
@@ -86,10 +128,20 @@ class Check:
             return "equivalence (TOST)"
         return "difference" if self.tol == 0 else "threshold"
 
+    def interval_text(self) -> str:
+        """The interval that decided, with its level, e.g. ``97.5% interval that decided [-5.1%, -0.2%]``;
+        for a sign test what decided instead; the note where there is no interval."""
+        b = self.bounds
+        if b is not None and b.finite:
+            return f"{b.label} interval that decided [{self.fmt(b.low)}, {self.fmt(b.high)}]"
+        if self.discrete:
+            return self.how
+        return self.iv.note or "no interval"
+
     def describe(self) -> str:
         iv = self.iv
-        ci = f"{self.level:.0%} CI [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else (iv.note or "no interval")
-        return f"{self.text}: effect {self.fmt(iv.effect)}, {ci}, n={iv.n} [{self.verdict}]"
+        second = f"; {LEVEL:.0%} interval [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else ""
+        return f"{self.text}: effect {self.fmt(iv.effect)}, {self.interval_text()}{second}, n={iv.n} [{self.verdict}]"
 
 
 def check_of_diffs(label: str, text: str, diffs, tol: float = 0.0, side: str = "below", condition: str = "",
@@ -102,7 +154,8 @@ def check_of_diffs(label: str, text: str, diffs, tol: float = 0.0, side: str = "
     iv = t_interval(d)
     ev = comparison_evidence({(): d}, (), (), tol, side, margin, discrete) if iv.n else None
     return Check(label, text, iv, tol, side, condition, regime or {}, fmt=fmt, margin=margin, evidence=ev,
-                 cells=cells or {}, cell_ids=cell_ids, choice="sign test (a discrete effect)" if discrete else "")
+                 cells=cells or {}, cell_ids=cell_ids, choice="sign test (a discrete effect)" if discrete else "",
+                 diffs_of={(): d} if iv.n else {}, discrete=discrete)
 
 
 class Unrun(dict):
@@ -176,16 +229,21 @@ class ClaimData:
         return self._trials_of(sweep) if self._listed(sweep) else self._trials_of(sweep).iloc[:0]
 
     def seed_trials(self, row) -> pd.DataFrame:
-        """The finished trials of a cell (one per seed), indexed by seed."""
+        """The trials of a cell that have a value (one per seed), indexed by seed: its finished runs,
+        and its diverged runs valued at the metric's chance value (``scored``)."""
         sweep = str(row["sweep"])
         if sweep not in self._by_cell:
-            t = self.trials(sweep)
+            t = scored(self.trials(sweep))
             self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
-        g = self._by_cell[sweep].get(row["cell"])
+        cells = self._by_cell[sweep]
+        g = cells.get(row["cell"])
         if g is None:
             return pd.DataFrame(columns=["seed", "value", "run_id", "val"]).set_index("seed")
-        g = g[np.isfinite(g["value"].to_numpy(dtype=float))]
-        return g.drop_duplicates("seed").set_index("seed")
+        if not g.attrs.get("by_seed"):   # once per cell: the rows with a value, one per seed
+            g = g[np.isfinite(g["value"].to_numpy(dtype=float))].drop_duplicates("seed").set_index("seed")
+            g.attrs["by_seed"] = True
+            cells[row["cell"]] = g
+        return g
 
     def seed_values(self, row) -> pd.Series:
         return self.seed_trials(row)["value"].astype(float)
@@ -204,6 +262,30 @@ class ClaimData:
         return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
 
 
+#: The run status that counts as an outcome at the metric's chance value (``scored``).
+DIVERGED = "diverged"
+
+
+def scored(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials with every diverged run valued at its metric's chance value (the ``chance``
+    column, ``Task.chance_value``: for perplexity the vocabulary size, the uniform predictor's), test
+    and validation alike: a divergence is an outcome of its cell, counted with the rest and no
+    better than a model that learned nothing. A failed (crashed) run keeps no value: its seed does
+    not pair, as a seed not yet run. Without a ``chance`` column (or a task that states none) a
+    diverged run keeps no value either."""
+    if trials.empty or "chance" not in trials or "status" not in trials:
+        return trials
+    chance = trials["chance"].to_numpy(dtype=float)
+    hit = (trials["status"] == DIVERGED).to_numpy() & np.isfinite(chance)
+    if not hit.any():
+        return trials
+    out = trials.copy()
+    out.loc[hit, "value"] = chance[hit]
+    if "val" in out:
+        out.loc[hit, "val"] = chance[hit]
+    return out
+
+
 def regime_of(rows: list) -> dict:
     """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
     with the number of passes over its training split (token budget / training tokens)."""
@@ -218,8 +300,14 @@ def regime_of(rows: list) -> dict:
 
 def _candidates(row) -> list:
     """The cells a position of a comparison may be: the candidates ``pick_cell`` found, else the row."""
-    cands = getattr(row, "attrs", {}).get("candidates") if isinstance(row, pd.Series) else None
-    return [r for _, r in cands.iterrows()] if cands is not None and len(cands) else [row]
+    if not isinstance(row, pd.Series):
+        return [row]
+    memo = row.attrs.get("candidate_rows")
+    if memo is None:
+        cands = row.attrs.get("candidates")
+        memo = [r for _, r in cands.iterrows()] if cands is not None and len(cands) else [row]
+        row.attrs["candidate_rows"] = memo
+    return memo
 
 
 def coefficients(f: Callable, n: int) -> tuple[float, ...]:
@@ -247,25 +335,22 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     cands = [_candidates(r) for r in rows]
     coefs = coefficients(f, len(rows))
     logs = [[data.seed_logs(c) for c in cs] for cs in cands]
-    diffs_of: dict[tuple, np.ndarray] = {}
-    for combo in itertools.product(*(range(len(cs)) for cs in cands)):
-        tests = [logs[i][j][0] for i, j in enumerate(combo)]
-        seeds = sorted(set.intersection(*(set(x.index) for x in tests)))
-        if seeds:
-            diffs_of[combo] = sum(c * x.reindex(seeds).to_numpy(dtype=float) for c, x in zip(coefs, tests))
+    diffs_of = paired_diffs([[t for t, _ in pos] for pos in logs], coefs)
     n_choices = tuple(len(cs) for cs in cands)
     ids = tuple(str(c.get("cell", "")) for cs in cands for c in cs)
     if not diffs_of:
-        missing.append(f"{label}: no seed at which every compared cell finished")
+        missing.append(f"{label}: no seed at which every compared cell has a value")
         return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
     evidence, iv = evidence_and_interval(diffs_of, logs, coefs, n_choices, t, side, data.margin)
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
-              "); effect shown: each choice on the other seeds' validation") if max(n_choices) > 1 else ""
+              "); effect shown: each choice on the geometric mean validation metric of the cell's other seeds"
+              ) if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
                  cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices, seed_diffs=shown_diffs(logs, coefs),
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
-                                    if isinstance(r, pd.Series) and r.attrs.get("diverged")))
+                                    if isinstance(r, pd.Series) and r.attrs.get("diverged")),
+                 diffs_of=diffs_of, test_coefs=coefs)
 
 
 def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, n_choices, tol: float, side: str,
@@ -284,9 +369,11 @@ def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, 
 
 
 def _loso_interval(logs: list, coefs) -> Interval:
-    """The interval shown for a comparison with candidates: at each seed, every position takes the
-    candidate with the lowest mean validation metric over the *other* seeds (leave-one-seed-out),
-    then the seed's difference is formed; a t-interval over those differences."""
+    """The effect shown for a comparison with candidates and its descriptive 95% interval: at each
+    seed, every position takes the candidate with the lowest mean *log* validation metric (the
+    geometric mean validation perplexity) over all of that candidate's *other* seeds with a value
+    (leave-one-seed-out; a diverged seed at its chance value), then the seed's difference is formed;
+    a t-interval over those differences. It describes; the verdict is the every-choice test's."""
     return t_interval([d for _, d in _loso_diffs(logs, coefs)])
 
 
@@ -341,17 +428,36 @@ def rel(a, b):
     return b - a
 
 
-#: Run statuses that make a cell no candidate: a seed that diverged or failed.
+#: Run statuses a comparison names per candidate (``Check.diverged``): a diverged seed counts at the
+#: metric's chance value (``scored``), a failed one has no value (its seed does not pair there).
 UNUSABLE = ("n_diverged", "n_failed")
+
+
+def _usable(d: pd.DataFrame) -> np.ndarray:
+    """Cells with a value at some seed: a finished run, or a diverged one where the chance value is known."""
+    ok = np.isfinite(d["mean"].to_numpy(dtype=float))
+    if "n_diverged" in d and "chance" in d:
+        ok |= (d["n_diverged"].fillna(0).to_numpy(dtype=float) > 0) & np.isfinite(d["chance"].to_numpy(dtype=float))
+    return ok
+
+
+def _outcome_note(r) -> str:
+    words = {"n_diverged": "diverged (counted at the chance value)", "n_failed": "failed (no value)"}
+    return (f"{r.get('variant', '')} lr={float(r['lr']):.3g}: "
+            + ", ".join(f"{int(r[c])} {words[c]}" for c in UNUSABLE if c in r and r[c] > 0)
+            + f" of {int(r.get('n_expected', 0))} seeds")
 
 
 def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     """The cells of ``df`` matching ``where`` (a value or a list of values per column) as one
     position of a comparison: the row shown (the lowest validation mean over seeds) carrying every
-    usable match as a candidate (``row.attrs['candidates']``: one per learning rate, or per cell a
-    claim may pick from). A cell where a seed diverged or failed is no candidate (counted in
-    ``row.attrs['diverged']``). None when nothing matches (not in the grid); ``Unrun`` when the
-    grid has the cell but no usable finished run."""
+    match as a candidate (``row.attrs['candidates']``: one per learning rate, or per cell a claim
+    may pick from). Every match is a candidate, whatever became of some of its seeds: a diverged seed
+    counts at the metric's chance value (``scored``), a failed one does not pair; both are named
+    (``row.attrs['diverged']``). So a divergence is an outcome of the cell it happened in, and no
+    comparison loses a candidate of one cell but not of the other. None when nothing matches (not
+    in the grid); ``Unrun`` when a match has no run with a value at any seed (nothing finished or
+    diverged: the planned comparison cannot be made as planned)."""
     d = df
     for k, v in where.items():
         if d.empty:
@@ -360,17 +466,19 @@ def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     if d.empty:
         missing.append(f"{label}: not in the grid")
         return None
-    bad = np.zeros(len(d), dtype=bool)
+    marked = np.zeros(len(d), dtype=bool)
     for col in UNUSABLE:
         if col in d:
-            bad |= d[col].fillna(0).to_numpy(dtype=float) > 0
-    vals = d["mean"].to_numpy(dtype=float)
-    ok = d[np.isfinite(vals) & ~bad]
-    diverged = "; ".join(f"{r.get('variant', '')} lr={float(r['lr']):.3g}: "
-                         + ", ".join(f"{int(r[c])} {c[2:]}" for c in UNUSABLE if c in r and r[c] > 0)
-                         + f" of {int(r.get('n_expected', 0))} seeds" for _, r in d[bad].iterrows())
-    if ok.empty:
-        note = diverged or "; ".join(n for n in d.get("note", pd.Series(dtype=str)) if n) or "no finished run"
+            marked |= d[col].fillna(0).to_numpy(dtype=float) > 0
+    usable = _usable(d)
+    ok = d[usable]
+    diverged = "; ".join(_outcome_note(r) for _, r in d[marked].iterrows())
+    if not usable.all():
+        empty = d[~usable]
+        what = "; ".join(f"{r.get('variant', '')} lr={float(r['lr']):.3g}: {r.get('note', '') or 'no finished run'}"
+                         for _, r in empty.iterrows()) if len(d) > 1 else \
+            (diverged or "; ".join(n for n in d.get("note", pd.Series(dtype=str)) if n) or "no finished run")
+        note = what if len(d) == 1 else f"no run with a value at a planned candidate ({what})"
         missing.append(f"{label}: {note}")
         return Unrun(label, note, tuple(str(c) for c in d["cell"]))
     key = ok[selection_key(ok)].to_numpy(dtype=float)

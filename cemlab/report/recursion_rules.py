@@ -244,7 +244,8 @@ def rule_test_time_recursion(data: ClaimData):
                                 margin=data.margin, verdict="not enough runs"))
             continue
         ratios = [np.log(more / at).sort_index() for at, more, _ in curves]  # per rate and seed: log(2T over T)
-        ev, iv = evidence_and_interval({(j,): r.to_numpy() for j, r in enumerate(ratios)},
+        diffs_of = {(j,): r.to_numpy() for j, r in enumerate(ratios)}
+        ev, iv = evidence_and_interval(diffs_of,
                                        [[(r, val) for r, (_, _, val) in zip(ratios, curves)]], (1.0,),
                                        (len(curves),), 0.0, "below", data.margin, every_choice=True)
         a = np.concatenate([at.to_numpy(dtype=float) for at, _, _ in curves])
@@ -252,5 +253,6 @@ def rule_test_time_recursion(data: ClaimData):
         checks.append(Check(label, f"{label}: test ppl at T'={T} {num(a.mean())}, at T'={2 * T} {num(b.mean())}",
                             iv, 0.0, "below", cond, regime_of([row]), margin=data.margin,
                             evidence=ev, choice=f"every rate tested ({len(curves)})" if len(curves) > 1 else "",
-                            n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"])))
+                            n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"]),
+                            diffs_of=diffs_of, test_coefs=(0.0,)))
     return checks, missing

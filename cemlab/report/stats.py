@@ -1,28 +1,41 @@
-"""Paired comparisons over seeds on the log scale: the effect, its interval and the verdict word.
+"""Paired comparisons over seeds on the log scale: the tests, the interval that decided, the verdict word.
 
 A claim compares two (or more) grid cells that differ in one setting. Runs with the same seed see
 the same data order and, where the shapes allow, the same initial embedding, so the comparison is
-made per seed (a *paired* difference) and the seeds are the replicates. The difference is taken on
-the log scale of the metric (``cemlab.report.pairing``):
+made per seed (a *paired* difference) and the seeds are the replicates. The difference is a linear
+combination of the compared cells' **log** metrics (``cemlab.report.pairing.compare``)::
 
-    d_s = sum_i c_i log(value of cell i at seed s)     e.g. log(ppl_B(s) / ppl_A(s)) = CE_B(s) - CE_A(s)
-    effect = mean_s d_s,   interval = effect +- t_{1 - a, n-1} * sd(d) / sqrt(n)     (Student t)
+    d_s = sum_i c_i log(value of cell i at seed s)      e.g. log ppl_B(s) - log ppl_A(s) = log(ppl_B / ppl_A)
+    effect = mean_s d_s        shown as the relative change exp(effect) - 1
 
-shown as the relative change exp(.) - 1. The interval is a t-interval over the paired differences,
-not a bootstrap: with the 2-8 seeds a sweep affords, a bootstrap's percentile interval is too
-narrow and too coarse. Only seeds at which every compared cell finished enter; fewer than two give
-no interval.
+A seed enters where every compared cell has a value there: a finished run, or a diverged one, which
+counts at the metric's chance value (``Task.chance_value``: for perplexity the uniform predictor's,
+the vocabulary size; ``pairing.ClaimData.seed_trials``). Tolerances and margins are relative
+changes compared as log(1 + tol).
 
-**The levels.** The *decision* uses one-sided p-values (``t_pvalues``; ``sign_pvalues`` for a
-discrete effect), each held to half the claim's level: alpha / 2 = 2.5% in a sweep without seeding,
-alpha / (2K) at each of the K planned looks of a seeded sweep (``cemlab.report.sequential``), and
-Holm's step level where Holm applies. Where a position may be one of several cells (learning rates,
-the best of several variants), ``every_choice_p`` tests every choice, its p-value multiplied by the
-number of free choices. The interval shown on the page is the 95% (``LEVEL``) t-interval of the
-differences (with candidates: of the leave-one-seed-out differences, ``pairing``); it agrees with
-the decision only for a comparison without choices judged at 2.5% one-sided. Where the looks,
-Holm or the every-choice factor apply, the decision is stricter than that interval, and the p-values
-and the levels they were held to (comparisons.csv) are what decided. The words:
+**Tests.** One-sided paired t-tests against the tolerance (``t_pvalues``; an exact sign test,
+``sign_pvalues``, for an effect that takes few values). Where a position of a comparison may be one
+of several cells (learning rates, the best of several variants) ``every_choice_p`` tests every
+choice, with a Bonferroni factor over the choices that may be picked. ``decide`` combines a claim's
+planned comparisons: intersection-union for the support of ``all`` claims, Holm over the k planned
+comparisons for their contradiction and for the support of ``any`` claims.
+
+**Levels.** ``decide`` takes the claim's two-sided error rate ``alpha`` (``ALPHA`` = 0.05 for a sweep
+without seeding; a seeded sweep's look judges at its own share of it, ``cemlab.sweeps.looks``) and
+holds each one-sided test to ``alpha / 2`` (Holm's step level where Holm applies); a choice among
+``m`` candidates is tested at a further ``1 / m``.
+
+**The interval shown decides** (``decision_bounds``): each end is the one-sided confidence bound
+of the test that decides on that side, at the level that test was held to, the every-choice factor
+included (for a tuned comparison: the smallest, over the choices that may be picked, of the largest
+bound over the others). So a comparison is supported exactly when the claim's end of its interval
+is beyond the tolerance, and contradicted exactly when the other end is; the interval's coverage is
+``1 - alpha_low - alpha_high`` (``Bounds.level``: 97.5% at one-sided 1.25% each way). A negligible
+verdict is the interval inside +-margin at the TOST level, an equivalence (TOST) claim the interval
+inside +-tol; an exact sign test has no interval, and its row says what decided. ``t_interval``
+at ``LEVEL`` (95%) is only the descriptive second mark (``Check.iv``), never the decision.
+
+Verdict words:
 
 - ``supported``: the claim's side of its tolerance (below, above, or inside +-tol by two one-sided
   tests);
@@ -30,12 +43,10 @@ and the levels they were held to (comparisons.csv) are what decided. The words:
 - ``negligible``: a difference claim (tolerance 0) whose effect lies inside +-``margin``, the claim's
   smallest effect of interest, by two one-sided tests;
 - ``inconclusive``: none of these, in particular one seed only or zero spread (``ZERO_SPREAD``);
-- ``not enough runs``: no usable seed at which every compared cell finished.
+- ``not enough runs``: no seed at which every compared cell has a usable run.
 
-Where a position of a comparison may be one of several cells (learning rates, the best of several
-variants), ``every_choice_p`` tests every choice; ``decide`` combines a claim's planned comparisons:
-intersection-union for ``all`` claims, Holm for their contradiction and for ``any`` claims
-(``docs/verdicts.md``).
+``judge`` and ``deciding_interval`` do all of this for one comparison from its per-seed log metrics
+(what the ladder report and any other caller reuse); ``docs/verdicts.md`` is the method page.
 
 scipy is imported inside the functions, so ``cemlab report`` refuses a bad sweep name without
 loading it. They call ``scipy.special``'s distribution functions (tests/test_claims_stats.py holds
@@ -44,6 +55,7 @@ them to ``scipy.stats``): importing ``scipy.stats`` took 0.2-0.5 s of every repo
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -56,6 +68,8 @@ NEGLIGIBLE = "negligible"
 NOT_ENOUGH = "not enough runs"
 VERDICTS = (SUPPORTED, CONTRADICTED, NEGLIGIBLE, INCONCLUSIVE, NOT_ENOUGH)
 
+#: The level of the descriptive interval (``t_interval``, ``Check.iv``): a second mark beside the
+#: interval that decided (``decision_bounds``), comparable across sweeps judged at different levels.
 LEVEL = 0.95
 
 
@@ -162,9 +176,10 @@ def combine(verdicts: list[str], rule: str = "all") -> str:
 # Decisions from p-values: every choice tested, intersection-union for "all", Holm for the rest
 # ----------------------------------------------------------------------------------------------
 
-#: The family's two-sided error rate; every one-sided decision (supported, contradicted,
-#: negligible) is held to half of it, so that a 95% interval and the decision agree.
-ALPHA = 1 - LEVEL
+#: The two-sided error rate of a claim's decision in a sweep without seeding; every one-sided
+#: decision (supported, contradicted, negligible) is held to half of it (a seeded sweep's looks
+#: share it out, ``cemlab.sweeps.looks``).
+ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -231,11 +246,18 @@ def holm(pvals: list[float], alpha: float) -> list[bool]:
 
 
 def holm_levels(pvals: list[float], alpha: float) -> list[float]:
-    """The level each p-value was compared with in Holm's procedure (alpha / (k - rank))."""
+    """The level each p-value was held to in Holm's step-down: alpha / (k - rank) for the steps
+    that rejected and for the step where it stopped; the comparisons after that step were not
+    reached and are held to the stopping step's level (their p-values are at least the stopping
+    one's), so that a comparison is rejected exactly when its p-value is at most its level."""
     order = sorted(range(len(pvals)), key=lambda i: pvals[i])
     out = [math.nan] * len(pvals)
+    stop = None
     for rank, i in enumerate(order):
-        out[i] = alpha / (len(pvals) - rank)
+        level = alpha / (len(pvals) - rank)
+        if stop is None and pvals[i] > level:
+            stop = level
+        out[i] = level if stop is None else stop
     return out
 
 
@@ -278,3 +300,236 @@ def decide(evidence: list[Evidence | None], rule: str = "all", alpha: float = AL
             return NOT_ENOUGH, words, levels
         return (SUPPORTED if all(sup) else NEGLIGIBLE), words, levels
     return INCONCLUSIVE, words, levels
+
+
+# ----------------------------------------------------------------------------------------------
+# The interval that decided, and one comparison judged on its own
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bounds:
+    """The interval that decided a comparison, on the effect's (log) scale: each end is the
+    one-sided confidence bound of the test that decides on that side, at the one-sided level that
+    test was held to (``alpha_low``, ``alpha_high``: the look's level, Holm's step and the
+    every-choice factor included). NaN where no bound exists (one seed, zero spread, no choice
+    with data). Its coverage is ``level`` = 1 - alpha_low - alpha_high."""
+
+    low: float
+    high: float
+    alpha_low: float
+    alpha_high: float
+    #: What the ends are: ``t`` (paired t bounds), ``tost`` (an equivalence test's), ``negligible``
+    #: (the TOST at +-margin of a difference claim), each with ``every choice`` where choices were tested.
+    how: str = "t"
+
+    @property
+    def level(self) -> float:
+        return 1.0 - self.alpha_low - self.alpha_high
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.low) or math.isfinite(self.high)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``97.5%`` (both ends one-sided 98.75% bounds), or ``98.125% (lower end 99.375%, upper
+        98.75%, one-sided)`` where the two ends were held to different levels (a Holm step)."""
+        lv = f"{_fmt_level(self.level)}%"
+        if math.isclose(self.alpha_low, self.alpha_high, rel_tol=1e-9):
+            return lv
+        return (f"{lv} (lower end {_fmt_level(1 - self.alpha_low)}%, upper {_fmt_level(1 - self.alpha_high)}%, "
+                f"one-sided)")
+
+
+def _fmt_level(level: float) -> str:
+    """A level in percent with the digits it needs: 0.975 -> 97.5, 0.99375 -> 99.375, 0.95 -> 95."""
+    return f"{level * 100:.4f}".rstrip("0").rstrip(".")
+
+
+def t_bound(diffs, alpha: float, upper: bool) -> float:
+    """The one-sided (1 - ``alpha``) confidence bound of the mean of ``diffs`` (non-finite dropped):
+    upper (``upper``) or lower. It is dual to ``t_pvalues``: the upper bound is at most ``tol``
+    exactly when the p-value of 'below tol' is at most ``alpha``. NaN with fewer than two finite
+    differences or zero spread (where ``t_pvalues`` gives NaN)."""
+    from scipy.special import stdtrit
+
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    n = len(d)
+    if n < 2 or not 0 < alpha < 1:
+        return math.nan
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    if not sd > 1e-12 * max(1.0, abs(mean)):
+        return math.nan
+    half = float(stdtrit(n - 1, 1.0 - alpha)) * sd / math.sqrt(n)
+    return mean + half if upper else mean - half
+
+
+def _choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float,
+                  upper: bool) -> tuple[float, tuple | None]:
+    """``every_choice_bound`` and the choice whose bound it is."""
+    sign = 1 if upper else -1
+    free = [i for i, c in enumerate(coefs) if c * sign > 0]
+    m = int(np.prod([n_choices[i] for i in free])) if free else 1
+    worst: dict[tuple, tuple[float, tuple]] = {}
+    for combo, d in diffs_of.items():
+        b = t_bound(d, alpha / m, upper)
+        b = sign * b if math.isfinite(b) else math.inf   # on the 'upper' orientation: larger is worse
+        key = tuple(combo[i] for i in free)
+        if key not in worst or b > worst[key][0]:
+            worst[key] = (b, combo)
+    if not worst:
+        return math.nan, None
+    best, combo = min(worst.values(), key=lambda bc: bc[0])
+    return (sign * best if math.isfinite(best) else math.nan), combo
+
+
+def every_choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> float:
+    """The bound dual to ``every_choice_p``: an upper (``upper``) or lower confidence bound at
+    one-sided ``alpha`` of the tuned effect sum_i c_i min_j mu_ij. For the upper bound the
+    positions with c_i > 0 may be chosen (as for 'below'): the smallest, over their choices, of the
+    largest upper bound at ``alpha / m`` over the other positions' choices (``m``: the number of
+    choices that may be picked); the lower bound mirrors it. A choice without a bound counts as no
+    bound. 'below tol' is decided at ``alpha`` exactly when this upper bound is at most ``tol``."""
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[0]
+
+
+def deciding_choice(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> tuple | None:
+    """The choice whose bound is ``every_choice_bound``'s (the picked positions' best choice, at the
+    others' worst); None without one."""
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[1]
+
+
+def decision_bounds(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, side: str, alpha_claim: float,
+                    alpha_against: float, verdict: str = "", alpha_negligible: float | None = None,
+                    discrete: bool = False) -> Bounds | None:
+    """The interval that decided a comparison (``Bounds``) from the per-seed differences of every
+    choice, at the one-sided levels its tests were held to: ``alpha_claim`` for the claim's side
+    (supported), ``alpha_against`` for the other (contradicted).
+
+    - side ``below``: the upper end at ``alpha_claim`` (supported iff it is at most tol), the lower
+      end at ``alpha_against`` (contradicted iff it is at least tol); ``above`` the mirror;
+    - a ``negligible`` verdict: both ends at ``alpha_negligible`` (inside +-margin: the TOST that
+      decided it);
+    - ``within`` (equivalence, TOST): both ends at ``alpha_claim`` (supported iff inside +-tol); a
+      contradicted one both ends at ``alpha_against / 2`` (Bonferroni over the two outside tests:
+      contradicted iff the interval lies wholly outside +-tol).
+
+    None for an exact sign test (``discrete``): its decision is no t interval (the row says what
+    decided, ``decided_how``)."""
+    if discrete:
+        return None
+    choice = " over every choice" if max(n_choices, default=1) > 1 else ""
+
+    def both(a: float, how: str) -> Bounds:
+        return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a, upper=False),
+                      every_choice_bound(diffs_of, coefs, n_choices, a, upper=True), a, a, how + choice)
+
+    if verdict == NEGLIGIBLE and alpha_negligible is not None:
+        return both(alpha_negligible, "negligible")
+    if side == "within":
+        return both(alpha_against / 2, "tost") if verdict == CONTRADICTED else both(alpha_claim, "tost")
+    a_low, a_high = (alpha_against, alpha_claim) if side == "below" else (alpha_claim, alpha_against)
+    return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a_low, upper=False),
+                  every_choice_bound(diffs_of, coefs, n_choices, a_high, upper=True), a_low, a_high, "t" + choice)
+
+
+def decided_how(evidence: "Evidence | None", side: str, alpha_claim: float, alpha_against: float, n: int,
+                discrete: bool = False, holm: str = "") -> str:
+    """What decided a comparison, in words, where its interval alone does not say it all: an exact
+    sign test (with the smallest p-value its seeds can give, 0.5^n: at 3 seeds 0.125, which no
+    level below it can reach), an equivalence's contradiction, a Holm step (``holm``: which side
+    was held to Holm's step level)."""
+    parts = []
+    if discrete:
+        smallest = 0.5 ** n if n else 1.0
+        parts.append(f"exact sign test on {n} seeds (its smallest one-sided p is 0.5^{n} = {smallest:.3g})")
+        if evidence is not None:
+            parts.append(f"p supported {evidence.p_claim:.3g} against {alpha_claim:.3g}, p contradicted "
+                         f"{evidence.p_against:.3g} against {alpha_against:.3g}")
+        if smallest > max(alpha_claim, alpha_against):
+            parts.append(f"it cannot be decided at {n} seeds")
+    elif side == "within":
+        parts.append(f"TOST: supported when the interval at one-sided {alpha_claim:.3g} lies inside +-tol; "
+                     f"contradicted when the interval at one-sided {alpha_against / 2:.3g} lies outside it")
+    if holm:
+        level = alpha_against if holm == CONTRADICTED else alpha_claim
+        parts.append(f"'{holm}' held to Holm's step level {level:.3g}")
+    return "; ".join(parts)
+
+
+def smallest_p(n: int, discrete: bool) -> float:
+    """The smallest one-sided p-value a comparison over ``n`` seeds can reach: 0 for a t-test
+    with two seeds or more, 0.5^n for an exact sign test, 1 with fewer than two seeds (t)."""
+    if discrete:
+        return 0.5 ** n if n else 1.0
+    return 0.0 if n >= 2 else 1.0
+
+
+def paired_diffs(logs, coefs) -> dict[tuple, np.ndarray]:
+    """The per-seed differences of every choice of a comparison: ``logs[i][j]``, the per-seed log
+    metric of candidate ``j`` of position ``i`` (a mapping seed -> value, e.g. a ``pandas.Series``
+    indexed by seed; a non-finite value is no value); each choice (one candidate per position)
+    paired over the seeds at which all of its cells have a value: sum_i c_i log metric_i."""
+    cells = [[_finite_items(x) for x in pos] for pos in logs]
+    out: dict[tuple, np.ndarray] = {}
+    for combo in itertools.product(*(range(len(pos)) for pos in cells)):
+        chosen = [cells[i][j] for i, j in enumerate(combo)]
+        seeds = sorted(set.intersection(*(set(c) for c in chosen))) if chosen else []
+        if seeds:
+            out[combo] = np.array([sum(k * c[s] for k, c in zip(coefs, chosen)) for s in seeds], dtype=float)
+    return out
+
+
+def _finite_items(x) -> dict:
+    """A mapping seed -> value (``dict`` or ``pandas.Series``) without its non-finite values."""
+    items = x.items() if hasattr(x, "items") else dict(x).items()
+    return {k: float(v) for k, v in items if math.isfinite(float(v))}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One comparison judged on its own: its verdict word, its evidence (one-sided p-values, every
+    choice tested) and the interval that decided (``Bounds``; None for a sign test), with the
+    seeds it read (``n``: the most of any choice)."""
+
+    verdict: str
+    evidence: Evidence | None
+    bounds: Bounds | None
+    n: int
+
+
+def judge(diffs_of: dict[tuple, np.ndarray], coefs=(), n_choices=(), tol: float = 0.0, side: str = "below",
+          margin: float = 0.0, alpha: float = ALPHA, discrete: bool = False) -> Judgement:
+    """One comparison on its own at the two-sided level ``alpha`` (each one-sided test at
+    ``alpha / 2``: supported, contradicted, negligible), from the per-seed differences of every
+    choice (``diffs_of``, e.g. ``paired_diffs``; a comparison without choices: ``{(): diffs}`` with
+    empty ``coefs`` and ``n_choices``), and the interval that decided it. A comparison that is one
+    of a claim's k goes through ``decide`` with the others instead (Holm may then lower its
+    contradiction level)."""
+    n = max((int(np.isfinite(np.asarray(d, dtype=float)).sum()) for d in diffs_of.values()), default=0)
+    if not diffs_of:
+        return Judgement(NOT_ENOUGH, None, None, 0)
+    ev = comparison_evidence(diffs_of, coefs, n_choices, tol, side, margin, discrete)
+    word = decide([ev], "all", alpha)[0]
+    a = alpha / 2
+    return Judgement(word, ev, decision_bounds(diffs_of, coefs, n_choices, side, a, a, word, a, discrete), n)
+
+
+def judge_logs(logs, coefs, tol: float = 0.0, side: str = "below", margin: float = 0.0, alpha: float = ALPHA,
+               discrete: bool = False) -> Judgement:
+    """``judge`` from the compared cells' per-seed log metrics (``paired_diffs``): ``logs[i]`` the
+    candidates of position ``i`` (one mapping seed -> log metric each), ``coefs`` the linear
+    combination (e.g. (-1, 1): log(b / a))."""
+    return judge(paired_diffs(logs, coefs), tuple(coefs), tuple(len(p) for p in logs), tol, side, margin, alpha,
+                 discrete)
+
+
+def deciding_interval(diffs_of: dict[tuple, np.ndarray], coefs=(), n_choices=(), side: str = "below",
+                      alpha: float = ALPHA, verdict: str = "") -> Bounds | None:
+    """The interval at the level that decides a comparison judged on its own at two-sided
+    ``alpha`` (both ends at one-sided ``alpha / 2``, the every-choice factor included): the
+    interval ``judge`` reports, for a caller that wants the interval without the test."""
+    a = alpha / 2
+    return decision_bounds(diffs_of, coefs, n_choices, side, a, a, verdict, a)

@@ -5,7 +5,10 @@ Two tables (pandas DataFrames) carry every report:
 - ``trials``: one row per grid trial (the sweep's expanded grid, in grid order) with the run that
   stands for it (matched by config hash anywhere in the store), its status (``finished``,
   ``diverged``, ``stopped``, ``failed``, ``interrupted``, ``running`` or ``missing``), its numbers
-  and a ``detail`` (where a run stopped or diverged, the error of a failed one).
+  and a ``detail`` (where a run stopped or diverged, the error of a failed one), and ``chance``: the
+  test metric of a model that learned nothing (``Task.chance_value``: perplexity = vocabulary size),
+  the value at which the verdicts count a diverged run (``cemlab.report.pairing.scored``; the
+  cells' means and the figures read finished runs only).
 - ``cells``: one row per grid cell = the trials that differ only in their seed. The main metric
   (test perplexity; test RMSE for the GP study) is aggregated over the cell's finished seeds:
   ``mean``, ``std`` (sample standard deviation, ddof=1; empty with one seed) and ``n``, next to
@@ -190,11 +193,12 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             val = run.metrics.get(get_task(row["task"]).val_metrics[0], math.nan) if run else math.nan
             row["val"] = val if row["status"] == schema.STATUS_FINISHED else math.nan
             row["detail"] = run_detail(run, row["task"])
+            row["chance"] = get_task(row["task"]).chance_value(t.config)
             for col, key in MODEL_FACTS.items():
                 row[col] = run.metrics.get(key, math.nan) if run else math.nan
             rows.append(row)
     columns = [*TRIAL_COLUMNS, "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "val", "detail",
-               *MODEL_FACTS]
+               "chance", *MODEL_FACTS]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -233,10 +237,12 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             vals = g[col].to_numpy(dtype=float)
             vals = vals[np.isfinite(vals)]
             row[col] = float(vals.mean()) if len(vals) else math.nan
+        chance = g["chance"].to_numpy(dtype=float) if "chance" in g else np.array([])
+        row["chance"] = float(chance[np.isfinite(chance)][0]) if np.isfinite(chance).any() else math.nan
         row["note"] = cell_note(row, counts)
         out.append(row)
     cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "val_mean", "n_expected", *(f"n_{s}" for s in NOT_FINISHED),
-            "note", *MODEL_FACTS, "seeds", "run_ids", "cell"]
+            "note", *MODEL_FACTS, "chance", "seeds", "run_ids", "cell"]
     df = pd.DataFrame(out, columns=cols)
     return df.sort_values("order", kind="stable").reset_index(drop=True)
 

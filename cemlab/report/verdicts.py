@@ -9,8 +9,14 @@ The method is stated for a reviewer in ``docs/verdicts.md``; in short:
 - **Choose on other seeds than you judge.** Where a position of a comparison may be any of several
   cells (a cell's learning rates, the best of several preconditioners), the *decision* tests every
   choice (``stats.every_choice_p``), so nothing is selected on the seeds that judge; the *effect
-  and interval shown* take each choice on the validation metric of the other seeds
-  (leave-one-seed-out). A rate (or cell) where a seed diverged or failed is not a candidate.
+  shown* takes each choice on the geometric mean validation metric of the cell's other seeds
+  (leave-one-seed-out).
+- **A divergence is an outcome.** A diverged run counts at its metric's chance value (perplexity:
+  the vocabulary size) in every compared cell alike; a failed run has no value and its seed does
+  not pair (``pairing.scored``, ``pairing.pick_cell``).
+- **The interval shown decided.** Each comparison's interval is the one its tests decided at: each
+  end at the one-sided level of its test (the look's share of alpha, Holm's step, the every-choice
+  factor), its coverage in the ``level`` column (``stats.decision_bounds``).
 - **No silent gaps.** A planned comparison whose cells have no usable runs is a comparison of its
   own with the word ``not enough runs``; it counts in k and leaves an ``all`` claim at best
   ``not enough runs``.
@@ -32,11 +38,12 @@ from cemlab.paper import PAPER_REGIME, SESOI
 from cemlab.report.pairing import (  # noqa: F401 (re-exported: the rules and plugins build comparisons with them)
     Check, ClaimData, UNUSABLE, Unrun, WHERE, cells_compared, check_of_diffs, coefficients, compare, eta_condition,
     etas_of, log2_ratio, num, pct, pick_cell, regime_of, rel, shown, sizes_of)
-from cemlab.report.stats import ALPHA, NOT_ENOUGH, decide
+from cemlab.report.stats import ALPHA, NOT_ENOUGH, decide, smallest_p
 
 
 METHOD = ("paired t-test over seeds on the log scale; every choice tested; intersection-union for 'all', Holm for "
-          "'any' and contradictions (docs/verdicts.md)")
+          "'any' and contradictions; a diverged run counts at the metric's chance value; the interval shown is the one "
+          "that decided, at its level (docs/verdicts.md)")
 
 
 @dataclass
@@ -73,8 +80,19 @@ class Verdict:
     #: ``primary`` (the claim's primary condition) or ``sensitivity`` (another condition: shown, never
     #: changes the primary verdict).
     role: str = "primary"
-    #: The comparison that decided the verdict (its label).
+    #: The comparison that decided the verdict (its label); ``effect`` is its effect shown,
+    #: ``ci_low`` / ``ci_high`` its interval that decided, of coverage ``level``
+    #: (``stats.Bounds``); ``decided_how`` what decided where that interval does not say it all.
     decided_by: str = ""
+    level: float = math.nan
+    decided_how: str = ""
+    #: Comparisons no outcome of their seeds could decide (``undecidable``), with why.
+    undecidable: str = ""
+    #: Seeds per cell the claim's sweep can reach at this scale (its last planned look; the grid's
+    #: seeds without seeding); 0 where unknown (``look.sweep_verdicts`` sets it).
+    seed_budget: int = 0
+    #: How its comparisons combine (``stats.COMBINE_RULES``).
+    combine: str = "all"
 
     @property
     def verdict_changes(self) -> bool:
@@ -107,8 +125,8 @@ def _deciding(checks: list[Check], verdict: str) -> Check:
 
 
 def size_flips(checks: list[Check]) -> str:
-    """Comparisons made at several sizes whose sign flips: one size's interval wholly below 0 and
-    another's wholly above; each named with its effect per size, in size order (the trend against
+    """Comparisons made at several sizes whose sign flips: one size's interval that decided wholly
+    below 0 and another's wholly above; each named with its effect per size, in size order (the trend against
     parameters)."""
     groups: dict[str, list[Check]] = {}
     for ch in checks:
@@ -119,37 +137,40 @@ def size_flips(checks: list[Check]) -> str:
     for key, g in groups.items():
         if len(g) < 2:
             continue
-        below = any(c.iv.finite and c.iv.high < 0 for c in g)
-        above = any(c.iv.finite and c.iv.low > 0 for c in g)
+        below = any(c.bounds is not None and c.bounds.high < 0 for c in g)
+        above = any(c.bounds is not None and c.bounds.low > 0 for c in g)
         if below and above:
             out.append(f"{key}: " + ", ".join(f"{c.cells['size']} {c.fmt(c.iv.effect)}" for c in g))
     return "; ".join(out)
 
 
 def _condition_verdict(checks: list[Check], combine: str, alpha: float) -> str:
-    """Decide one condition of a claim (``stats.decide``) and write each comparison's word and the
-    one-sided levels its tests were held to."""
+    """Decide one condition of a claim (``stats.decide``) at the two-sided level ``alpha``, and write
+    each comparison's word, the one-sided levels its tests were held to and the interval that
+    decided at those levels (``Check.settle``)."""
     verdict, words, levels = decide([ch.evidence for ch in checks], combine, alpha)
+    a = alpha / 2
     for ch, w, lv in zip(checks, words, levels):
         ch.verdict = w
-        ch.level = 1 - alpha
+        holm = math.isfinite(lv) and not math.isclose(lv, a)   # a Holm step below a: said in the row
         if combine == "any":
-            ch.alpha_claim, ch.alpha_against = lv, alpha / 2
+            ch.settle(lv, a, a, holm="supported" if holm else "")
         else:
-            ch.alpha_claim, ch.alpha_against = alpha / 2, lv
+            ch.settle(a, lv, a, holm="contradicted" if holm else "")
     return verdict
 
 
-def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float]) -> dict[str, str]:
+def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float], alpha: float) -> dict[str, str]:
     """Per condition, the verdict with every cell at one shared learning rate, at each rate of the
-    grid (a sensitivity check): the word the verdicts at every rate agree on, else the list."""
+    grid (a sensitivity check), at the level ``alpha`` the tuned verdict is judged at: the word the
+    verdicts at every rate agree on, else the list."""
     per: dict[str, list[str]] = {}
     for lr in rates:
         checks, _ = c.evaluate(data_of("shared", lr))
         checks = [ch for ch in checks if ch is not None]
         for cond in dict.fromkeys(ch.condition for ch in checks):
             mine = [ch for ch in checks if ch.condition == cond]
-            per.setdefault(cond, []).append(f"lr {lr:.3g}: {_condition_verdict(mine, c.combine, ALPHA)}")
+            per.setdefault(cond, []).append(f"lr {lr:.3g}: {_condition_verdict(mine, c.combine, alpha)}")
     out = {}
     for cond, vs in per.items():
         words = {v.split(": ", 1)[1] for v in vs}
@@ -160,7 +181,8 @@ def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float]) -
 def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              trials_of: Callable[[str], pd.DataFrame] | None = None,
              history: Callable[[str, str], list] | None = None,
-             sweeps: dict[str, list[str]] | None = None, alpha: float = ALPHA) -> list[Verdict]:
+             sweeps: dict[str, list[str]] | None = None, alpha: float = ALPHA,
+             sensitivity: bool = True) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim and condition, the claim's primary condition first
     marked ``primary``, the others ``sensitivity``. A claim reads the sweeps its entry names
@@ -170,7 +192,9 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 
     The verdict (tuned) lets every cell be at any of its learning rates, every choice tested; the
     sensitivity verdict ``verdict_shared_lr`` puts all cells at one shared rate, at each rate of
-    the grid (``n/a`` with the reason for a grid with one rate)."""
+    the grid (``n/a`` with the reason for a grid with one rate), at the same ``alpha``; without
+    ``sensitivity`` it is left out (``not judged``: the looks of a running sweep, which it opens no
+    cell for)."""
     out = []
     for c in claims:
         own = tuple(getattr(c, "sweeps", ()))
@@ -184,7 +208,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
         checks, missing = c.evaluate(first)
         checks, missing = [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
         rates = first.rates(own[0]) if own else []
-        shared = _shared_verdicts(c, data_of, rates) if len(rates) > 1 and first.per_rate else {}
+        shared = _shared_verdicts(c, data_of, rates, alpha) if sensitivity and len(rates) > 1 and first.per_rate \
+            else {}
         conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
         want = getattr(c, "primary_condition", "")
         primary_cond = next((x for x in conditions if want and x == want), conditions[0])
@@ -195,9 +220,11 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
             v = Verdict(c.id, c.paper, c.claim, c.rule, mine_sweeps or [], verdict,
                         "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime,
                         margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine,
-                        role="primary" if cond == primary_cond else "sensitivity")
+                        role="primary" if cond == primary_cond else "sensitivity", combine=c.combine)
             if len(rates) > 1 and not first.per_rate:
                 v.verdict_shared_lr = "n/a: the rule reads each seed's whole learning-rate curve, not one rate per cell"
+            elif len(rates) > 1 and not sensitivity:
+                v.verdict_shared_lr = "not judged (a look of the running sweep)"
             elif len(rates) > 1:
                 v.verdict_shared_lr = shared.get(cond, NOT_ENOUGH)
                 v.shared_lr = " ".join(f"{r:.3g}" for r in rates)
@@ -210,15 +237,21 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 
 def settle(v: Verdict, checks: list[Check], verdict: str) -> Verdict:
     """Give ``v`` its comparisons and verdict, and what follows from them: the numbers, the
-    comparison that decided it with its effect and interval (relative changes), and the regime of
-    the claim's primary comparison."""
+    comparison that decided it with its effect and the interval that decided (relative changes, at
+    its level), the comparisons no outcome of its seeds could decide, and the regime of the claim's
+    primary comparison."""
     v.checks, v.verdict, v.n_comparisons = checks, verdict, len(checks)
     v.numbers = "; ".join(ch.describe() for ch in checks)
     v.size_flips = size_flips(checks)
+    v.undecidable = undecidable(checks)
     if checks:
         d = _deciding(checks, verdict)
         v.decided_by = d.label
-        v.effect, v.ci_low, v.ci_high = (shown(x, d.fmt) for x in (d.iv.effect, d.iv.low, d.iv.high))
+        v.effect = shown(d.iv.effect, d.fmt)
+        b = d.bounds
+        v.ci_low, v.ci_high = (shown(b.low, d.fmt), shown(b.high, d.fmt)) if b is not None else (math.nan, math.nan)
+        v.level = d.level
+        v.decided_how = d.how
         v.n_seeds = d.iv.n
         p = primary_check(checks, v.primary)
         v.tokens_per_param = p.regime.get("tokens_per_param", math.nan)
@@ -226,3 +259,19 @@ def settle(v: Verdict, checks: list[Check], verdict: str) -> Verdict:
         corpora = dict.fromkeys(ch.regime.get("corpus", "") for ch in checks)
         v.corpus = ", ".join(x for x in corpora if x)
     return v
+
+
+def undecidable(checks: list[Check]) -> str:
+    """The comparisons that no outcome of their seeds could decide at the levels they were held to
+    (an exact sign test whose smallest p-value, 0.5^n, is above the level; a t-test on one seed),
+    each with why: said on the page before the verdict."""
+    out = []
+    for ch in checks:
+        n = ch.iv.n
+        if not n or ch.evidence is None:
+            continue
+        if smallest_p(n, ch.discrete) > max(ch.alpha_claim, ch.alpha_against):
+            why = (f"an exact sign test on {n} seeds reaches p = 0.5^{n} = {0.5 ** n:.3g} at best, above its level "
+                   f"{ch.alpha_claim:.3g}" if ch.discrete else f"{n} seed: a t-test needs two")
+            out.append(f"{ch.label}: cannot be decided ({why})")
+    return "; ".join(out)

@@ -107,6 +107,8 @@ class Plan:
     looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
     seeding_note: str = ""  # the command line's seed axis turned the file's seeding off (looks.seeds_given_note)
     gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
+    alphas: list[float] = field(default_factory=list)     # seeding: the two-sided level of each look
+    split_note: str = ""                                  # seeding: why the looks take the even split, if so
 
     @property
     def max_trials(self) -> int:
@@ -116,13 +118,17 @@ class Plan:
         return len(self.rows) // len(self.looks[0]) * len(self.looks[-1])
 
     def seeding(self) -> dict:
-        """The planned looks of a ``seeding`` sweep: seeds of each, the level each judges at, trials at most."""
-        from cemlab.sweeps.looks import look_alpha
+        """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
+        (``alpha``; its one-sided decisions at half of it), how they share alpha, trials at most."""
+        from cemlab.sweeps.looks import look_alpha, split_text
 
         if len(self.looks) < 2:
             return {}
-        return {"looks": [{"look": j, "seeds": seeds} for j, seeds in enumerate(self.looks)],
-                "alpha_per_look": look_alpha(len(self.looks)), "max_trials": self.max_trials}
+        alphas = self.alphas or [look_alpha(len(self.looks))] * len(self.looks)
+        return {"looks": [{"look": j, "seeds": seeds, "alpha": a, "alpha_one_sided": a / 2}
+                          for j, (seeds, a) in enumerate(zip(self.looks, alphas))],
+                "alpha_split": alphas, "split": split_text(alphas), "split_note": self.split_note,
+                "max_trials": self.max_trials}
 
     @property
     def searched(self) -> bool:
@@ -313,4 +319,5 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
                 paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
                 paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
                 data_prep=data_prep_estimate(spec), looks=spec.looks(scale, trials),
-                seeding_note=seeds_given_note(spec, scale, trials), gpu_time=gpu_time_estimate(rows, mfu))
+                seeding_note=seeds_given_note(spec, scale, trials), gpu_time=gpu_time_estimate(rows, mfu),
+                alphas=spec.look_alphas(scale, trials), split_note=spec.split_note(scale, trials))

@@ -9,6 +9,7 @@ differs between tasks is an attribute or a method here, so that the rest of ceml
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -120,6 +121,12 @@ class Task:
     def summary_key(self) -> str:
         """The key of the test metric in a sweep's ``summary.json`` (``test_ppl``, ``test_rmse``)."""
         return f"test_{self.metric}"
+
+    def chance_value(self, cfg: "RunConfig") -> float:
+        """The test metric of a model that learned nothing, the value the report gives a diverged
+        run (``cemlab.report.pairing.scored``): its divergence is an outcome, no better than that.
+        NaN where the task states none (a diverged run then has no value, like a failed one)."""
+        return math.nan
 
     def format_metric(self, value: float) -> str:
         """A value of the headline metric as the task prints it."""

@@ -53,6 +53,11 @@ class GPRegression(Task):
 
         return flops_per_example(cfg.gp)["train"]
 
+    def chance_value(self, cfg: "RunConfig") -> float:
+        """The test RMSE of predicting the prior mean (0) everywhere: the targets' prior standard
+        deviation, sqrt(signal_std^2 + noise_std^2); a diverged run counts at it."""
+        return math.sqrt(cfg.gp.signal_std ** 2 + cfg.gp.noise_std ** 2)
+
     # -- names and descriptions ------------------------------------------------------------------
     def model_kind(self, cfg: "RunConfig") -> str:
         return "gp-cem"

@@ -141,6 +141,11 @@ class LanguageModelling(Task):
             what += f"; KQ diagonal {m.attention.kq_diagonal}"
         return what
 
+    def chance_value(self, cfg: "RunConfig") -> float:
+        """The perplexity of the uniform predictor over the vocabulary (cross-entropy log V): no
+        model that learned anything is worse, so a diverged run counts at it."""
+        return float(cfg.model.vocab_size)
+
     def budget_of(self, cfg: "RunConfig") -> str:
         d = cfg.data
         return f" of {d.source if d.source != 'hf' else d.hf_dataset}"

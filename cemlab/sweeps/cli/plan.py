@@ -227,10 +227,12 @@ def _print_plan(plan, console) -> None:
         console.print(_gpu_time_line(plan.gpu_time), soft_wrap=True)
     seeding = plan.seeding()
     if seeding:
-        looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))}" for lk in seeding["looks"])
-        console.print(f"Seeding: {len(seeding['looks'])} planned looks ({looks}), each and the report judging at "
-                      f"alpha {seeding['alpha_per_look']:.3g}; seeds are added only to cells whose comparison is "
-                      f"still open: {len(plan.rows)} trials at least, {seeding['max_trials']} at most")
+        looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))} at alpha {lk['alpha']:.4g} "
+                          f"(one-sided {lk['alpha_one_sided']:.4g})" for lk in seeding["looks"])
+        console.print(f"Seeding: {len(seeding['looks'])} planned looks ({looks}; alpha shared {seeding['split']}), "
+                      f"the report judging each comparison at the look that decided it; seeds are added only to "
+                      f"cells whose comparison is still open: {len(plan.rows)} trials at least, "
+                      f"{seeding['max_trials']} at most" + (f" ({seeding['split_note']})" if seeding["split_note"] else ""))
     if plan.seeding_note:
         console.print(f"Seeding: {plan.seeding_note}")
     paper = f", {plan.paper_samples} samples per cell, {UPPER_BOUND}" if plan.paper_samples else ""

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="do not build the sweep's report at the end")
     parser.add_argument("--no-seeding", action="store_true",
                         help="run the grid's own seeds only, even where the sweep file gives a seed budget (no seeds "
-                             "added; the report still judges at the planned level, alpha / looks, which is stricter)")
+                             "added; the report still judges at the planned looks' levels, which is stricter)")
     parser.add_argument("--plain", action="store_true",
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,

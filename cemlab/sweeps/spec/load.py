@@ -30,6 +30,8 @@ Sweep file schema (every mapping forbids unknown keys)::
     seeding:                        # optional: seeds added where a claim's verdict is still open
       max_seeds: {tiny: 6}          # per scale; a scale not named runs its seed axis once
       batch: 3                      # seeds added to each open cell at a look
+      alpha_split: {tiny: [0.01, 0.04]}   # optional, per scale: each look's two-sided level, summing
+                                    # to 0.05 (default: 0.05 / looks)
     ladder:                         # optional: rungs of training length (cemlab.sweeps.spec.ladder)
       scale: workstation            # every rung is this scale's size, trained for the rung's tokens
       size: 86m
@@ -81,8 +83,8 @@ from cemlab.sweeps.spec.expand import expand_spec, with_overrides
 from cemlab.sweeps.spec.files import scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
 from cemlab.sweeps.spec.ladder import Ladder, check_ladder, rung_scales
 from cemlab.sweeps.spec.layers import leaves, merge_dicts, nest, template_names
-from cemlab.sweeps.spec.schema import (AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar, ScaleSpec,
-                                  SearchKind, Seeding, SweepError, Trial, Variant, StrictSpec)
+from cemlab.sweeps.spec.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar,
+                                       ScaleSpec, SearchKind, Seeding, SweepError, Trial, Variant, StrictSpec)
 from cemlab.tasks import get_task
 
 
@@ -198,6 +200,26 @@ class SweepSpec(StrictSpec):
         like = self.all_scales().get(scale)
         return self.seeding.looks(scale, seeds, like.like if like is not None else None)
 
+    def look_alphas(self, scale: str, trials: list["Trial"]) -> list[float]:
+        """The two-sided level each planned look (``looks``) judges at: the file's
+        ``seeding.alpha_split`` for the scale, else alpha / K (alpha itself for one look); the even
+        split where a seed axis overridden on the command line plans another number of looks than
+        the split lists (``split_note`` says so)."""
+        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
+        if self.seeding is None or self.search == "optuna" or not seeds:
+            return [ALPHA]
+        like = load_scales(scales_path_for(self._path)).get(scale)
+        return self.seeding.alphas(scale, seeds, like.like if like is not None else None)
+
+    def split_note(self, scale: str, trials: list["Trial"]) -> str:
+        """Why the looks of ``trials`` judge at the even split although the file gives a split for the
+        scale ('' when they do not): ``Seeding.split_note``."""
+        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
+        if self.seeding is None or self.search == "optuna" or not seeds:
+            return ""
+        like = load_scales(scales_path_for(self._path)).get(scale)
+        return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
+
     def axis_names(self) -> set[str]:
         names = set(self.top_axes())
         for v in self.variants:
@@ -312,18 +334,36 @@ def ladder_params(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> int:
 
 
 def _check_seeding(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
-    """``seeding.max_seeds``: known scales, each at least the seeds the grid runs there."""
+    """``seeding.max_seeds``: known scales, each at least the seeds the grid runs there;
+    ``seeding.alpha_split``: known scales with a budget, one level per planned look of the file's
+    own seed axis there (the sum is checked with the file: ``Seeding``)."""
     if spec.seeding is None:
         return
+
+    def seeds_at(name: str) -> list:
+        like = scales[name].like
+        own = spec.scales.get(name, spec.scales.get(like, {}) if like else {})
+        return own.get("seed", spec.axes.seed)
+
     for name, top in spec.seeding.max_seeds.items():
         if name not in scales:
             raise SweepError(f"{spec.source}: seeding.max_seeds.{name}: unknown scale; choose one of {sorted(scales)}")
-        like = scales[name].like
-        own = spec.scales.get(name, spec.scales.get(like, {}) if like else {})
-        seeds = own.get("seed", spec.axes.seed)
+        seeds = seeds_at(name)
         if top < len(seeds):
             raise SweepError(f"{spec.source}: seeding.max_seeds.{name}: {top} is fewer than the {len(seeds)} seeds "
                              f"{seeds} the grid runs at {name}; give at least {len(seeds)} (or fewer seeds)")
+    for name in spec.seeding.alpha_split:
+        if name not in scales:
+            raise SweepError(f"{spec.source}: seeding.alpha_split.{name}: unknown scale; choose one of "
+                             f"{sorted(scales)}")
+        if spec.seeding.max_seeds.get(name, spec.seeding.max_seeds.get(scales[name].like or "")) is None:
+            raise SweepError(f"{spec.source}: seeding.alpha_split.{name}: {name} has no seed budget "
+                             f"(seeding.max_seeds.{name}), so it plans one look at the full alpha; remove "
+                             f"alpha_split.{name} or give max_seeds.{name}")
+        try:
+            spec.seeding.alphas(name, [int(s) for s in seeds_at(name)], scales[name].like, strict=True)
+        except ValueError as e:
+            raise SweepError(f"{spec.source}: {e}") from None
 
 
 def _check_templates(spec: SweepSpec) -> None:

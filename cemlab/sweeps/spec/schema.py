@@ -207,17 +207,36 @@ class LrSearch(StrictSpec):
         return optuna.samplers.RandomSampler(seed=seed)
 
 
+#: The error rate of one claim's decision in the report (two-sided; ``cemlab.report.stats.ALPHA``).
+ALPHA = 0.05
+
+
+def look_alpha(looks: int, alpha: float = ALPHA) -> float:
+    """The level each of ``looks`` planned looks of a ``seeding`` sweep without an ``alpha_split``
+    (and its report) judges at: ``alpha / looks``, Bonferroni over the looks
+    (``cemlab.report.sequential``)."""
+    if looks < 1:
+        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
+    return alpha / looks
+
+
 class Seeding(StrictSpec):
     """``seeding:``: seeds added where a claim's verdict is still open. The sweep first runs the
     seeds of its ``seed`` axis; at each planned *look* the report's own verdicts are computed from
     the store on the seeds run so far, and the cells of the comparisons still inconclusive get the
     next ``batch`` seeds, until nothing is open or ``max_seeds`` is reached. Look ``j`` (0, 1, ...)
     reads the first ``initial + j * batch`` seeds (the last look at most ``max_seeds``), fixed in
-    advance; every look, and the report, judges at ``alpha / K`` over the ``K`` planned looks
-    (``cemlab.report.sequential``). A scale not named runs its seeds once, without looks."""
+    advance. Look ``j``, and the report of a comparison it decided, judges at ``alpha_j``: the
+    scale's ``alpha_split`` (one two-sided level per look, summing to the sweep's alpha, fixed in
+    the file before any run), else ``alpha / K`` over the ``K`` planned looks; Bonferroni over the
+    looks either way (``cemlab.report.sequential``). A scale not named runs its seeds once, without
+    looks."""
 
     max_seeds: dict[str, int] = Field(description="Seeds per cell at most, per scale name, e.g. {tiny: 6}.")
     batch: int = Field(default=3, ge=1, description="Seeds added to each open cell at a look.")
+    alpha_split: dict[str, list[float]] = Field(
+        default_factory=dict, description="Per scale name, the two-sided level each planned look judges at, one per "
+        f"look, summing to the sweep's alpha {ALPHA:g}, e.g. {{tiny: [0.005, 0.045]}}; a scale not named: alpha / K.")
 
     @field_validator("max_seeds")
     @classmethod
@@ -229,28 +248,70 @@ class Seeding(StrictSpec):
             raise ValueError(f"max_seeds must be whole numbers >= 2 per scale, got {bad}; e.g. max_seeds: {{tiny: 6}}")
         return v
 
+    @field_validator("alpha_split")
+    @classmethod
+    def _alpha_split(cls, v: dict[str, list[float]]) -> dict[str, list[float]]:
+        for scale, levels in v.items():
+            key = f"seeding.alpha_split.{scale}"
+            if not levels or any(not (isinstance(a, (int, float)) and 0 < a < ALPHA) for a in levels):
+                raise ValueError(f"{key}: {levels} must list one level per planned look, each above 0 and below the "
+                                 f"sweep's alpha {ALPHA:g}; e.g. {key}: [0.005, 0.045] for two looks")
+            if not math.isclose(sum(levels), ALPHA, rel_tol=1e-9, abs_tol=1e-12):
+                even = ", ".join(f"{ALPHA / len(levels):.6g}" for _ in levels)
+                raise ValueError(f"{key}: {levels} sums to {sum(levels):.6g}, but the looks share the sweep's alpha "
+                                 f"{ALPHA:g} (Bonferroni over the looks): give levels that sum to {ALPHA:g}, e.g. "
+                                 f"[{even}] (the even split) or leave {scale} out")
+        return v
+
+    def _at(self, table: dict, scale: str, like: str | None):
+        return table.get(scale, table.get(like) if like else None)
+
     def looks(self, scale: str, seeds: list[int], like: str | None = None) -> list[list[int]]:
         """The seeds of every planned look at ``scale`` for a grid whose seed axis is ``seeds``:
         look 0 the axis's own seeds, each later one ``batch`` more (counting up from the largest),
         the last capped at ``max_seeds``. One look (no seeds added) where the scale has no budget."""
-        top = self.max_seeds.get(scale, self.max_seeds.get(like) if like else None)
+        top = self._at(self.max_seeds, scale, like)
         if top is None or top <= len(seeds):
             return [list(seeds)]
         extra = list(range(max(seeds) + 1, max(seeds) + 1 + top - len(seeds)))
         k = 1 + math.ceil(len(extra) / self.batch)
         return [list(seeds) + extra[:j * self.batch] for j in range(k)]
 
+    def alphas(self, scale: str, seeds: list[int], like: str | None = None, alpha: float = ALPHA,
+               strict: bool = False) -> list[float]:
+        """The two-sided level of every planned look at ``scale`` (``looks``): the scale's
+        ``alpha_split`` where it names one with a level per planned look, else ``alpha / K``;
+        ``alpha`` alone for one look. A split that lists another number of looks than the plan has
+        (a seed axis overridden on the command line can change it) gives way to the even split, a
+        rule fixed as firmly before any run (``split_note`` says so); ``strict``: raise
+        ``ValueError`` naming the key instead (the file's own seed axis, when it is read)."""
+        k = len(self.looks(scale, seeds, like))
+        split = self._at(self.alpha_split, scale, like)
+        if k == 1:
+            return [alpha]
+        if split is None:
+            return [look_alpha(k, alpha)] * k
+        if len(split) != k:
+            if not strict:
+                return [look_alpha(k, alpha)] * k
+            raise ValueError(f"{self._split_key(scale, like)}: {list(split)} gives {len(split)} look(s), but the seed "
+                             f"axis {list(seeds)} plans {k} looks at {scale} (max_seeds "
+                             f"{self._at(self.max_seeds, scale, like)}, batch {self.batch}): give {k} levels summing "
+                             f"to {alpha:g}, or the seed axis the split was planned for")
+        return [float(a) for a in split]
 
-#: The error rate of one claim's decision in the report (two-sided; ``cemlab.report.stats.LEVEL`` = 1 - it).
-ALPHA = 0.05
+    def _split_key(self, scale: str, like: str | None) -> str:
+        return f"seeding.alpha_split.{scale if scale in self.alpha_split else like}"
 
-
-def look_alpha(looks: int, alpha: float = ALPHA) -> float:
-    """The level each of ``looks`` planned looks of a ``seeding`` sweep (and its report) judges at:
-    ``alpha / looks``, Bonferroni over the looks (``cemlab.report.sequential``)."""
-    if looks < 1:
-        raise ValueError(f"looks={looks}: a sweep has at least one look (its own seeds)")
-    return alpha / looks
+    def split_note(self, scale: str, seeds: list[int], like: str | None = None) -> str:
+        """'' when the looks judge at the scale's own split (or it names none); else why they judge at
+        the even split: the split was written for another number of looks than this seed axis plans."""
+        split = self._at(self.alpha_split, scale, like)
+        k = len(self.looks(scale, seeds, like))
+        if split is None or k == 1 or len(split) == k:
+            return ""
+        return (f"{self._split_key(scale, like)} lists {len(split)} levels, but the seed axis {list(seeds)} plans {k} "
+                f"looks: each judges at the even split, alpha / {k}")
 
 
 def round_lr(lr: float) -> float:

@@ -2,7 +2,8 @@
 
 After the grid's own seeds ran (``cemlab.sweeps.stages.execute.run_grid``), :func:`add_seeds`
 goes through the planned looks (``SweepSpec.looks``): at look ``j`` it judges the sweep's claims
-from the store on the first ``n_j`` seeds at ``alpha / K`` (``cemlab.report.look``,
+from the store on the first ``n_j`` seeds at the look's level (``SweepSpec.look_alphas``: the
+file's ``seeding.alpha_split``, else ``alpha / K``; ``cemlab.report.look``,
 ``cemlab.report.sequential``), and gives the cells of the comparisons still inconclusive the seeds
 of look ``j + 1``. Those are ordinary trials of the sweep file (same ids and config hashes as if
 the file listed the seeds): decided from the store, run on Ray Tune, tracked in MLflow, resumable
@@ -49,7 +50,8 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
         return
     if looker is None:   # cemlab sweep --no-seeding, or a caller that hands in no judge
         log.warning("%s declares seeding, but no judge was handed in (cemlab sweep --no-seeding): the grid's own "
-                    "seeds only; the report judges at alpha / %d all the same", spec.name, len(looks))
+                    "seeds only; the report judges at look 0's level (alpha %.4g) all the same", spec.name,
+                    spec.look_alphas(inv.scale, trials)[0])
         return
     for j, seeds in enumerate(looks):
         look, todo = looker(inv, trials, overrides, j)
