@@ -204,20 +204,21 @@ class SweepSpec(StrictSpec):
         """The two-sided level each planned look (``looks``) judges at: the file's
         ``seeding.alpha_split`` for the scale, else alpha / K (alpha itself for one look); the even
         split where a seed axis overridden on the command line plans another number of looks than
-        the split lists (``split_note`` says so)."""
-        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
-        if self.seeding is None or self.search == "optuna" or not seeds:
+        the split lists (``split_note`` says so); alpha itself where the command line gave the seed
+        axis (one look, :meth:`looks`)."""
+        seeds = grid_seeds(trials)
+        if self.seeding is None or self.search == "optuna" or not seeds or any(t.seeds_given for t in trials):
             return [ALPHA]
-        like = load_scales(scales_path_for(self._path)).get(scale)
+        like = self.all_scales().get(scale)
         return self.seeding.alphas(scale, seeds, like.like if like is not None else None)
 
     def split_note(self, scale: str, trials: list["Trial"]) -> str:
         """Why the looks of ``trials`` judge at the even split although the file gives a split for the
         scale ('' when they do not): ``Seeding.split_note``."""
-        seeds = sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
-        if self.seeding is None or self.search == "optuna" or not seeds:
+        seeds = grid_seeds(trials)
+        if self.seeding is None or self.search == "optuna" or not seeds or any(t.seeds_given for t in trials):
             return ""
-        like = load_scales(scales_path_for(self._path)).get(scale)
+        like = self.all_scales().get(scale)
         return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
 
     def axis_names(self) -> set[str]:
