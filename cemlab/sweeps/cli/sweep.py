@@ -97,12 +97,13 @@ def _mark_interrupted(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
-        looker: Callable | None = None, ladder_after: "Callable[[list[SweepResult], Console], None] | None" = None) -> int:
+        looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
-    (``cemlab.report.look_store.sweep_look``); ``ladder_after(results, console)``: what follows the
-    rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report)."""
-    if (args.ladder or args.rung is not None) and not getattr(args, "_rung_scale", False):
+    (``cemlab.report.look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
+    the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code)."""
+    ladder = getattr(args, "ladder", False) or getattr(args, "rung", None) is not None
+    if ladder and not getattr(args, "_rung_scale", False):
         return _run_ladder(args, looker, ladder_after)
     from rich.console import Console
 
