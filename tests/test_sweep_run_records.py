@@ -25,8 +25,11 @@ def module_store(tmp_path_factory):
     """One sqlite store for the module (creating one costs seconds)."""
     from cemlab.tracking.store import ensure_experiment, get_client
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('records')}/mlflow.db"
+    folder = tmp_path_factory.mktemp("records")
+    uri = f"sqlite:///{folder}/mlflow.db"
     client = get_client(uri)
+    # its artifacts in the module's folder (ensure_experiment would pick the runs folder of the moment)
+    client.create_experiment("cemlab/test", artifact_location=(folder / "artifacts").as_uri())
     return {"uri": uri, "client": client, "exp": ensure_experiment("cemlab/test", client)}
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ from cemlab.report.build import (ReportContext, make_report, publish_problem, re
                                  save_figure, write_csv, write_file)
 from cemlab.report.grids import SweepGrids
 from cemlab.report.render import Page, Section, render_html, render_md
-from cemlab.report.stats import CONTRADICTED, LEVEL, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, t_interval
+from cemlab.report.stats import LEVEL, t_interval
 from cemlab.report.table import MISSING
 from cemlab.report.trend import DECISIVE, ladder_verdict, trend
 from cemlab.report.verdict_tables import parse_seed_diffs
