@@ -241,6 +241,20 @@ def test_energy_and_training_csvs(scenario):
     assert one.to_dict() == pytest.approx({k: v0 + abs(k - 2) for k in (1, 2, 3, 4)})
 
 
+
+def test_every_judged_comparison_keeps_the_per_seed_differences_behind_its_effect(scenario):
+    """comparisons.csv's seed_diffs (what the ladder's trend reads) for every comparison with an
+    effect, test-time recursion included: their mean is the shown effect on the log scale."""
+    from cemlab.report.verdict_tables import parse_seed_diffs
+
+    rows = pd.read_csv(scenario["out"] / "recursion_ablation" / "comparisons.csv", keep_default_na=False)
+    judged = rows[(rows["effect"] != "") & (rows["n"].astype(int) >= 2)]
+    assert any(judged["comparison"].str.contains("T2")) and len(judged) > 5
+    for _, r in judged.iterrows():
+        diffs = parse_seed_diffs(r["seed_diffs"])
+        assert len(diffs) == int(r["n"]), r["comparison"]
+        assert np.expm1(np.mean(list(diffs.values()))) == pytest.approx(float(r["effect"]), abs=1e-9), r["comparison"]
+
 EXPECTED_VERDICTS = {
     # s1's CEM attention diverged at one seed: an outcome, counted at the chance value (the vocabulary size),
     # so the s1 comparison carries that seed as a huge difference and decides nothing either way: "at every

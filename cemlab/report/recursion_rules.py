@@ -24,7 +24,7 @@ import pandas as pd
 
 from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
-from cemlab.report.pairing import evidence_and_interval
+from cemlab.report.pairing import evidence_and_interval, shown_diffs
 from cemlab.report.stats import t_interval
 from cemlab.report.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema
@@ -245,14 +245,14 @@ def rule_test_time_recursion(data: ClaimData):
             continue
         ratios = [np.log(more / at).sort_index() for at, more, _ in curves]  # per rate and seed: log(2T over T)
         diffs_of = {(j,): r.to_numpy() for j, r in enumerate(ratios)}
-        ev, iv = evidence_and_interval(diffs_of,
-                                       [[(r, val) for r, (_, _, val) in zip(ratios, curves)]], (1.0,),
-                                       (len(curves),), 0.0, "below", data.margin, every_choice=True)
+        logs = [[(r, val) for r, (_, _, val) in zip(ratios, curves)]]
+        ev, iv = evidence_and_interval(diffs_of, logs, (1.0,), (len(curves),), 0.0, "below", data.margin,
+                                       every_choice=True)
         a = np.concatenate([at.to_numpy(dtype=float) for at, _, _ in curves])
         b = np.concatenate([more.to_numpy(dtype=float) for _, more, _ in curves])
         checks.append(Check(label, f"{label}: test ppl at T'={T} {num(a.mean())}, at T'={2 * T} {num(b.mean())}",
                             iv, 0.0, "below", cond, regime_of([row]), margin=data.margin,
                             evidence=ev, choice=f"every rate tested ({len(curves)})" if len(curves) > 1 else "",
                             n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"]),
-                            diffs_of=diffs_of, test_coefs=(0.0,)))
+                            diffs_of=diffs_of, test_coefs=(0.0,), seed_diffs=shown_diffs(logs, (1.0,))))
     return checks, missing

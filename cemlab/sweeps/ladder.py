@@ -30,11 +30,14 @@ if TYPE_CHECKING:
 #: Training FLOP/s of one one-thread trial on this project's 2-core machine (AMD EPYC): the ladder's
 #: width (workstation 86m, batch 16 x 256) trained Llama at 32.1k tokens/s (44 GFLOP/s) and CEM
 #: attention T=2 at 17.9k tokens/s (46 GFLOP/s), 2026-11-27; the tiny main job's 18 trials ran at
-#: 52 GFLOP/s (docs/performance.md's stage table).
-CPU_FLOPS_PER_S = 45e9
+#: 52 GFLOP/s (docs/performance.md's stage table). The ladder's top rung, two trials at once for
+#: 74 minutes, trained at 40 GFLOP/s per trial (3.35e14 FLOPs in 8,362 s of training slot-time).
+CPU_FLOPS_PER_S = 40e9
 #: Seconds per trial besides training (worker start, MLflow run start and end, validation, test,
-#: checkpoints): 5.1 slot-seconds per trial in the tiny one-seed sweep's stage table.
-TRIAL_OVERHEAD_S = 6.0
+#: checkpoints) at the ladder's width: 11.0 slot-seconds per trial at the ladder's cheapest rung
+#: (124 trials, 2026-11-27; 8.6 s of it the test split and test-time curve at context 256). The
+#: tiny one-seed sweep's 5.1 s, used before, left out the larger test split of this width.
+TRIAL_OVERHEAD_S = 11.0
 #: Passes over the corpus's training split a rung may make; above it the rung is refused.
 MAX_EPOCHS = 8.0
 
