@@ -213,7 +213,7 @@ stop_sweep() {{
     # marks its runs interrupted; main requeues the job after a USR1 (SLURM does after a SIGTERM).
     # SLURM sends SIGTERM to every process of the job itself, the driver too: a second one would
     # interrupt its clean stop; USR1 reaches the batch script only and is passed on.
-    echo "cemlab: $1: stopping the sweep; the requeued job resumes it" >&2
+    echo "cemlab: $(date +%T) $1: stopping the sweep; the requeued job resumes it" >&2
     STOPPED_BY="$1"
     [ "$1" = USR1 ] && [ -n "${{DRIVER:-}}" ] && kill -TERM "$DRIVER" 2>/dev/null
 }}
@@ -253,10 +253,13 @@ main() {{
     local rc=0
     [ -z "$STOPPED_BY" ] && {{ run_sweep; rc=$?; }}
     stop_job_ray  # the head's Ray processes directly (`ray start` alone drains for 30 s first)
-    kill -TERM "$ray_step" 2>/dev/null; wait "$ray_step" 2>/dev/null
+    kill -TERM "$ray_step" 2>/dev/null
     # SLURM's SIGTERM reaches the job's Ray with the driver, and Ray ends a driver whose raylet is
-    # gone, maybe before it marked its runs: whatever it left running is marked interrupted here
-    [ -n "$STOPPED_BY" ] && $CEMLAB_RUN cemlab sweep "${{SWEEP_ARGS[@]}}" --mark-interrupted
+    # gone, maybe before it marked its runs: whatever it left running is marked interrupted here,
+    # before waiting on the Ray step (its srun may wait up to KillWait for the step to end)
+    [ -n "$STOPPED_BY" ] && echo "cemlab: $(date +%T) the driver has ended; marking what it left running" >&2 \
+        && $CEMLAB_RUN cemlab sweep "${{SWEEP_ARGS[@]}}" --mark-interrupted
+    wait "$ray_step" 2>/dev/null
     [ "$STOPPED_BY" = USR1 ] && scontrol requeue "$SLURM_JOB_ID"  # the time limit: requeue ourselves
     exit "$rc"
 }}
