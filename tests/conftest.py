@@ -11,9 +11,12 @@ import torch
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _quiet_env():
+def _quiet_env(tmp_path_factory):
     # Tests pick their own MLflow stores; never write into a user's server by accident.
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    # Nor into the checkout's runs folder: a test (or a module-scoped fixture, set up before the
+    # runs_dir fixture of its tests) that names no runs folder gets this session's own.
+    os.environ["CEMLAB_RUNS_DIR"] = str(tmp_path_factory.mktemp("session-runs"))
     os.environ.pop("RAY_ADDRESS", None)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Under make test's two pytest processes, each starts its local MLflow servers from its own
