@@ -241,7 +241,6 @@ def test_energy_and_training_csvs(scenario):
     assert one.to_dict() == pytest.approx({k: v0 + abs(k - 2) for k in (1, 2, 3, 4)})
 
 
-
 def test_every_judged_comparison_keeps_the_per_seed_differences_behind_its_effect(scenario):
     """comparisons.csv's seed_diffs (what the ladder's trend reads) for every comparison with an
     effect, test-time recursion included: their mean is the shown effect on the log scale."""
@@ -254,6 +253,7 @@ def test_every_judged_comparison_keeps_the_per_seed_differences_behind_its_effec
         diffs = parse_seed_diffs(r["seed_diffs"])
         assert len(diffs) == int(r["n"]), r["comparison"]
         assert np.expm1(np.mean(list(diffs.values()))) == pytest.approx(float(r["effect"]), abs=1e-9), r["comparison"]
+
 
 EXPECTED_VERDICTS = {
     # s1's CEM attention diverged at one seed: an outcome, counted at the chance value (the vocabulary size),
