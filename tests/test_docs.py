@@ -1,7 +1,8 @@
 """Numbers and statements in the docs agree with where they come from: the README's timings are the
 table ``scripts/measure-timings.py`` prints from ``docs/timings.json``; its speed table and memory
-figures quote ``docs/performance.md``; ``make help`` lists the scales of ``sweeps/scales.yaml``; the
-README and ``docker/README.md`` say the same about the image."""
+figures quote ``docs/performance.md``; its ``make test`` time is the one a named commit's message
+records; its exit-code lists are the codes each command defines; ``make help`` lists the scales of
+``sweeps/scales.yaml``; the README and ``docker/README.md`` say the same about the image."""
 
 from __future__ import annotations
 
@@ -28,12 +29,22 @@ def _timings_script():
     return module
 
 
+def _suite_measurement() -> dict[str, str]:
+    """The README's last measured ``make test``: the quoted result, the commit whose message records
+    it, and its date."""
+    m = re.search(r"Last measured: `(make test: \d+ passed[^`]* in \d+ min \d+ s)` \(commit ([0-9a-f]{7,40}), "
+                  r"(\d{4}-\d{2}-\d{2})", _flat(README))
+    assert m, "the README no longer says when make test was last measured, in the form this test reads"
+    return dict(quote=m.group(1), commit=m.group(2), date=m.group(3))
+
+
 def test_readme_timings_are_the_table_the_script_prints():
     mt = _timings_script()
     assert mt.table(mt.read_timings()) in README
     # every wall time the README gives for these rows is in that table
     table = mt.table(mt.read_timings())
-    for m in re.finditer(r"\d+ min \d+ s|about \d+ s\b|\(a minute\)", README):
+    suite = _suite_measurement()  # make test's time: quoted from a commit (its own test below)
+    for m in re.finditer(r"\d+ min \d+ s|about \d+ s\b|\(a minute\)", README.replace(suite["quote"], "")):
         assert m.group(0) in table, f"README gives a wall time outside the measured table: {m.group(0)!r}"
     # a measured row shows its time, machine and date; an unmeasured one says how to measure it
     rows = mt.table({"train": {"seconds": 65.4, "machine": "CPU X, 2 cores, load 7.9", "date": "2026-11-23 22:10 UTC"}})
@@ -100,3 +111,56 @@ def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_th
     most = len(trials) // len(looks[0]) * len(looks[-1])
     assert f"at scale tiny: <{len(trials)} to {most}> finished" in text
     assert f"(at most {most} models;" in text
+
+
+def test_readme_quotes_the_last_make_test_as_its_commit_records_it():
+    """To update: commit with the run's result in the message (``make test: N passed, M skipped in
+    X min Y s``), then quote it here with that commit and its date."""
+    suite = _suite_measurement()
+    git = subprocess.run(["git", "-C", str(ROOT), "show", "-s", "--format=%cs%n%B", suite["commit"]],
+                         capture_output=True, text=True)
+    if git.returncode != 0:
+        pytest.skip(f"commit {suite['commit']} is not in this checkout (a shallow clone?): {git.stderr.strip()}")
+    date, _, message = git.stdout.partition("\n")
+    assert suite["quote"] in _flat(message), f"commit {suite['commit']}'s message does not say {suite['quote']!r}"
+    assert suite["date"] == date, f"commit {suite['commit']} is of {date}, the README says {suite['date']}"
+
+
+def _exit_codes(package: str) -> dict[str, set[int]]:
+    """Per module of ``cemlab/<package>``: the codes its module-level ``EXIT_* = n`` names define."""
+    import ast
+
+    found: dict[str, set[int]] = {}
+    for path in sorted((ROOT / "cemlab" / package).rglob("*.py")):
+        codes: set[int] = set()
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                for name, value in zip(names, values):
+                    if isinstance(name, ast.Name) and name.id.startswith("EXIT_") and isinstance(value, ast.Constant):
+                        codes.add(value.value)
+        if 0 in codes:  # a command's codes start at 0 (a worker's own exit status does not)
+            found[str(path.relative_to(ROOT))] = codes
+    return found
+
+
+def _readme_codes(lead: str) -> set[int]:
+    """The codes of the README's list that starts with ``lead``, up to the end of its paragraph."""
+    start = README.index(lead)
+    para = _flat(README[start:README.find("\n\n", start)])
+    return {int(c) for c in re.findall(r"(?:codes: |; )(\d+) ", para)}
+
+
+@pytest.mark.parametrize("command, package, lead", [
+    ("train", "train", "`cemlab train` exit codes:"),
+    ("sweep", "sweeps", "`cemlab sweep` exit codes:"),
+    ("report", "report", "Exit codes: 0 ok"),
+])
+def test_readme_lists_every_exit_code_each_command_defines(command, package, lead):
+    defined = _exit_codes(package)
+    assert len(defined) == 1, f"cemlab/{package} defines exit codes in {sorted(defined)}: which are cemlab {command}'s?"
+    (where, codes), = defined.items()
+    assert _readme_codes(lead) == codes, f"README's cemlab {command} exit codes differ from {where}'s EXIT_* names"
