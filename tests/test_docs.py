@@ -164,3 +164,27 @@ def test_readme_lists_every_exit_code_each_command_defines(command, package, lea
     assert len(defined) == 1, f"cemlab/{package} defines exit codes in {sorted(defined)}: which are cemlab {command}'s?"
     (where, codes), = defined.items()
     assert _readme_codes(lead) == codes, f"README's cemlab {command} exit codes differ from {where}'s EXIT_* names"
+
+
+def _named_files(text: str) -> list[tuple[str, str | None]]:
+    """The files a text names in backticks with a folder (``report/trend.py``,
+    ``tests/test_ladder.py::test_name``), placeholders such as ``tasks/<name>.py`` left out."""
+    found = re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|yaml|md|sh))(?:::(\w+))?`", text)
+    return [(path, test or None) for path, test in found]
+
+
+@pytest.mark.parametrize("doc, section", [("docs/architecture.md", "## Where to add"), ("docs/extending.md", None)])
+def test_where_to_add_names_files_that_exist(doc, section):
+    """Each file "Where to add" and docs/extending.md send a reader to exists (under the repository or
+    ``cemlab/``), and each ``file::test`` is a test of that file: a module moved or renamed moves here too."""
+    text = (ROOT / doc).read_text()
+    if section:  # its table's rows (the paragraph after it names files as they were)
+        start = text.index(section)
+        text = "\n".join(line for line in text[start:text.find("\n## ", start + 1)].splitlines() if line.startswith("|"))
+    named = _named_files(text)
+    assert named, f"{doc} names no file"
+    for path, test in named:
+        where = [p for p in (ROOT / path, ROOT / "cemlab" / path) if p.is_file()]
+        assert where, f"{doc} names {path}, which is neither in the repository nor in cemlab/"
+        if test:
+            assert f"def {test}(" in where[0].read_text(), f"{doc} names {path}::{test}, which is no test there"
