@@ -140,6 +140,56 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     assert a.epochs == pytest.approx(a.tokens / train_tokens) and b.max_trials >= b.trials == 2 * 2 * 5
 
 
+def test_a_rungs_plan_is_the_plan_of_its_scale(tmp_path, monkeypatch, runs_dir):
+    """``plan_ladder`` composes ``plan_sweep``: each rung's plan is the sweep's plan at the rung's
+    scale, its looks' levels, notes, GPU time and paper-scale estimates included, with or without
+    the store (none here: every trial todo, the store named); ``--rung`` plans the one rung."""
+    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.sweeps.plan import plan_sweep
+
+    spec = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5], max_seeds: {0.125: 3}}\n")
+    for read_store in (False, True):
+        lp = plan_ladder(spec, read_store=read_store, corpus=False, mfu=0.3)
+        assert [r.scale for r in lp.rungs] == list(spec.rungs())
+        for r in lp.rungs:
+            assert r.plan == plan_sweep(spec, r.scale, mfu=0.3, read_store=read_store)
+        cheap = lp.rungs[0].plan
+        assert cheap.looks == [[0, 1], [0, 1, 2]] and cheap.alphas == pytest.approx([0.025, 0.025])
+        assert cheap.paper_flops > 0 and cheap.mfu == 0.3 and (cheap.store is not None) == read_store
+    one = plan_ladder(spec, rung="0.5", read_store=False, corpus=False).rungs
+    assert [r.scale for r in one] == ["smoke-tpp0.5"] and one[0].plan == plan_sweep(spec, "smoke-tpp0.5",
+                                                                                    read_store=False)
+
+
+def test_the_ladder_runs_each_rung_at_its_scale_and_resumes_with_its_own_command(tmp_path, monkeypatch, capsys):
+    """``cemlab sweep NAME --ladder`` hands the runner each rung's scale, cheapest first, and as the
+    command that resumes it the ladder's own command line (no ``--scale``); interrupted at a rung,
+    it stops there and prints that command."""
+    import shlex
+
+    from cemlab.cli import main
+    from cemlab.sweeps import ladder, runner
+    from cemlab.sweeps.stages.invocation import SweepResult
+
+    _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5, 1]}\n")
+    got = []
+
+    def run_sweep(sweep, scale, command="", **_):
+        got.append((sweep, scale, command))
+        if len(got) == 2:
+            raise KeyboardInterrupt
+        return SweepResult(sweep, scale, "sqlite:///x.db", "1", "p", False, [], command=command)
+
+    monkeypatch.setattr(runner, "run_sweep", run_sweep)
+    monkeypatch.setattr(runner, "wait_ray_stopped", lambda: None)
+    monkeypatch.setattr(ladder, "corpus_train_tokens", lambda *_: None)  # the corpus check has its own test
+    assert main(["sweep", "lad", "--ladder", "--plain", "--no-report", "--retries", "2"]) == 130
+    command = "cemlab sweep lad --retries 2 --no-report --plain --ladder"
+    assert got == [("lad", "smoke-tpp0.125", command), ("lad", "smoke-tpp0.5", command)]
+    assert f"to resume, run: {command}" in " ".join(capsys.readouterr().err.split())
+    assert "--scale" not in shlex.split(command)
+
+
 def _rung_points(effects, slope_sd=0.0, seeds=3, noise=0.02, offset_sd=0.03, rng=None, noise_by_rung=(1, 1, 1, 1)):
     """Per rung, per seed log differences: a seed offset shared by the rungs, a seed's own slope
     (mean zero), noise per rung (scaled by ``noise_by_rung``)."""
