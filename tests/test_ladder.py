@@ -124,8 +124,11 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     with pytest.raises(SweepError, match=r"ladder.rungs: 0.01 .* (\d+) optimizer steps.*warm-up"):
         plan_ladder(short, read_store=False, corpus=False)
     long = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.5, 400]}\n", "long")
+    notes = []  # what the plan says before it tokenises, and whether the token store had the corpus then
+    store = runs_dir / "cache" / "data" / "tokens"
     with pytest.raises(SweepError) as e:
-        plan_ladder(long, read_store=False)
+        plan_ladder(long, read_store=False, note=lambda line: notes.append((line, any(store.glob("*/*")))))
+    assert notes == [(f"tokenising the corpus once, into {runs_dir / 'cache'}/data, to count the rungs' epochs", False)]
     msg = str(e.value)
     assert "ladder.rungs: 400" in msg and f"at most {MAX_EPOCHS:g}" in msg
     epochs = float(msg.split(" epochs of")[0].split(", ")[-1])
@@ -133,7 +136,8 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     tokens = int(msg.split("asks for ")[1].split(" ")[0])
     assert epochs == pytest.approx(tokens / train_tokens, rel=1e-2) and epochs > MAX_EPOCHS
     ok = plan_ladder(_sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5]}\n", "ok"),
-                     read_store=False)
+                     read_store=False, note=lambda line: notes.append((line, True)))
+    assert len(notes) == 1  # tokenised once: this plan reads the store
     a, b = ok.rungs
     per_step = b.tokens // b.steps
     assert abs(b.tokens - 4 * a.tokens) <= 4 * per_step and b.steps > a.steps >= 1 / 0.05 / 2
@@ -147,7 +151,8 @@ def test_a_rungs_plan_is_the_plan_of_its_scale(tmp_path, monkeypatch, runs_dir):
     from cemlab.sweeps.ladder import plan_ladder
     from cemlab.sweeps.plan import plan_sweep
 
-    spec = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5], max_seeds: {0.125: 3}}\n")
+    spec = _sweep(tmp_path, monkeypatch,
+                  "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5], max_seeds: {0.125: 3}}\n")
     for read_store in (False, True):
         lp = plan_ladder(spec, read_store=read_store, corpus=False, mfu=0.3)
         assert [r.scale for r in lp.rungs] == list(spec.rungs())
@@ -159,6 +164,39 @@ def test_a_rungs_plan_is_the_plan_of_its_scale(tmp_path, monkeypatch, runs_dir):
     one = plan_ladder(spec, rung="0.5", read_store=False, corpus=False).rungs
     assert [r.scale for r in one] == ["smoke-tpp0.5"] and one[0].plan == plan_sweep(spec, "smoke-tpp0.5",
                                                                                     read_store=False)
+
+
+def test_the_ladder_plan_at_80_columns_prints_its_summary_first_and_every_number_whole(tmp_path, monkeypatch):
+    """``cemlab plan NAME --ladder`` on an 80-column terminal: the whole ladder's summary, then a row
+    per rung and below the seeded rung its most trials, FLOPs and time, every number whole (at
+    the widest: every trial done, epochs known)."""
+    import io
+
+    from rich.console import Console
+
+    from cemlab.sweeps.cli.plan import _print_ladder, _sci, _si
+    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.train.plan import duration
+
+    lp = plan_ladder(_sweep(tmp_path, monkeypatch, WORKSTATION), read_store=False, corpus=False)
+    for r in lp.rungs:
+        r.train_tokens = 4_096_000
+        for row in r.plan.rows:
+            row.status = "done"
+    buf = io.StringIO()
+    _print_ladder(lp, Console(file=buf, width=80, highlight=False, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and "…" not in buf.getvalue()
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["rung", "tokens"])
+    summary = " ".join(" ".join(lines[:head]).split())
+    assert f"Whole ladder: {sum(r.trials for r in lp.rungs)}-{sum(r.max_trials for r in lp.rungs)} trials" in summary
+    want = []
+    for r in lp.rungs:
+        want.append([f"{r.rung:g}", _si(r.tokens), str(r.steps), str(r.warmup_steps), f"{r.epochs:.2g}", str(r.cells),
+                     str(r.trials), _sci(r.flops), duration(r.seconds()), f"{r.trials}/{r.trials}"])
+        if r.max_trials != r.trials:
+            want.append(["at", "most", str(r.max_trials), _sci(r.max_flops), duration(r.seconds(most=True))])
+    assert [ln.split() for ln in lines[head + 2:]] == want and len(want) == 5
 
 
 def test_the_ladder_runs_each_rung_at_its_scale_and_resumes_with_its_own_command(tmp_path, monkeypatch, capsys):
