@@ -124,8 +124,11 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     with pytest.raises(SweepError, match=r"ladder.rungs: 0.01 .* (\d+) optimizer steps.*warm-up"):
         plan_ladder(short, read_store=False, corpus=False)
     long = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.5, 400]}\n", "long")
+    notes = []  # what the plan says before it tokenises, and whether the token store had the corpus then
+    store = runs_dir / "cache" / "data" / "tokens"
     with pytest.raises(SweepError) as e:
-        plan_ladder(long, read_store=False)
+        plan_ladder(long, read_store=False, note=lambda line: notes.append((line, any(store.glob("*/*")))))
+    assert notes == [(f"tokenising the corpus once, into {runs_dir / 'cache'}/data, to count the rungs' epochs", False)]
     msg = str(e.value)
     assert "ladder.rungs: 400" in msg and f"at most {MAX_EPOCHS:g}" in msg
     epochs = float(msg.split(" epochs of")[0].split(", ")[-1])
@@ -133,11 +136,96 @@ def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_c
     tokens = int(msg.split("asks for ")[1].split(" ")[0])
     assert epochs == pytest.approx(tokens / train_tokens, rel=1e-2) and epochs > MAX_EPOCHS
     ok = plan_ladder(_sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5]}\n", "ok"),
-                     read_store=False)
+                     read_store=False, note=lambda line: notes.append((line, True)))
+    assert len(notes) == 1  # tokenised once: this plan reads the store
     a, b = ok.rungs
     per_step = b.tokens // b.steps
     assert abs(b.tokens - 4 * a.tokens) <= 4 * per_step and b.steps > a.steps >= 1 / 0.05 / 2
     assert a.epochs == pytest.approx(a.tokens / train_tokens) and b.max_trials >= b.trials == 2 * 2 * 5
+
+
+def test_a_rungs_plan_is_the_plan_of_its_scale(tmp_path, monkeypatch, runs_dir):
+    """``plan_ladder`` composes ``plan_sweep``: each rung's plan is the sweep's plan at the rung's
+    scale, its looks' levels, notes, GPU time and paper-scale estimates included, with or without
+    the store (none here: every trial todo, the store named); ``--rung`` plans the one rung."""
+    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.sweeps.plan import plan_sweep
+
+    spec = _sweep(tmp_path, monkeypatch,
+                  "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5], max_seeds: {0.125: 3}}\n")
+    for read_store in (False, True):
+        lp = plan_ladder(spec, read_store=read_store, corpus=False, mfu=0.3)
+        assert [r.scale for r in lp.rungs] == list(spec.rungs())
+        for r in lp.rungs:
+            assert r.plan == plan_sweep(spec, r.scale, mfu=0.3, read_store=read_store)
+        cheap = lp.rungs[0].plan
+        assert cheap.looks == [[0, 1], [0, 1, 2]] and cheap.alphas == pytest.approx([0.025, 0.025])
+        assert cheap.paper_flops > 0 and cheap.mfu == 0.3 and (cheap.store is not None) == read_store
+    one = plan_ladder(spec, rung="0.5", read_store=False, corpus=False).rungs
+    assert [r.scale for r in one] == ["smoke-tpp0.5"] and one[0].plan == plan_sweep(spec, "smoke-tpp0.5",
+                                                                                    read_store=False)
+
+
+def test_the_ladder_plan_at_80_columns_prints_its_summary_first_and_every_number_whole(tmp_path, monkeypatch):
+    """``cemlab plan NAME --ladder`` on an 80-column terminal: the whole ladder's summary, then a row
+    per rung and below the seeded rung its most trials, FLOPs and time, every number whole (at
+    the widest: every trial done, epochs known)."""
+    import io
+
+    from rich.console import Console
+
+    from cemlab.sweeps.cli.plan import _print_ladder, _sci, _si
+    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.train.plan import duration
+
+    lp = plan_ladder(_sweep(tmp_path, monkeypatch, WORKSTATION), read_store=False, corpus=False)
+    for r in lp.rungs:
+        r.train_tokens = 4_096_000
+        for row in r.plan.rows:
+            row.status = "done"
+    buf = io.StringIO()
+    _print_ladder(lp, Console(file=buf, width=80, highlight=False, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and "…" not in buf.getvalue()
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["rung", "tokens"])
+    summary = " ".join(" ".join(lines[:head]).split())
+    assert f"Whole ladder: {sum(r.trials for r in lp.rungs)}-{sum(r.max_trials for r in lp.rungs)} trials" in summary
+    want = []
+    for r in lp.rungs:
+        want.append([f"{r.rung:g}", _si(r.tokens), str(r.steps), str(r.warmup_steps), f"{r.epochs:.2g}", str(r.cells),
+                     str(r.trials), _sci(r.flops), duration(r.seconds()), f"{r.trials}/{r.trials}"])
+        if r.max_trials != r.trials:
+            want.append(["at", "most", str(r.max_trials), _sci(r.max_flops), duration(r.seconds(most=True))])
+    assert [ln.split() for ln in lines[head + 2:]] == want and len(want) == 5
+
+
+def test_the_ladder_runs_each_rung_at_its_scale_and_resumes_with_its_own_command(tmp_path, monkeypatch, capsys):
+    """``cemlab sweep NAME --ladder`` hands the runner each rung's scale, cheapest first, and as the
+    command that resumes it the ladder's own command line (no ``--scale``); interrupted at a rung,
+    it stops there and prints that command."""
+    import shlex
+
+    from cemlab.cli import main
+    from cemlab.sweeps import ladder, runner
+    from cemlab.sweeps.stages.invocation import SweepResult
+
+    _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5, 1]}\n")
+    got = []
+
+    def run_sweep(sweep, scale, command="", **_):
+        got.append((sweep, scale, command))
+        if len(got) == 2:
+            raise KeyboardInterrupt
+        return SweepResult(sweep, scale, "sqlite:///x.db", "1", "p", False, [], command=command)
+
+    monkeypatch.setattr(runner, "run_sweep", run_sweep)
+    monkeypatch.setattr(runner, "wait_ray_stopped", lambda: None)
+    monkeypatch.setattr(ladder, "corpus_train_tokens", lambda *_: None)  # the corpus check has its own test
+    assert main(["sweep", "lad", "--ladder", "--plain", "--no-report", "--retries", "2"]) == 130
+    command = "cemlab sweep lad --retries 2 --no-report --plain --ladder"
+    assert got == [("lad", "smoke-tpp0.125", command), ("lad", "smoke-tpp0.5", command)]
+    assert f"to resume, run: {command}" in " ".join(capsys.readouterr().err.split())
+    assert "--scale" not in shlex.split(command)
 
 
 def _rung_points(effects, slope_sd=0.0, seeds=3, noise=0.02, offset_sd=0.03, rng=None, noise_by_rung=(1, 1, 1, 1)):

@@ -444,6 +444,44 @@ def test_plan_cli_prints_the_table_and_estimates(plan_store, monkeypatch, capsys
     assert "no sweep named 'no_such_sweep'" in capsys.readouterr().err
 
 
+def _column(lines: list[str], i: int) -> str:
+    """Column ``i`` of a boxed rich table's body lines, its folded pieces joined, without spaces."""
+    return "".join(ln.split("│")[i + 1] for ln in lines).replace(" ", "")
+
+
+def test_plan_at_80_columns_prints_its_summary_first_and_folds_every_cell_whole():
+    """``cemlab plan recursion_ablation`` on an 80-column terminal: the summary (totals, looks,
+    paper-scale estimates) before the 54-row table, every line within 80 characters, no cell cut:
+    each column's folded pieces join back into the trial ids, variants and axes, numbers unbroken."""
+    import io
+
+    from rich.console import Console
+
+    from cemlab.sweeps.cli.plan import _print_plan, _sci, _si
+    from cemlab.sweeps.plan import plan_sweep
+
+    plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
+    buf = io.StringIO()
+    _print_plan(plan, Console(file=buf, width=80, highlight=False, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and "…" not in buf.getvalue()
+    top = next(i for i, ln in enumerate(lines) if ln.startswith("┏"))
+    summary = " ".join(" ".join(lines[:top]).split())
+    for part in (f"recursion_ablation ({plan.figure}) at scale tiny: 54 trials", "Total: ", "Seeding: 2 planned looks",
+                 "54 trials at least, 144 at most", "At the paper scale", "Data step at the paper scale"):
+        assert part in summary, part
+    body = lines[next(i for i, ln in enumerate(lines) if ln.startswith("┡")) + 1:-1]
+    assert lines[-1].startswith("└") and len(body) > len(plan.rows)  # folded: rows of several lines
+    assert _column(body, 0) == "".join(r.trial.trial_id for r in plan.rows)
+    assert _column(body, 1) == "".join(r.trial.variant.replace(" ", "") for r in plan.rows)
+    assert _column(body, 3) == "".join(" ".join(f"{k}={v}" for k, v in r.trial.axes.items()
+                                                if k not in ("size", "group", "variant")).replace(" ", "")
+                                       for r in plan.rows)
+    rows = [ln.split("│") for ln in body if ln.split("│")[5].strip()]  # a row's first line holds its numbers
+    assert [[c.strip() for c in row[5:9]] for row in rows] == \
+        [[_si(r.params), _si(r.tokens), _sci(r.flops), r.status] for r in plan.rows]
+
+
 def test_plan_does_not_create_a_missing_store(runs_dir):
     from cemlab.sweeps.plan import plan_sweep
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from cemlab.sweeps.spec.schema import SweepError
 from cemlab.sweeps.spec.load import SweepSpec, load_sweep
@@ -91,7 +91,7 @@ class RungPlan:
                 "max_trials": self.max_trials, "flops": self.flops, "max_flops": self.max_flops,
                 "epochs": None if math.isnan(self.epochs) else self.epochs, "train_tokens": self.train_tokens,
                 "slots": self.slots, "seconds": self.seconds(), "max_seconds": self.seconds(most=True),
-                "looks": self.plan.looks, "done": self.done()}
+                "looks": self.plan.looks, "seeding": self.plan.seeding(), "done": self.done()}
 
 
 @dataclass
@@ -134,28 +134,51 @@ def trial_budget(trial) -> tuple[int, int]:
     return plan.tokens, plan.total_steps
 
 
-def corpus_train_tokens(trial) -> int | None:
+def corpus_train_tokens(trial, note: Callable[[str], None] | None = None) -> int | None:
     """Tokens in the training split of a trial's corpus (tokenised into the token store, once, when
-    it is not there yet); None for a task without a prepared corpus."""
+    it is not there yet: ``note`` is told so first, in one line); None for a task without a
+    prepared corpus."""
     from cemlab.data import prepare_data
+    from cemlab.data.errors import DataError
+    from cemlab.data.store import READ_ONLY_ENV, read_only
+    from cemlab.paths import cache_dir
     from cemlab.tasks import task_of
 
     cfg = trial.config
     task = task_of(cfg)
     if not task.prepared_data:
         return None
-    bundle = prepare_data(cfg.data, cfg.model.vocab_size, task.seq_len(cfg))
+    args = (cfg.data, cfg.model.vocab_size, task.seq_len(cfg))
+    if read_only():  # tokenising is forbidden here: the store has the corpus or this raises
+        return int(prepare_data(*args).stats["tokens"]["train"])
+    before = os.environ.get(READ_ONLY_ENV)
+    os.environ[READ_ONLY_ENV] = "1"  # the store's own check of whether the corpus is there yet
+    try:
+        bundle = prepare_data(*args)
+    except DataError:  # not there yet (or a bad data setting, which the call below raises again)
+        bundle = None
+    finally:
+        if before is None:
+            os.environ.pop(READ_ONLY_ENV, None)
+        else:
+            os.environ[READ_ONLY_ENV] = before
+    if bundle is None:
+        if note is not None:
+            where = cfg.data.cache_dir or cache_dir()
+            note(f"tokenising the corpus once, into {where}/data, to count the rungs' epochs")
+        bundle = prepare_data(*args)
     return int(bundle.stats["tokens"]["train"])
 
 
 def plan_ladder(sweep: str | SweepSpec, rung: str | None = None, client: "MlflowClient | None" = None,
                 read_store: bool = True, overrides: list[str] | None = None, corpus: bool = True,
-                cpus: int | None = None) -> LadderPlan:
-    """The plan of each rung (``cemlab.sweeps.plan.plan_sweep`` at the rung's scale) with its epochs
-    and time; raises ``SweepError`` for a rung too short for its warm-up or too long for its corpus
-    (``corpus=False``: the corpus is not read and its epochs are not checked)."""
-    from cemlab.sweeps.plan import Plan, plan_trial, trial_statuses
-    from cemlab.tracking.store import check_reachable, get_client, store_exists
+                cpus: int | None = None, mfu: float | None = None,
+                note: Callable[[str], None] | None = None) -> LadderPlan:
+    """Each rung's plan (``cemlab.sweeps.plan.plan_sweep`` at the rung's scale, made by
+    ``plan_scales``) with its epochs and time; raises ``SweepError`` for a rung too short for its
+    warm-up or too long for its corpus (``corpus=False``: the corpus is not read and its epochs are
+    not checked; ``note``: told in one line before the corpus is tokenised)."""
+    from cemlab.sweeps.plan import DEFAULT_MFU, plan_scales
     from cemlab.train.plan import make_plan
 
     spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
@@ -163,17 +186,10 @@ def plan_ladder(sweep: str | SweepSpec, rung: str | None = None, client: "Mlflow
     out = LadderPlan(spec.name, ladder.scale, ladder.size)
     cpus = cpus or os.cpu_count() or 1
     train_tokens: int | None = None
-    if read_store and client is None and store_exists():
-        check_reachable()
-        client = get_client()
-    for scale in rung_scales_to_run(spec, rung):
-        trials = spec.expand(scale, overrides=overrides)
-        plan = Plan(spec.name, spec.figure, scale, [plan_trial(t) for t in trials],
-                    client.tracking_uri if client is not None else None, 0.0, looks=spec.looks(scale, trials))
-        if client is not None:
-            statuses = trial_statuses(trials, client)
-            for r in plan.rows:
-                r.status, r.run_id = statuses[r.trial.config_hash]
+    scales = rung_scales_to_run(spec, rung)
+    plans = plan_scales(spec, scales, client=client, mfu=DEFAULT_MFU if mfu is None else mfu, read_store=read_store,
+                        overrides=overrides)
+    for scale, plan in zip(scales, plans):
         out.store = plan.store
         if not plan.rows:
             raise SweepError(f"{spec.source}: ladder rung {spec.rungs()[scale]:g} has no trials (ladder.exclude or "
@@ -181,7 +197,7 @@ def plan_ladder(sweep: str | SweepSpec, rung: str | None = None, client: "Mlflow
         first = plan.rows[0].trial
         tp = make_plan(first.config, world_size=first.resources.workers)
         if corpus and train_tokens is None:
-            train_tokens = corpus_train_tokens(first)
+            train_tokens = corpus_train_tokens(first, note)
         slots = max(1, int(cpus // max(first.resources.cpus, 1e-9)))
         rp = RungPlan(spec.rungs()[scale], scale, plan, tp.tokens, tp.total_steps, tp.warmup_steps, train_tokens,
                       slots, cells=len({(r.trial.variant, r.trial.size) for r in plan.rows}))

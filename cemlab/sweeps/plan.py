@@ -295,29 +295,41 @@ def plan_sweep(sweep: str | SweepSpec, scale: str, client: "MlflowClient | None"
     store, or ``$MLFLOW_TRACKING_URI``); a default sqlite store that does not exist yet is not
     created, and every trial is then ``todo``. ``overrides``: command-line ``key=value``, see
     ``SweepSpec.expand``."""
+    return plan_scales(sweep, [scale], client=client, mfu=mfu, read_store=read_store, overrides=overrides)[0]
+
+
+def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient | None" = None,
+                mfu: float = DEFAULT_MFU, read_store: bool = True, overrides: list[str] | None = None) -> list[Plan]:
+    """``plan_sweep`` of ``sweep`` at each of ``scales`` (a ladder's rungs), the store opened and
+    the paper-scale estimates made once for all of them."""
     spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
-    trials = spec.expand(scale, overrides=overrides)
-    rows = [plan_trial(t) for t in trials]
+    grids = [(scale, spec.expand(scale, overrides=overrides)) for scale in scales]
+    rows = [[plan_trial(t) for t in trials] for _, trials in grids]
     store = None
     if read_store:
         if client is None and store_exists():
             check_reachable()
             client = get_client()
+        store = client.tracking_uri if client is not None else tracking_uri()
+    else:
+        client = None
+    est = paper_estimate(spec, mfu)
+    prep = data_prep_estimate(spec)
+    plans = []
+    for (scale, trials), scale_rows in zip(grids, rows):
         if client is not None:
-            store = client.tracking_uri
             statuses = trial_statuses([t for t in trials if t.search is None], client)
             searched = search_statuses([t for t in trials if t.search is not None], client)
-            for r in rows:
+            for r in scale_rows:
                 if r.searched:
                     r.status, r.sample_statuses = searched[r.trial.trial_id]
                 else:
                     r.status, r.run_id = statuses[r.trial.config_hash]
-        else:
-            store = tracking_uri()
-    est = paper_estimate(spec, mfu)
-    return Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=rows, store=store, mfu=mfu,
-                paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
-                paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
-                data_prep=data_prep_estimate(spec), looks=spec.looks(scale, trials),
-                seeding_note=seeds_given_note(spec, scale, trials), gpu_time=gpu_time_estimate(rows, mfu),
-                alphas=spec.look_alphas(scale, trials), split_note=spec.split_note(scale, trials))
+        plans.append(Plan(sweep=spec.name, figure=spec.figure, scale=scale, rows=scale_rows, store=store, mfu=mfu,
+                          paper_flops=est["flops"], gpu_hours_mfu=est["mfu"], gpu_hours_paper_throughput=est["paper"],
+                          paper_throughput_mfu=est["implied_mfu"], paper_samples=est["samples"],
+                          data_prep=prep, looks=spec.looks(scale, trials),
+                          seeding_note=seeds_given_note(spec, scale, trials),
+                          gpu_time=gpu_time_estimate(scale_rows, mfu), alphas=spec.look_alphas(scale, trials),
+                          split_note=spec.split_note(scale, trials)))
+    return plans

@@ -1,7 +1,9 @@
 """``cemlab plan SWEEP --scale S [key=value ...]``: a sweep's trials, which are done, tokens, FLOPs and GPU-hours.
 
-No compute: the models are built on the ``meta`` device to count parameters, and the MLflow
-store is only read. Without a sweep name it lists the sweeps with their trial counts; a file that
+No training: the models are built on the ``meta`` device to count parameters, and the MLflow
+store is only read; ``--ladder`` tokenises the sweep's corpus into the token store once, saying so
+first, to count the rungs' epochs. The summary comes first, then the table, whose cells fold at the
+terminal's width. Without a sweep name it lists the sweeps with their trial counts; a file that
 fails to load or expand is listed as broken with its error (exit code 2), the others still shown.
 
 A ``search: optuna`` sweep is shown one row per grid cell, with its number of learning-rate samples
@@ -116,39 +118,50 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan_ladder(args: argparse.Namespace, console) -> int:
     """``cemlab plan NAME --ladder`` (or ``--rung X``): one row per rung (``cemlab.sweeps.ladder``)."""
-    from rich.table import Table
+    from cemlab.sweeps.ladder import plan_ladder
 
-    from cemlab.sweeps.ladder import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S, plan_ladder
-    from cemlab.train.plan import duration
-
-    lp = plan_ladder(args.sweep, args.rung, read_store=not args.no_store, overrides=args.overrides)
+    lp = plan_ladder(args.sweep, args.rung, read_store=not args.no_store, overrides=args.overrides, mfu=args.mfu,
+                     note=lambda line: print(f"cemlab plan: {line}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(lp.as_dict(), indent=2))
         return 0
-    table = Table(title=f"{lp.sweep}: ladder at scale {lp.base_scale}, size {lp.size} (one width; the rungs differ in "
-                        f"training length only)")
-    for col in ("rung (tokens/param)", "scale", "tokens/trial", "steps", "epochs", "cells", "trials",
-                "FLOPs", "time here", "done"):
-        table.add_column(col, justify="left" if col == "scale" else "right")
-    for r in lp.rungs:
-        most = r.max_trials != r.trials
-        table.add_row(f"{r.rung:g}", r.scale, _si(r.tokens), f"{r.steps} (warm-up {r.warmup_steps})",
-                      f"{r.epochs:.2g}" if r.train_tokens else "-", str(r.cells),
-                      f"{r.trials}" + (f"-{r.max_trials}" if most else ""),
-                      _sci(r.flops) + (f"-{_sci(r.max_flops)}" if most else ""),
-                      duration(r.seconds()) + (f"-{duration(r.seconds(most=True))}" if most else ""),
-                      f"{r.done()}/{r.trials}")
-    console.print(table)
+    _print_ladder(lp, console)
+    return 0
+
+
+def _print_ladder(lp, console) -> None:
+    """The ladder's summary, then one row per rung (below a rung whose cells may add seeds, its
+    trials, FLOPs and time if every cell stayed open to the last look): borderless columns that fit
+    80 characters and fold, not cut, on a narrower terminal."""
+    from rich import box
+    from rich.table import Table
+
+    from cemlab.sweeps.ladder import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S
+    from cemlab.train.plan import duration
+
     total, most = lp.as_dict()["seconds"], lp.as_dict()["max_seconds"]
     lo, hi = sum(r.trials for r in lp.rungs), sum(r.max_trials for r in lp.rungs)
+    console.print(f"{lp.sweep}: ladder at scale {lp.base_scale}, size {lp.size} (one width; the rungs differ in "
+                  f"training length only; rung X is the scale {lp.base_scale}-tppX)", markup=False)
     console.print(f"Whole ladder: {lo}{f'-{hi}' if hi != lo else ''} trials, "
                   f"about {duration(total)}" + (f" to {duration(most)} (every cell open to the last look)"
                                                  if most != total else "")
                   + f" on this machine ({lp.rungs[0].slots} trial(s) at once; {CPU_FLOPS_PER_S / 1e9:.0f} GFLOP/s "
                   f"per trial and {TRIAL_OVERHEAD_S:g} s per trial besides training, measured on this project's "
-                  "2-core machine). Epochs: passes over the corpus's training split. Run: "
-                  f"cemlab sweep {lp.sweep} --ladder (cheapest rung first) or --rung X.", highlight=False)
-    return 0
+                  "2-core machine). Rung: tokens per parameter; tokens and steps: per trial; FLOPs: the rung's trials "
+                  "together; epochs: passes over the corpus's training split; time: on this machine. Run: "
+                  f"cemlab sweep {lp.sweep} --ladder (cheapest rung first) or --rung X.", markup=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for col in ("rung", "tokens", "steps", "warm-up", "epochs", "cells", "trials", "FLOPs", "time", "done"):
+        table.add_column(col, justify="right", overflow="fold")
+    for r in lp.rungs:
+        table.add_row(f"{r.rung:g}", _si(r.tokens), str(r.steps), str(r.warmup_steps),
+                      f"{r.epochs:.2g}" if r.train_tokens else "-", str(r.cells), str(r.trials), _sci(r.flops),
+                      duration(r.seconds()), f"{r.done()}/{r.trials}")
+        if r.max_trials != r.trials:
+            table.add_row("at most", "", "", "", "", "", str(r.max_trials), _sci(r.max_flops),
+                          duration(r.seconds(most=True)), "", style="dim")
+    console.print(table)
 
 
 def _list_sweeps(scale: str, console) -> int:
@@ -200,7 +213,8 @@ def _plan_json(plan) -> dict:
 
 
 def _print_plan(plan, console) -> None:
-    """The plan as a table, its totals, the store read and the paper-scale estimates."""
+    """The plan's summary first (its totals, the store read, the looks and the paper-scale
+    estimates), then its trials as a table whose cells fold at the console's width."""
     from rich.table import Table
 
     from cemlab.tasks import get_task
@@ -208,17 +222,7 @@ def _print_plan(plan, console) -> None:
     unit = get_task(plan.rows[0].trial.task).unit if plan.rows else "tokens"
     searched = plan.searched
     what = f"{len(plan.rows)} grid cells, learning rate searched by Optuna" if searched else f"{len(plan.rows)} trials"
-    table = Table(title=f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}")
-    columns = [("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"), ("params", "right")]
-    columns += [("samples", "right"), (f"{unit}/run", "right"), ("FLOPs/run", "right")] if searched else \
-        [(unit, "right"), ("FLOPs", "right")]
-    for col, justify in columns + [("status", "left")]:
-        table.add_column(col, justify=justify, overflow="fold")
-    for r in plan.rows:
-        cells = [r.trial.trial_id, r.trial.variant, r.trial.size or "-", _key_axes(r.trial), _si(r.params)]
-        cells += ([str(r.samples)] if searched else []) + [_si(r.tokens), _sci(r.flops), _status(r)]
-        table.add_row(*cells)
-    console.print(table)
+    console.print(f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}", markup=False)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(plan.counts().items()))
     every = f" for every sample ({UPPER_BOUND})" if searched else ""
     console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs{every}; {counts}")
@@ -248,6 +252,17 @@ def _print_plan(plan, console) -> None:
                       f"{d['tokens_per_core_s'] / 1e3:.0f}k tokens/s per core, 0 GPU-hours (tokenised inside the "
                       f"trials once per budget: {_si(d['tokens_per_budget'])} tokens, "
                       f"{d['gpu_hours_idle_before']:,.1f} GPU-hours idle)")
+    table = Table(title="Grid cells" if searched else "Trials")
+    columns = [("trial", "left"), ("variant", "left"), ("size", "left"), ("axes", "left"), ("params", "right")]
+    columns += [("samples", "right"), (f"{unit}/run", "right"), ("FLOPs/run", "right")] if searched else \
+        [(unit, "right"), ("FLOPs", "right")]
+    for col, justify in columns + [("status", "left")]:
+        table.add_column(col, justify=justify, overflow="fold")
+    for r in plan.rows:
+        cells = [r.trial.trial_id, r.trial.variant, r.trial.size or "-", _key_axes(r.trial), _si(r.params)]
+        cells += ([str(r.samples)] if searched else []) + [_si(r.tokens), _sci(r.flops), _status(r)]
+        table.add_row(*cells)
+    console.print(table)
 
 
 def _duration(s: float) -> str:

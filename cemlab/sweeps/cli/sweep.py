@@ -74,7 +74,7 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _mark_interrupted(args: argparse.Namespace) -> int:
+def _mark_interrupted(args: argparse.Namespace, scale: str) -> int:
     """``cemlab sweep NAME --scale S --mark-interrupted`` (``cemlab.sweeps.stages.record.mark_left_running``)."""
     from cemlab.paths import runs_dir, sweep_log_dir
     from cemlab.sweeps.spec.load import load_sweep
@@ -87,7 +87,7 @@ def _mark_interrupted(args: argparse.Namespace) -> int:
         uri = tracking_uri()
         check_reachable(uri)
         runs = runs_dir()
-        marked = mark_left_running(uri, runs, sweep_log_dir(spec.name, args.scale, runs))
+        marked = mark_left_running(uri, runs, sweep_log_dir(spec.name, scale, runs))
     except (SweepError, StoreError, RuntimeError) as e:
         print(f"cemlab sweep --mark-interrupted: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -102,9 +102,15 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
     (``cemlab.report.look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code)."""
-    ladder = getattr(args, "ladder", False) or getattr(args, "rung", None) is not None
-    if ladder and not getattr(args, "_rung_scale", False):
+    if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
         return _run_ladder(args, looker, ladder_after)
+    return _run_scale(args, args.scale, after, looker)
+
+
+def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResult, Console], None] | None",
+               looker: Callable | None) -> int:
+    """The sweep at ``scale``: ``--scale``, or one rung of ``--ladder`` / ``--rung``, which is
+    resumed by rerunning the command as it was given (``resume_command(args)``)."""
     from rich.console import Console
 
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_USAGE
@@ -115,12 +121,12 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     tty = sys.stdout.isatty()
     console = Console(highlight=False, width=None if tty else 160, soft_wrap=not tty)  # log lines unbroken
     if args.mark_interrupted:
-        return _mark_interrupted(args)
+        return _mark_interrupted(args, scale)
     if args.cpus is not None and args.cpus < 1:
         print(f"cemlab sweep: --cpus={args.cpus} must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = run_sweep(args.sweep, args.scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
+        result = run_sweep(args.sweep, scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
                            interval=args.interval, command=resume_command(args),
                            looker=None if args.no_seeding else looker, stop_ray_later=True)
@@ -153,15 +159,15 @@ def _run_ladder(args: argparse.Namespace, looker, ladder_after) -> int:
     try:
         spec = load_sweep(args.sweep)
         scales = rung_scales_to_run(spec, args.rung)
-        plan_ladder(spec, args.rung, read_store=False, overrides=args.overrides)  # refuses a rung before any trial
+        plan_ladder(spec, args.rung, read_store=False, overrides=args.overrides,  # refuses a rung before any trial
+                    note=lambda line: print(f"cemlab sweep: {line}", flush=True))
     except (SweepError, ValueError) as e:
         print(f"cemlab sweep: {e}", file=sys.stderr)
         return EXIT_USAGE
     code = 0
     for scale in scales:
-        rung_args = argparse.Namespace(**{**vars(args), "scale": scale, "_rung_scale": True})  # resumed as it was run
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
-        rc = run(rung_args, after=None, looker=looker)  # each rung's report is built with the ladder's
+        rc = _run_scale(args, scale, after=None, looker=looker)  # each rung's report is built with the ladder's
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break
