@@ -270,25 +270,33 @@ def _noisy(base, factors):
 
 
 def test_a_diverged_run_is_an_outcome_and_a_missing_comparison_counts():
-    """Preconditioner 'none' diverged at every seed at T=2: the divergence is its outcome, counted at
-    the chance value (the uniform predictor's perplexity), so 'T=2 beats T=1 for every
-    preconditioner' is contradicted by it (it was 'not enough runs'). A cell with no run that has a
-    value (every seed failed) is still a planned comparison without runs, and counts."""
-    t1 = [30.0, 31.0, 29.5]
-    values = {(1, "1", "none"): t1, (2, "1", "none"): [math.nan] * 3}
+    """Preconditioner 'none' diverged at every seed at T=2: the divergence is its outcome, the worst
+    one (scored as the worst finished run of the comparison), so over 8 seeds 'T=2 beats T=1 for every
+    preconditioner' is contradicted by it (it was 'not enough runs'). Over 3 seeds it is not: three
+    divergences against none is what Fisher's exact test puts at one-sided p = 1/20, above any level
+    here, and a divergence no longer borrows a scale (the chance value, 100 sd away) that made it
+    decisive. A cell with no run that has a value (every seed failed) is still a planned comparison
+    without runs, and counts."""
+    t1 = [30.0, 31.0, 29.5, 30.4, 29.8, 30.9, 30.2, 29.7]
+    values = {(1, "1", "none"): t1, (2, "1", "none"): [math.nan] * 8}
     for p in ("diag", "dplr"):
         values[(1, "1", p)] = t1
-        values[(2, "1", p)] = _noisy(t1, (0.90, 0.92, 0.905))
+        values[(2, "1", p)] = _noisy(t1, (0.90, 0.92, 0.905, 0.91, 0.915, 0.9, 0.908, 0.912))
     v = _verdicts(values)["same per-step eta=1"]
     none = next(c for c in v.checks if "none" in c.label)
-    assert none.verdict == CONTRADICTED and "3 diverged (counted at the chance value) of 3 seeds" in none.diverged
+    assert none.verdict == CONTRADICTED and "8 diverged (the worst outcome) of 8 seeds" in none.diverged
     assert v.verdict == CONTRADICTED and v.decided_by == none.label
+    assert sps.fisher_exact([[3, 0], [0, 3]], alternative="greater").pvalue == pytest.approx(1 / 20)
+    three = {k: vals[:3] for k, vals in values.items()}
+    none3 = next(c for c in _verdicts(three)["same per-step eta=1"].checks if "none" in c.label)
+    assert none3.verdict == INCONCLUSIVE and none3.iv.effect > 0   # shown against T=2, not decided on 3 seeds
+    values = {k: vals[:3] for k, vals in values.items()}
     values[(2, "1", "none")] = [None] * 3   # every seed failed: no value, so no comparison
     v = _verdicts(values)["same per-step eta=1"]
     gap = next(c for c in v.checks if "none" in c.label)
     assert v.n_comparisons == 3 and v.verdict == NOT_ENOUGH and gap.verdict == NOT_ENOUGH
     assert sorted(c.verdict for c in v.checks) == [NOT_ENOUGH, SUPPORTED, SUPPORTED]
-    # a rate where two of three seeds diverged stays a candidate, at the chance value there: no
+    # a rate where two of three seeds diverged stays a candidate, its worst outcomes there: no
     # choice is made on its one survivor, and it cannot help its cell
     t1b = [30.0, 31.0, 29.5]
     grid = {(1, "1", "dplr", 2e-3): t1b, (1, "1", "dplr", 4e-3): _noisy(t1b, (1.01, 0.99, 1.0)),
@@ -296,7 +304,7 @@ def test_a_diverged_run_is_an_outcome_and_a_missing_comparison_counts():
             (2, "1", "dplr", 4e-3): [20.0, math.nan, math.nan]}
     w = _verdicts(grid)["same per-step eta=1"]
     (ch,) = w.checks
-    assert "lr=0.004: 2 diverged (counted at the chance value) of 3 seeds" in ch.diverged and ch.n_choices == (2, 2)
+    assert "lr=0.004: 2 diverged (the worst outcome) of 3 seeds" in ch.diverged and ch.n_choices == (2, 2)
     assert w.verdict != SUPPORTED
     # a failed run has no value: its seed does not pair, the rate stays a candidate at its other seeds ...
     grid[(2, "1", "dplr", 4e-3)] = [20.0, None, 20.5]
@@ -313,8 +321,8 @@ def test_a_diverged_run_is_an_outcome_and_a_missing_comparison_counts():
 def test_one_diverged_seed_at_the_better_rate_does_not_decide_between_identical_cells():
     """The reviewer's construction: two identical cells (up to 0.1% noise), the higher rate 5%
     better, and one seed of one cell diverged at the higher rate. Dropping that rate from that cell
-    only compared it at its worse rate and read 'supported, -4.9%'; counted at the chance value in
-    the cell it happened in, the divergence decides nothing either way."""
+    only compared it at its worse rate and read 'supported, -4.9%'; as the worst outcome of the cell
+    it happened in, the divergence decides nothing either way."""
     base = np.array([30.0, 31.0, 29.5])
     noise = {(1, 2e-3): (1.0, 1.001, 0.999), (1, 4e-3): (0.95, 0.951, 0.949),
              (2, 2e-3): (1.001, 0.999, 1.0), (2, 4e-3): (0.951, 0.949, 0.95)}
@@ -323,6 +331,112 @@ def test_one_diverged_seed_at_the_better_rate_does_not_decide_between_identical_
         grid[(diverged_T, "1", "dplr", 4e-3)][1] = math.nan
         (ch,) = _verdicts(grid)["same per-step eta=1"].checks
         assert ch.verdict not in (SUPPORTED, CONTRADICTED), (diverged_T, ch.describe())
+
+
+def _grid8(t2_factor: float, rng_seed: int = 50) -> dict:
+    """T=1 and T=2 (eta=1, dplr) at 2e-3 and 4e-3 over 8 seeds: a seed effect shared by every cell,
+    a run's own noise of 1.8% (a paired difference's sd about 2.5%), the higher rate 5% better, and
+    T=2 ``t2_factor`` times T=1 at both rates."""
+    rng = np.random.default_rng(rng_seed)
+    base = 150.0 * np.exp(rng.normal(0.0, 0.03, 8))
+    out = {}
+    for T, f in ((1, 1.0), (2, t2_factor)):
+        for lr, g in ((2e-3, 1.0), (4e-3, 0.95)):
+            out[(T, "1", "dplr", lr)] = list(base * f * g * np.exp(rng.normal(0.0, 0.018, 8)))
+    return out
+
+
+def test_a_worse_variant_does_not_escape_contradiction_by_diverging():
+    """The review's construction: T=2 5% worse than T=1 at both rates and all 8 seeds is contradicted;
+    it must stay contradicted when one of its runs at 4e-3 diverges, and when all of them do (a
+    divergence of the variant can only count against it). With the chance value (a log ratio of 2.6,
+    about 100 sd) one divergence had put that choice's t statistic near 1: 'inconclusive (p 0.29)'."""
+    grid = _grid8(1.05)
+    (ch,) = _verdicts(grid)["same per-step eta=1"].checks
+    assert ch.verdict == CONTRADICTED, ch.describe()
+    p_before = ch.evidence.p_against
+    one = {k: list(v) for k, v in grid.items()}
+    one[(2, "1", "dplr", 4e-3)][3] = math.nan
+    (ch1,) = _verdicts(one)["same per-step eta=1"].checks
+    assert ch1.verdict == CONTRADICTED and "1 diverged (the worst outcome) of 8 seeds" in ch1.diverged
+    every = {k: list(v) for k, v in grid.items()}
+    every[(2, "1", "dplr", 4e-3)] = [math.nan] * 8
+    (ch8,) = _verdicts(every)["same per-step eta=1"].checks
+    assert ch8.verdict == CONTRADICTED, ch8.describe()
+    # no support appears for T=2 anywhere along the way, and the interval that decided stays above 0
+    for c in (ch, ch1, ch8):
+        assert c.evidence.p_claim > 0.5 and c.bounds.low > 0
+    # the old scoring, for the record: the chance value at that seed leaves the choice undecided
+    logs1 = np.log(np.array(one[(1, "1", "dplr", 4e-3)]))
+    logs2 = np.log(np.where(np.isnan(one[(2, "1", "dplr", 4e-3)]), CHANCE, one[(2, "1", "dplr", 4e-3)]))
+    assert sps.ttest_1samp(logs2 - logs1, 0.0, alternative="greater").pvalue > 0.05 > 0.0125 > p_before
+
+
+def test_two_divergences_at_one_cells_better_rate_show_no_effect_between_identical_cells():
+    """Identical cells, two divergences at one cell's better rate: the effect shown takes each seed's
+    rate on the other seeds' median validation, which two worst outcomes among seven do not move, so
+    no seed is moved to the cell's worse rate (the geometric mean with the chance value did, at every
+    seed: -4.4% with a 95% mark of [-6.4%, -2.3%] beside 'inconclusive'); neither the interval that
+    decided nor the 95% mark excludes zero."""
+    grid = _grid8(1.0, rng_seed=51)
+    val = {k: [x * 1.01 for x in v] for k, v in grid.items()}
+    for diverged_T in (1, 2):
+        g = {k: list(v) for k, v in grid.items()}
+        vv = {k: list(v) for k, v in val.items()}
+        for s in (2, 5):
+            g[(diverged_T, "1", "dplr", 4e-3)][s] = math.nan
+            vv[(diverged_T, "1", "dplr", 4e-3)][s] = math.nan
+        (ch,) = _verdicts(g, val=vv)["same per-step eta=1"].checks
+        assert ch.verdict not in (SUPPORTED, CONTRADICTED), ch.describe()
+        assert ch.iv.low < 0 < ch.iv.high and ch.bounds.low < 0 < ch.bounds.high, ch.describe()
+        # every seed that did not diverge is shown at both cells' better rate (4e-3)
+        better = np.log(np.array(g[(2, "1", "dplr", 4e-3)])) - np.log(np.array(g[(1, "1", "dplr", 4e-3)]))
+        shown = dict(ch.seed_diffs)
+        assert all(shown[s] == pytest.approx(better[s]) for s in range(8) if s not in (2, 5))
+        # the diverged seeds count against the cell that diverged
+        sign = 1 if diverged_T == 2 else -1
+        assert all(sign * shown[s] > 0 for s in (2, 5))
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, 1.7976931348623157e308, CHANCE, 3 * CHANCE])
+def test_a_finished_run_with_a_non_finite_or_exploded_metric_is_an_outcome(value):
+    """A run that finished with a test metric that is not finite (the language-model task writes inf at
+    a test loss of 700 nats or more; a store may give the largest float instead) or no better than
+    chance is the worst outcome, exactly as if it had diverged: its seed no longer drops out (three
+    such T=2 runs had read 'supported'), and its cell's mean does not include it."""
+    grid = _grid8(0.97, rng_seed=52)
+    diverged = {k: list(v) for k, v in grid.items()}
+    for s in (1, 4, 6):
+        diverged[(2, "1", "dplr", 4e-3)][s] = math.nan
+    trials = _trials(diverged)
+    hit = trials["status"] == "diverged"
+    finished = trials.assign(status="finished", value=np.where(hit, value, trials["value"]))
+    got = {}
+    for name, t in (("diverged", trials), ("finished", finished)):
+        cells = aggregate(t)
+        (v,) = [x for x in verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
+                                             lambda s, c=cells: c, "tiny", lambda s, t=t: t)
+                if x.condition == "same per-step eta=1"]
+        got[name] = v.checks[0]
+        assert cells["mean"].notna().all() and cells["mean"].max() < CHANCE
+    a, b = got["diverged"], got["finished"]
+    assert a.verdict == b.verdict and a.diffs_of.keys() == b.diffs_of.keys()
+    for k in a.diffs_of:
+        assert np.allclose(a.diffs_of[k], b.diffs_of[k]) and len(a.diffs_of[k]) == 8
+    assert "3 finished with a non-finite or chance-level metric (the worst outcome) of 8 seeds" in b.diverged
+
+
+def test_seeds_for_power_stay_finite_with_a_divergence_in_the_data():
+    """A divergence in the comparison that decides used to put a chance-valued seed (100 sd away) into
+    the sd that the power calculation reads: 'inf seeds'. Scored as the worst finished run, it widens
+    the sd by what that run would, and the seeds stay finite."""
+    grid = _grid8(0.97, rng_seed=53)
+    grid[(2, "1", "dplr", 4e-3)][0] = math.nan
+    grid[(1, "1", "dplr", 4e-3)][7] = math.nan
+    (v,) = [x for x in _verdicts(grid).values() if x.condition == "same per-step eta=1"]
+    frame = verdict_tables.comparison_frame([v])
+    seeds = float(frame["seeds_for_80pct_power"].iloc[0])
+    assert math.isfinite(seeds) and 2 <= seeds < 1000 and frame["sd_log"].iloc[0] < 0.2
 
 
 def test_the_reference_side_does_not_change_the_effect():

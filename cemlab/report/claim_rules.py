@@ -22,7 +22,7 @@ from cemlab.report.recursion_rules import (  # noqa: F401 (the recursion claims'
     eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1, rule_small_step_t1, rule_t2_beats_t1,
     rule_test_time_recursion)
 from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence
-from cemlab.report.pairing import scored
+from cemlab.report.pairing import at_chance
 from cemlab.report.verdicts import Check, ClaimData, check_of_diffs, compare, eta_condition, etas_of, log2_ratio, \
     num, pct, pick_cell, regime_of, rel, sizes_of
 
@@ -100,11 +100,11 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
     """Per size and family (llama / cem), per seed: the Akima optimum of the seed's own validation
     curve (its optimal rate, ``own``) and the seed's test curve read at the rate chosen on the
     *other* seeds' mean validation curve (``value``: chosen without the seed it judges). A diverged
-    run is a point of its seed's curve at the metric's chance value (``pairing.scored``), in either
+    run is a point of its seed's curve at the metric's chance value (``pairing.at_chance``; a non-finite or exploded result likewise), in either
     family alike: a rate where CEM diverges is no optimum of CEM's."""
     sweep = data.sweep(0)
     cells = data.cells(sweep)
-    trials = scored(data.trials(sweep))   # a diverged run is a point of its curve, at the chance value
+    trials = at_chance(data.trials(sweep))   # a diverged run is a point of its curve, at the chance value
     out: dict[str, dict[str, dict]] = {}
     for size in sizes_of(cells):
         for family in ("llama", "cem"):

@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 
 from cemlab.paper import SESOI
-from cemlab.report.stats import (ALPHA, LEVEL, NOT_ENOUGH, Bounds, Evidence, Interval, comparison_evidence,
-                                 decide, decided_how, deciding_choice, decision_bounds, paired_diffs,
+from cemlab.report.stats import (ALPHA, LEVEL, NOT_ENOUGH, WORST, Bounds, Evidence, Interval, comparison_evidence,
+                                 beyond_of, decide, decided_how, deciding_choice, decision_bounds,
+                                 every_choice_bound, paired_diffs_by_seed,
                                  t_interval)
 from cemlab.report.table import selection_key
+from cemlab.tracking.outcomes import DIVERGED, RESULTS
 
 
 def pct(x: float) -> str:
@@ -229,18 +231,19 @@ class ClaimData:
         return self._trials_of(sweep) if self._listed(sweep) else self._trials_of(sweep).iloc[:0]
 
     def seed_trials(self, row) -> pd.DataFrame:
-        """The trials of a cell that have a value (one per seed), indexed by seed: its finished runs,
-        and its diverged runs valued at the metric's chance value (``scored``)."""
+        """The trials of a cell that have an outcome (one per seed), indexed by seed: its finished runs
+        with their values, and its worst outcomes (a divergence, a non-finite or exploded metric) at
+        ``WORST`` (``outcomes``)."""
         sweep = str(row["sweep"])
         if sweep not in self._by_cell:
-            t = scored(self.trials(sweep))
+            t = outcomes(self.trials(sweep))
             self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
         cells = self._by_cell[sweep]
         g = cells.get(row["cell"])
         if g is None:
             return pd.DataFrame(columns=["seed", "value", "run_id", "val"]).set_index("seed")
         if not g.attrs.get("by_seed"):   # once per cell: the rows with a value, one per seed
-            g = g[np.isfinite(g["value"].to_numpy(dtype=float))].drop_duplicates("seed").set_index("seed")
+            g = g[~np.isnan(g["value"].to_numpy(dtype=float))].drop_duplicates("seed").set_index("seed")
             g.attrs["by_seed"] = True
             cells[row["cell"]] = g
         return g
@@ -249,36 +252,58 @@ class ClaimData:
         return self.seed_trials(row)["value"].astype(float)
 
     def seed_logs(self, row) -> tuple[pd.Series, pd.Series]:
-        """log test metric and log validation metric of a cell per seed."""
+        """log test metric and log validation metric of a cell per seed (``WORST`` for a worst outcome)."""
         t = self.seed_trials(row)
         val = t["val"].astype(float) if "val" in t else pd.Series(math.nan, index=t.index)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(t["value"].astype(float)), np.log(val)
 
     def aligned(self, rows: list) -> tuple[list[int], list[np.ndarray]]:
-        """Seeds at which every cell of ``rows`` finished, and each cell's values at them."""
+        """Seeds at which every cell of ``rows`` has an outcome, and each cell's values at them (inf: a
+        worst outcome)."""
         series = [self.seed_values(r) for r in rows]
         seeds = sorted(set.intersection(*(set(s.index) for s in series))) if series else []
         return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
 
 
-#: The run status that counts as an outcome at the metric's chance value (``scored``).
-DIVERGED = "diverged"
+def worst_outcomes(trials: pd.DataFrame) -> np.ndarray:
+    """Which trials are a **worst outcome**: a result (finished or diverged; not a failure, an
+    interruption or an early stop) that is a divergence, or whose metric is not finite, or no better
+    than the metric's chance value (``chance``, ``Task.chance_value``: for perplexity the vocabulary
+    size, a model that learned nothing), whatever its status says."""
+    if trials.empty or "status" not in trials:
+        return np.zeros(len(trials), dtype=bool)
+    status = trials["status"].to_numpy()
+    value = trials["value"].to_numpy(dtype=float) if "value" in trials else np.full(len(trials), np.nan)
+    chance = trials["chance"].to_numpy(dtype=float) if "chance" in trials else np.full(len(trials), np.nan)
+    with np.errstate(invalid="ignore"):
+        exploded = ~np.isfinite(value) | (np.isfinite(chance) & (value >= chance))
+    return (status == DIVERGED) | (np.isin(status, RESULTS) & exploded)
 
 
-def scored(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trials with every diverged run valued at its metric's chance value (the ``chance``
-    column, ``Task.chance_value``: for perplexity the vocabulary size, the uniform predictor's), test
-    and validation alike: a divergence is an outcome of its cell, counted with the rest and no
-    better than a model that learned nothing. A failed (crashed) run keeps no value: its seed does
-    not pair, as a seed not yet run. Without a ``chance`` column (or a task that states none) a
-    diverged run keeps no value either."""
-    if trials.empty or "chance" not in trials or "status" not in trials:
-        return trials
-    chance = trials["chance"].to_numpy(dtype=float)
-    hit = (trials["status"] == DIVERGED).to_numpy() & np.isfinite(chance)
+def outcomes(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials with every worst outcome (``worst_outcomes``) at ``WORST`` (infinite), test and
+    validation alike: an outcome of its cell, ranked below every run that finished, which the paired
+    tests score as the worst finished run of the comparison (``stats.paired_diffs_by_seed``). A failed
+    (crashed) run keeps no value: its seed does not pair, as a seed not yet run."""
+    hit = worst_outcomes(trials)
     if not hit.any():
         return trials
+    out = trials.copy()
+    out.loc[hit, "value"] = WORST
+    if "val" in out:
+        out.loc[hit, "val"] = WORST
+    return out
+
+
+def at_chance(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials with every worst outcome (``worst_outcomes``) at its metric's chance value: a
+    learning-rate curve's point where a run diverged (a rate where it diverged is no optimum). Without
+    a known chance value a worst outcome keeps no value."""
+    hit = worst_outcomes(trials)
+    if not hit.any() or "chance" not in trials:
+        return trials
+    chance = trials["chance"].to_numpy(dtype=float)
     out = trials.copy()
     out.loc[hit, "value"] = chance[hit]
     if "val" in out:
@@ -335,75 +360,95 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     cands = [_candidates(r) for r in rows]
     coefs = coefficients(f, len(rows))
     logs = [[data.seed_logs(c) for c in cs] for cs in cands]
-    diffs_of = paired_diffs([[t for t, _ in pos] for pos in logs], coefs)
+    beyond = beyond_of(t, side, data.margin)
+    diffs_of = _arrays(paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond))
     n_choices = tuple(len(cs) for cs in cands)
     ids = tuple(str(c.get("cell", "")) for cs in cands for c in cs)
     if not diffs_of:
         missing.append(f"{label}: no seed at which every compared cell has a value")
         return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
-    evidence, iv = evidence_and_interval(diffs_of, logs, coefs, n_choices, t, side, data.margin)
+    evidence, iv = evidence_and_interval(diffs_of, logs, coefs, n_choices, t, side, data.margin, beyond=beyond)
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
-              "); effect shown: each choice on the geometric mean validation metric of the cell's other seeds"
+              "); effect shown: each choice on the median validation metric of the cell's other seeds"
               ) if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
-                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices, seed_diffs=shown_diffs(logs, coefs),
+                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
+                 seed_diffs=shown_diffs(logs, coefs, beyond),
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")),
                  diffs_of=diffs_of, test_coefs=coefs)
 
 
+def _arrays(by_seed: dict[tuple, dict]) -> dict[tuple, np.ndarray]:
+    return {combo: np.array([d[s] for s in sorted(d)], dtype=float) for combo, d in by_seed.items()}
+
+
 def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, n_choices, tol: float, side: str,
-                          margin: float, every_choice: bool = False) -> tuple[Evidence, Interval]:
+                          margin: float, every_choice: bool = False,
+                          beyond: tuple[float, float] = (0.0, 0.0)) -> tuple[Evidence, Interval]:
     """A comparison's evidence from the per-seed differences of every choice (``diffs_of``: one
-    candidate per position -> differences) and the interval shown: with candidates, each choice on
-    the other seeds' validation (``_loso_interval`` over ``logs``: per position, per candidate, its
-    per-seed values and validation metric, entering the difference with ``coefs``); else the
-    t-interval of the one choice. ``every_choice``: the claim must hold at every choice of every
-    position (none may be picked in its favour)."""
+    candidate per position -> differences) and the interval shown: with candidates, the effect of each
+    seed's choice made on the other seeds' validation (``_loso_diffs`` over ``logs``: per position, per
+    candidate, its per-seed values and validation metric, entering the difference with ``coefs``) and
+    the 95% interval of the tuned effect over every choice (``_shown_interval``); else the t-interval
+    of the one choice. ``every_choice``: the claim must hold at every choice of every position (none
+    may be picked in its favour)."""
     tested = tuple(0.0 for _ in coefs) if every_choice else coefs
     evidence = comparison_evidence(diffs_of, tested, n_choices, tol, side, margin)
     if max(n_choices) > 1:
-        return evidence, _loso_interval(logs, coefs)
+        return evidence, _shown_interval(diffs_of, logs, coefs, tested, n_choices, beyond)
     return evidence, t_interval(next(iter(diffs_of.values())))
 
 
-def _loso_interval(logs: list, coefs) -> Interval:
-    """The effect shown for a comparison with candidates and its descriptive 95% interval: at each
-    seed, every position takes the candidate with the lowest mean *log* validation metric (the
-    geometric mean validation perplexity) over all of that candidate's *other* seeds with a value
-    (leave-one-seed-out; a diverged seed at its chance value), then the seed's difference is formed;
-    a t-interval over those differences. It describes; the verdict is the every-choice test's."""
-    return t_interval([d for _, d in _loso_diffs(logs, coefs)])
+def _shown_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, tested, n_choices,
+                    beyond: tuple[float, float] = (0.0, 0.0)) -> Interval:
+    """The effect shown for a comparison with candidates and its descriptive 95% mark. The effect: at
+    each seed, every position takes the candidate with the lowest *median* log validation metric over
+    all of that candidate's *other* seeds with an outcome (leave-one-seed-out; a worst outcome ranks
+    last and moves the median no further than a bad finished run would), then the seed's difference
+    of that choice as the tests score it (``stats.paired_diffs_by_seed``), averaged over seeds. The
+    mark: the every-choice bounds at one-sided 2.5% each (``stats.every_choice_bound``), the 95%
+    confidence interval of the tuned effect that the tests decide on (the interval that decided is
+    the same construction at the tests' own levels), so it excludes 0 only as often as its level
+    allows; a t-interval of the chosen differences would not (the choices of neighbouring seeds share
+    most of their seeds, so their differences are not independent). It describes; the verdict is the
+    every-choice test's."""
+    shown = t_interval([d for _, d in _loso_diffs(logs, coefs, beyond)])
+    a = (1.0 - LEVEL) / 2
+    low = every_choice_bound(diffs_of, tested, n_choices, a, upper=False)
+    high = every_choice_bound(diffs_of, tested, n_choices, a, upper=True)
+    return Interval(shown.effect, low, high, shown.n, shown.sd, shown.note)
 
 
-def shown_diffs(logs: list, coefs) -> tuple:
+def shown_diffs(logs: list, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> tuple:
     """The per-seed differences behind the effect shown, ``((seed, difference), ...)``, the seeds
     at which every position has a value (one candidate per position: the plain paired differences)."""
-    return tuple((s, d) for s, d in _loso_diffs(logs, coefs) if math.isfinite(d))
+    return tuple((s, d) for s, d in _loso_diffs(logs, coefs, beyond) if math.isfinite(d))
 
 
-def _loso_diffs(logs: list, coefs) -> list[tuple[int, float]]:
-    """Per seed, the difference with each position's candidate chosen on the other seeds'
-    validation (NaN where a chosen candidate lacks the seed)."""
+def _median_other(t: pd.Series, v: pd.Series, s) -> float:
+    """The median log validation metric of a candidate over its seeds other than ``s`` (a worst
+    outcome at +inf ranks last), or of its test metric where no validation was logged (older runs);
+    inf without any."""
+    def usable(x: pd.Series) -> np.ndarray:
+        x = x.drop(s, errors="ignore").to_numpy(dtype=float)
+        return x[~np.isnan(x)]
+    other = usable(v)
+    if not len(other):
+        other = usable(t)
+    return float(np.median(other)) if len(other) else math.inf
+
+
+def _loso_diffs(logs: list, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> list[tuple[int, float]]:
+    """Per seed, the difference of the choice each of whose positions takes the candidate with the
+    lowest median validation metric over its other seeds (NaN where that choice lacks the seed)."""
+    by_seed = paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond)
     seeds = sorted(set.union(*(set(t.index) for pos in logs for t, _ in pos)))
     diffs = []
     for s in seeds:
-        d = 0.0
-        for c, pos in zip(coefs, logs):
-            def key(tv):
-                t, v = tv
-                other = v.drop(s, errors="ignore")
-                other = other[np.isfinite(other.to_numpy(dtype=float))]
-                if not len(other):  # no validation metric: the other seeds' test metric (older runs)
-                    other = t.drop(s, errors="ignore")
-                return float(other.mean()) if len(other) else math.inf
-            t, _ = min(pos, key=key)
-            if s not in t.index:
-                d = math.nan
-                break
-            d += c * float(t[s])
-        diffs.append((int(s), d))
+        combo = tuple(min(range(len(pos)), key=lambda j: _median_other(*pos[j], s)) for pos in logs)
+        diffs.append((int(s), float(by_seed.get(combo, {}).get(s, math.nan))))
     return diffs
 
 
@@ -428,21 +473,27 @@ def rel(a, b):
     return b - a
 
 
-#: Run statuses a comparison names per candidate (``Check.diverged``): a diverged seed counts at the
-#: metric's chance value (``scored``), a failed one has no value (its seed does not pair there).
-UNUSABLE = ("n_diverged", "n_failed")
+#: Per candidate, the outcomes a comparison names (``Check.diverged``): a diverged seed and a finished
+#: one whose metric is not finite or no better than chance are worst outcomes (``outcomes``), a failed
+#: one has no value (its seed does not pair there).
+UNUSABLE = ("n_diverged", "n_exploded", "n_failed")
+#: Of those, the ones that are outcomes of their cell.
+WORST_COUNTS = ("n_diverged", "n_exploded")
 
 
 def _usable(d: pd.DataFrame) -> np.ndarray:
-    """Cells with a value at some seed: a finished run, or a diverged one where the chance value is known."""
+    """Cells with an outcome at some seed: a finished run with a value, or a worst outcome."""
     ok = np.isfinite(d["mean"].to_numpy(dtype=float))
-    if "n_diverged" in d and "chance" in d:
-        ok |= (d["n_diverged"].fillna(0).to_numpy(dtype=float) > 0) & np.isfinite(d["chance"].to_numpy(dtype=float))
+    for col in WORST_COUNTS:
+        if col in d:
+            ok |= d[col].fillna(0).to_numpy(dtype=float) > 0
     return ok
 
 
 def _outcome_note(r) -> str:
-    words = {"n_diverged": "diverged (counted at the chance value)", "n_failed": "failed (no value)"}
+    words = {"n_diverged": "diverged (the worst outcome)",
+             "n_exploded": "finished with a non-finite or chance-level metric (the worst outcome)",
+             "n_failed": "failed (no value)"}
     return (f"{r.get('variant', '')} lr={float(r['lr']):.3g}: "
             + ", ".join(f"{int(r[c])} {words[c]}" for c in UNUSABLE if c in r and r[c] > 0)
             + f" of {int(r.get('n_expected', 0))} seeds")
@@ -453,7 +504,7 @@ def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     position of a comparison: the row shown (the lowest validation mean over seeds) carrying every
     match as a candidate (``row.attrs['candidates']``: one per learning rate, or per cell a claim
     may pick from). Every match is a candidate, whatever became of some of its seeds: a diverged seed
-    counts at the metric's chance value (``scored``), a failed one does not pair; both are named
+    is the worst outcome of its cell (``outcomes``), a failed one does not pair; both are named
     (``row.attrs['diverged']``). So a divergence is an outcome of the cell it happened in, and no
     comparison loses a candidate of one cell but not of the other. None when nothing matches (not
     in the grid); ``Unrun`` when a match has no run with a value at any seed (nothing finished or

@@ -8,10 +8,10 @@ combination of the compared cells' **log** metrics (``cemlab.report.pairing.comp
     d_s = sum_i c_i log(value of cell i at seed s)      e.g. log ppl_B(s) - log ppl_A(s) = log(ppl_B / ppl_A)
     effect = mean_s d_s        shown as the relative change exp(effect) - 1
 
-A seed enters where every compared cell has a value there: a finished run, or a diverged one, which
-counts at the metric's chance value (``Task.chance_value``: for perplexity the uniform predictor's,
-the vocabulary size; ``pairing.ClaimData.seed_trials``). Tolerances and margins are relative
-changes compared as log(1 + tol).
+A seed enters where every compared cell has an outcome there: a finished run, or a worst outcome (a
+divergence, a metric that is not finite or no better than chance: ``pairing.outcomes``), which
+ranks below every finished run and is scored as the worst finished run of the choice
+(``paired_diffs_by_seed``). Tolerances and margins are relative changes compared as log(1 + tol).
 
 **Tests.** One-sided paired t-tests against the tolerance (``t_pvalues``; an exact sign test,
 ``sign_pvalues``, for an effect that takes few values). Where a position of a comparison may be one
@@ -467,25 +467,74 @@ def smallest_p(n: int, discrete: bool) -> float:
     return 0.0 if n >= 2 else 1.0
 
 
-def paired_diffs(logs, coefs) -> dict[tuple, np.ndarray]:
-    """The per-seed differences of every choice of a comparison: ``logs[i][j]``, the per-seed log
-    metric of candidate ``j`` of position ``i`` (a mapping seed -> value, e.g. a ``pandas.Series``
-    indexed by seed; a non-finite value is no value); each choice (one candidate per position)
-    paired over the seeds at which all of its cells have a value: sum_i c_i log metric_i."""
-    cells = [[_finite_items(x) for x in pos] for pos in logs]
-    out: dict[tuple, np.ndarray] = {}
+#: The log metric of a worst outcome (a divergence, or a result whose metric is not finite or no better
+#: than chance: ``pairing.outcomes``): worse than every run that finished, whatever its value.
+WORST = math.inf
+
+
+def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, dict]:
+    """The per-seed differences of every choice of a comparison, by seed: ``logs[i][j]`` is the per-seed
+    log metric of candidate ``j`` of position ``i`` (a mapping seed -> value, e.g. a ``pandas.Series``
+    indexed by seed; NaN is no value, ``WORST`` a worst outcome). Each choice (one candidate per
+    position) pairs over the seeds at which all of its cells have a value: sum_i c_i log metric_i.
+
+    **A worst outcome scores as the worst finished run.** In each choice, a cell's worst outcome takes
+    the largest finite log metric of the choice's cells at its paired seeds (W): it ranks with the
+    worst run that finished and weighs no more than that run, so it neither swamps the seeds' spread
+    nor needs a scale from outside the data. A seed where a worst outcome lies on one side only (a
+    position with c_i > 0, or only c_i < 0) counts at least as a loss of that side beyond the claim's
+    tolerance and margin (``beyond``: its difference is at least ``beyond[1]``, or at most
+    ``beyond[0]``), so a divergence never reads as a tie, a negligible difference or a win of its own
+    cell. A seed where both sides are worst outcomes is a tie (difference 0), as is every seed of a
+    choice where no cell finished. Under identical cells the scores mirror each other, so the paired
+    law stays symmetric about 0 (docs/verdicts.md, "A divergence is the worst outcome")."""
+    lo, hi = beyond
+    cells = [[_outcome_items(x) for x in pos] for pos in logs]
+    out: dict[tuple, dict] = {}
     for combo in itertools.product(*(range(len(pos)) for pos in cells)):
         chosen = [cells[i][j] for i, j in enumerate(combo)]
         seeds = sorted(set.intersection(*(set(c) for c in chosen))) if chosen else []
-        if seeds:
-            out[combo] = np.array([sum(k * c[s] for k, c in zip(coefs, chosen)) for s in seeds], dtype=float)
+        if not seeds:
+            continue
+        finite = [c[s] for c in chosen for s in seeds if math.isfinite(c[s])]
+        w = max(finite) if finite else math.nan
+        by_seed: dict = {}
+        for s in seeds:
+            vals = [c[s] for c in chosen]
+            up = any(k > 0 and not math.isfinite(v) for k, v in zip(coefs, vals))
+            down = any(k < 0 and not math.isfinite(v) for k, v in zip(coefs, vals))
+            if not math.isfinite(w) or (up and down):
+                by_seed[s] = 0.0   # both sides worst outcomes, or nothing finished: a tie
+                continue
+            d = float(sum(k * (v if math.isfinite(v) else w) for k, v in zip(coefs, vals)))
+            by_seed[s] = max(d, hi) if up else min(d, lo) if down else d
+        out[combo] = {s: by_seed[s] for s in seeds}
     return out
 
 
-def _finite_items(x) -> dict:
-    """A mapping seed -> value (``dict`` or ``pandas.Series``) without its non-finite values."""
+def paired_diffs(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, np.ndarray]:
+    """``paired_diffs_by_seed`` as arrays in seed order: what the tests read (``comparison_evidence``)."""
+    return {combo: np.array([d[s] for s in sorted(d)], dtype=float)
+            for combo, d in paired_diffs_by_seed(logs, coefs, beyond).items()}
+
+
+def beyond_of(tol: float, side: str, margin: float = 0.0) -> tuple[float, float]:
+    """Where a worst outcome's difference must lie beyond, below and above (``paired_diffs_by_seed``):
+    0, the claim's tolerance (+-tol for an equivalence) and the smallest effect of interest (+-margin)."""
+    edges = [0.0, tol, margin, -margin] + ([-tol] if side == "within" else [])
+    return min(edges), max(edges)
+
+
+def _outcome_items(x) -> dict:
+    """A mapping seed -> log value (``dict`` or ``pandas.Series``) with its values: finite ones and
+    worst outcomes (``WORST``); NaN (no value) and -inf dropped."""
     items = x.items() if hasattr(x, "items") else dict(x).items()
-    return {k: float(v) for k, v in items if math.isfinite(float(v))}
+    out = {}
+    for k, v in items:
+        v = float(v)
+        if math.isfinite(v) or v == WORST:
+            out[k] = v
+    return out
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ Two tables (pandas DataFrames) carry every report:
   ``diverged``, ``stopped``, ``failed``, ``interrupted``, ``running`` or ``missing``), its numbers
   and a ``detail`` (where a run stopped or diverged, the error of a failed one), and ``chance``: the
   test metric of a model that learned nothing (``Task.chance_value``: perplexity = vocabulary size),
-  the value at which the verdicts count a diverged run (``cemlab.report.pairing.scored``; the
-  cells' means and the figures read finished runs only).
+  where a learning-rate curve puts a diverged run (``cemlab.report.pairing.at_chance``); the
+  verdicts rank a diverged run, or a finished one whose metric is not finite or no better than
+  chance, below every finished run (``cemlab.report.pairing.outcomes``). The cells' means and the
+  figures read finished runs with a finite, better-than-chance metric only (``n_exploded`` counts
+  the others).
 - ``cells``: one row per grid cell = the trials that differ only in their seed. The main metric
   (test perplexity; test RMSE for the GP study) is aggregated over the cell's finished seeds:
   ``mean``, ``std`` (sample standard deviation, ddof=1; empty with one seed) and ``n``, next to
@@ -217,8 +220,12 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
     for cell, g in trials.groupby("cell", sort=False):
         g = g.sort_values("order")
         first = g.iloc[0]
-        finite = g["value"].to_numpy(dtype=float)
-        finite = finite[np.isfinite(finite)]
+        values = g["value"].to_numpy(dtype=float)
+        chance = g["chance"].to_numpy(dtype=float) if "chance" in g else np.full(len(g), np.nan)
+        finished = (g["status"] == schema.STATUS_FINISHED).to_numpy()
+        with np.errstate(invalid="ignore"):
+            exploded = finished & (~np.isfinite(values) | (np.isfinite(chance) & (values >= chance)))
+        finite = values[np.isfinite(values) & ~exploded]
         counts = g["status"].value_counts().to_dict()
         row = {c: first[c] for c in CELL_COLUMNS}
         row.update(
@@ -230,6 +237,7 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             n=int(len(finite)),
             n_expected=int(len(g)),
             **{f"n_{status}": int(counts.get(status, 0)) for status in NOT_FINISHED},
+            n_exploded=int(exploded.sum()),
             seeds=" ".join(str(s) for s in g["seed"]),
             run_ids=" ".join(r for r in g["run_id"] if r),
         )
@@ -237,11 +245,11 @@ def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
             vals = g[col].to_numpy(dtype=float)
             vals = vals[np.isfinite(vals)]
             row[col] = float(vals.mean()) if len(vals) else math.nan
-        chance = g["chance"].to_numpy(dtype=float) if "chance" in g else np.array([])
         row["chance"] = float(chance[np.isfinite(chance)][0]) if np.isfinite(chance).any() else math.nan
         row["note"] = cell_note(row, counts)
         out.append(row)
     cols = ["order", *CELL_COLUMNS, "mean", "std", "n", "val_mean", "n_expected", *(f"n_{s}" for s in NOT_FINISHED),
+            "n_exploded",
             "note", *MODEL_FACTS, "chance", "seeds", "run_ids", "cell"]
     df = pd.DataFrame(out, columns=cols)
     return df.sort_values("order", kind="stable").reset_index(drop=True)
@@ -256,7 +264,8 @@ def cell_note(row: dict[str, Any], counts: dict[str, int]) -> str:
         if status != schema.STATUS_FINISHED:
             parts.append(f"{k} {status}")
     if row["n"] < counts.get(schema.STATUS_FINISHED, 0):
-        parts.append(f"{counts[schema.STATUS_FINISHED] - row['n']} finished without {row['metric']}")
+        parts.append(f"{counts[schema.STATUS_FINISHED] - row['n']} finished without a finite, better-than-chance "
+                     f"{row['metric']}")
     return "; ".join(parts)
 
 

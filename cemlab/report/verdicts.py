@@ -9,11 +9,12 @@ The method is stated for a reviewer in ``docs/verdicts.md``; in short:
 - **Choose on other seeds than you judge.** Where a position of a comparison may be any of several
   cells (a cell's learning rates, the best of several preconditioners), the *decision* tests every
   choice (``stats.every_choice_p``), so nothing is selected on the seeds that judge; the *effect
-  shown* takes each choice on the geometric mean validation metric of the cell's other seeds
+  shown* takes each choice on the median validation metric of the cell's other seeds
   (leave-one-seed-out).
-- **A divergence is an outcome.** A diverged run counts at its metric's chance value (perplexity:
-  the vocabulary size) in every compared cell alike; a failed run has no value and its seed does
-  not pair (``pairing.scored``, ``pairing.pick_cell``).
+- **A divergence is the worst outcome.** A diverged run, or one whose metric is not finite or no
+  better than chance, is an outcome of its cell ranked below every finished run and scored as the
+  worst finished run of the choice, in every compared cell alike; a failed run has no value and its
+  seed does not pair (``pairing.outcomes``, ``stats.paired_diffs_by_seed``, ``pairing.pick_cell``).
 - **The interval shown decided.** Each comparison's interval is the one its tests decided at: each
   end at the one-sided level of its test (the look's share of alpha, Holm's step, the every-choice
   factor), its coverage in the ``level`` column (``stats.decision_bounds``).

@@ -123,9 +123,9 @@ class Task:
         return f"test_{self.metric}"
 
     def chance_value(self, cfg: "RunConfig") -> float:
-        """The test metric of a model that learned nothing, the value the report gives a diverged
-        run (``cemlab.report.pairing.scored``): its divergence is an outcome, no better than that.
-        NaN where the task states none (a diverged run then has no value, like a failed one)."""
+        """The test metric of a model that learned nothing: a result no better than this is a worst
+        outcome (``cemlab.report.pairing.worst_outcomes``), and a learning-rate curve puts a diverged
+        run here (``cemlab.report.pairing.at_chance``). NaN where the task states none."""
         return math.nan
 
     def format_metric(self, value: float) -> str:
