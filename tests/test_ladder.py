@@ -217,3 +217,21 @@ def test_a_true_trend_is_found():
     rng = np.random.default_rng(3)
     found = sum(trend(_rung_points([0.3 - 0.04 * i for i in range(4)], rng=rng), TOKENS).high < 0 for _ in range(400))
     assert found / 400 > 0.5
+
+
+def test_the_holds_verdict_says_how_the_effect_moved():
+    from cemlab.report.trend import Trend
+
+    effects = [math.log1p(e) for e in (0.024, 0.848, 1.047, 0.103)]   # the committed T=2 vs T=1 attention effects
+    flat = Trend(0.014, -0.008, 0.037, 3, 4, 0.95)
+    word, text = ladder_verdict([(r, "contradicted") for r in RUNGS], flat, effects=list(zip(RUNGS, effects)))
+    assert word == HOLDS
+    assert text == ("holds at every rung (contradicted); effect +2.4% at 0.3125, +84.8% at 1.25, +104.7% at 5, "
+                    "+10.3% at 20: not monotone (largest at 5, smallest at 0.3125); trend +1.4% per doubling of "
+                    "tokens [-0.8%, +3.8%], 95% interval over 3 seeds, includes zero")
+    rising = Trend(0.026, 0.020, 0.033, 3, 4, 0.95)
+    grow = [math.log1p(e) for e in (0.021, 0.025, 0.092, 0.187)]
+    _, text = ladder_verdict([(r, "contradicted") for r in RUNGS], rising, effects=list(zip(RUNGS, grow)))
+    assert ": grows at every step; its effect changes: +2.6% per doubling of tokens [+2.0%, +3.4%]" in text
+    _, text = ladder_verdict([(r, "supported") for r in RUNGS], rising, effects=list(zip(RUNGS, grow[::-1])))
+    assert "+18.7% at 0.3125, +9.2% at 1.25, +2.5% at 5, +2.1% at 20: shrinks at every step" in text
