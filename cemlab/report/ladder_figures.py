@@ -128,7 +128,7 @@ def trend_figure(rows: pd.DataFrame) -> Figure | None:
         return None
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
-    fig, axes = subplots(nrows, ncols, figsize=(3.3 * ncols, 2.4 * nrows + 0.5), sharex=True, squeeze=False)
+    fig, axes = subplots(nrows, ncols, figsize=(3.3 * ncols, 2.4 * nrows + 0.5), squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     for ax, k in zip(axes.flat, keys):
@@ -157,8 +157,9 @@ def trend_figure(rows: pd.DataFrame) -> Figure | None:
         ax.tick_params(labelsize=6)
         ax.set_title(textwrap.fill(f"{k[0]}: {k[1]}", 48) + "\n" + textwrap.fill(f"{first['ladder']}{words}", 48),
                      fontsize=6.5, loc="left")
-    for ax in axes[-1]:
-        ax.set_xlabel("tokens per parameter (log)", fontsize=7)
+    for i, ax in enumerate(axes.flat[:len(keys)]):
+        if i + ncols >= len(keys):   # no panel below it
+            ax.set_xlabel("tokens per parameter (log)", fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel("effect (log-ratio axis)", fontsize=7)
     fig.suptitle("Effects against training length, one panel per primary comparison (dashed: fitted trend; "
