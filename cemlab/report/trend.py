@@ -10,7 +10,7 @@ model): for every seed present at every rung the comparison was judged at, the l
 two-sided level ``1 - alpha`` (each side at ``alpha / 2``, as every decision of the report). Under
 "no change with training" the ``b_s`` are independent with mean zero whatever the seeds' own
 offsets and however their noise is correlated across rungs, so the interval excludes zero with
-probability at most ``alpha`` (held by simulation in tests/test_ladder_verdicts.py). Seeds a look
+probability at most ``alpha`` (held by simulation in tests/test_ladder.py). Seeds a look
 added at some rungs only judge those rungs' verdicts, not the trend.
 
 **The ladder verdict** of a comparison, from its verdict at each rung and its trend:
