@@ -305,3 +305,255 @@ def test_a_true_trend_is_found():
     rng = np.random.default_rng(3)
     found = sum(trend(_rung_points([0.3 - 0.04 * i for i in range(4)], rng=rng), TOKENS).high < 0 for _ in range(400))
     assert found / 400 > 0.5
+
+
+# ----------------------------------------------------------------------------------------------
+# The ladder page on the committed run (docs/ladder/recursion_ablation/): what it measures
+# ----------------------------------------------------------------------------------------------
+
+COMMITTED = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "ladder", "recursion_ablation")
+
+
+def _committed_rungs():
+    """The committed ladder's rungs as the page reads a rung without runs in the store: each
+    rung's trials.csv, comparisons.csv and claims.csv, its tokens from the committed ladder.csv."""
+    import pandas as pd
+
+    from cemlab.report.ladder import Rung
+
+    rows = pd.read_csv(os.path.join(COMMITTED, "ladder.csv"))
+    rungs = []
+    for scale in sorted(os.listdir(COMMITTED)):
+        folder = os.path.join(COMMITTED, scale)
+        if not os.path.isdir(folder):
+            continue
+        r = float(scale.split("tpp")[1])
+        read = lambda name: pd.read_csv(os.path.join(folder, f"{name}.csv"),   # noqa: E731
+                                        keep_default_na=False, na_values=[""])
+        mine = rows[rows["rung"] == r].iloc[0]
+        rungs.append(Rung(r, scale, float(mine["tokens"]), float(mine["steps"]), float(mine["epochs"]),
+                          read("trials").assign(rung=r, rung_scale=scale), read("comparisons"), read("claims"),
+                          "files"))
+    return sorted(rungs, key=lambda rg: rg.rung)
+
+
+@pytest.fixture(scope="module")
+def committed():
+    from cemlab.report.ladder import comparison_rows
+
+    rungs = _committed_rungs()
+    return rungs, comparison_rows(rungs)
+
+
+@pytest.mark.parametrize("k, n", [(0, 5), (4, 4), (5, 5), (4, 6), (3, 6), (11, 21), (9, 15), (1, 1)])
+def test_the_share_interval_is_the_exact_clopper_pearson_interval(k, n):
+    from scipy import stats
+
+    from cemlab.report.ladder import clopper_pearson
+
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    if k == n:  # by hand: all n agree, the lower end solves p^n = 2.5%
+        assert clopper_pearson(k, n)[0] == pytest.approx(0.025 ** (1 / n)) and clopper_pearson(k, n)[1] == 1
+    if k == 0:
+        assert clopper_pearson(k, n) == pytest.approx((0.0, 1 - 0.025 ** (1 / n)))
+    assert all(math.isnan(v) for v in clopper_pearson(0, 0))
+
+
+def test_accuracy_gives_both_readings_of_the_comparisons_with_their_intervals(committed):
+    """Counted here from the committed verdicts.csv (one column per rung): of the comparisons the
+    top rung decides, how many each lower rung decides the same way (undecided: a miss), and of
+    those it decides at all, how many agree. The committed run: rung 1.25 decides 4 of the top
+    rung's 6 and rung 5 decides 5, all agreeing."""
+    import pandas as pd
+    from scipy import stats
+
+    from cemlab.report.ladder import BOTH_DECIDED, TOP_DECIDED, accuracy
+
+    rungs, rows = committed
+    acc = accuracy(rungs, rows)
+    vt = pd.read_csv(os.path.join(COMMITTED, "verdicts.csv"), keep_default_na=False)
+    word = lambda cell: cell.split(" ")[0] if cell else ""   # noqa: E731  "contradicted +2.4% [...]" -> "contradicted"
+    decisive = {"supported", "contradicted", "negligible"}
+    top = [word(c) for c in vt["rung 20"]]
+    expected = {}
+    for r in ("0.3125", "1.25", "5"):
+        here = [word(c) for c in vt[f"rung {r}"]]
+        at_top = [(h, t) for h, t in zip(here, top) if t in decisive]
+        both = [(h, t) for h, t in at_top if h in decisive]
+        expected[(float(r), TOP_DECIDED)] = (len(at_top), sum(h == t for h, t in at_top))
+        expected[(float(r), BOTH_DECIDED)] = (len(both), sum(h == t for h, t in both))
+    assert expected[(1.25, TOP_DECIDED)] == (6, 4) and expected[(1.25, BOTH_DECIDED)] == (4, 4)
+    assert expected[(5.0, TOP_DECIDED)] == (6, 5) and expected[(5.0, BOTH_DECIDED)] == (5, 5)
+    for (r, what), (n, k) in expected.items():
+        row = acc[(acc["rung"] == r) & (acc["what"] == what)]
+        assert len(row) == 1, (r, what)
+        row = row.iloc[0]
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert (row["compared"], row["agree"]) == (n, k) and row["share"] == pytest.approx(k / n)
+        assert (row["share_low"], row["share_high"]) == pytest.approx((ci.low, ci.high))
+        assert row["interval"] == "exact Clopper-Pearson 95%"
+    # every row of accuracy.csv has its interval, the pairs' rows too (21 pairs of 7 cells at the top)
+    assert acc[["share_low", "share_high"]].notna().all().all() and (acc["share_low"] <= acc["share"]).all()
+    assert set(acc.loc[acc["what"].str.startswith("pairs of cells at tuned"), "compared"]) == {21}
+
+
+def test_the_holds_verdict_says_how_the_effect_moved():
+    from cemlab.report.trend import Trend
+
+    effects = [math.log1p(e) for e in (0.024, 0.848, 1.047, 0.103)]   # the committed T=2 vs T=1 attention effects
+    flat = Trend(0.014, -0.008, 0.037, 3, 4, 0.95)
+    word, text = ladder_verdict([(r, "contradicted") for r in RUNGS], flat, effects=list(zip(RUNGS, effects)))
+    assert word == HOLDS
+    assert text == ("holds at every rung (contradicted); effect +2.4% at 0.3125, +84.8% at 1.25, +104.7% at 5, "
+                    "+10.3% at 20: not monotone (largest at 5, smallest at 0.3125); trend +1.4% per doubling of "
+                    "tokens [-0.8%, +3.8%], 95% interval over 3 seeds, includes zero")
+    rising = Trend(0.026, 0.020, 0.033, 3, 4, 0.95)
+    grow = [math.log1p(e) for e in (0.021, 0.025, 0.092, 0.187)]
+    _, text = ladder_verdict([(r, "contradicted") for r in RUNGS], rising, effects=list(zip(RUNGS, grow)))
+    assert ": grows at every step; its effect changes: +2.6% per doubling of tokens [+2.0%, +3.4%]" in text
+    _, text = ladder_verdict([(r, "supported") for r in RUNGS], rising, effects=list(zip(RUNGS, grow[::-1])))
+    assert "+18.7% at 0.3125, +9.2% at 1.25, +2.5% at 5, +2.1% at 20: shrinks at every step" in text
+
+
+def test_the_committed_ladder_rows_are_the_page_and_its_verdicts_say_how_they_moved(committed):
+    import pandas as pd
+
+    _, rows = committed
+    saved = pd.read_csv(os.path.join(COMMITTED, "ladder.csv"), keep_default_na=False, na_values=[""])
+    for col in ("claim", "comparison", "verdict", "ladder"):
+        assert list(rows[col]) == list(saved[col]), col
+    for col in ("effect", "ci_low", "ci_high", "slope", "slope_low", "slope_high"):
+        assert rows[col].to_numpy(dtype=float) == pytest.approx(saved[col].to_numpy(dtype=float), nan_ok=True), col
+    attn = rows[rows["comparison"] == "cem-attn 86m dplr same per-step eta=1"].iloc[0]
+    assert attn["ladder"] == HOLDS
+    assert "effect +2.4% at 0.3125, +84.8% at 1.25, +104.7% at 5, +10.3% at 20: not monotone" in attn["ladder_verdict"]
+
+
+def _seed_diffs(text: str) -> dict[int, float]:
+    return {int(s): float(d) for s, d in (p.split(":") for p in str(text).split())}
+
+
+def test_the_trend_figure_draws_each_comparison_on_the_log_ratio_axis_with_its_fitted_line(committed):
+    """One panel per primary comparison; its points are log(1 + effect); its dashed line is the
+    mean of the seeds' least-squares lines (numpy's polyfit per seed here, on the seeds of
+    comparisons.csv present at every rung)."""
+    from cemlab.report.ladder_figures import trend_figure
+
+    rungs, rows = committed
+    f = trend_figure(rows)
+    prim = rows[rows["role"] == "primary"]
+    keys = list(dict.fromkeys(zip(prim["claim"], prim["comparison"])))
+    panels = [ax for ax in f.fig.axes if ax.get_visible()]
+    assert f.id == "trend" and len(panels) == len(keys) == 9
+    for ax, (claim, comp) in zip(panels, keys):
+        assert ax.get_title(loc="left").replace("\n", " ").startswith(f"{claim}: {comp}"[:30])
+        g = prim[(prim["claim"] == claim) & (prim["comparison"] == comp)].sort_values("rung")
+        points = ax.lines[0].get_ydata()   # the errorbar's markers
+        assert np.asarray(points, dtype=float) == pytest.approx(np.log1p(g["effect"].to_numpy(dtype=float)))
+        per_rung = {}
+        for rg in rungs:
+            c = rg.comparisons
+            hit = c[(c["id"] == claim) & (c["comparison"] == comp)]
+            if len(hit):
+                per_rung[rg.rung] = (rg.tokens, _seed_diffs(hit.iloc[0]["seed_diffs"]))
+        seeds = sorted(set.intersection(*(set(d) for _, d in per_rung.values())))
+        x = np.log2([t for t, _ in per_rung.values()])
+        fits = [np.polyval(np.polyfit(x, [d[s] for _, d in per_rung.values()], 1), x) for s in seeds]
+        line = [ln for ln in ax.lines if ln.get_gid() == "trend"]
+        assert len(line) == 1 and np.asarray(line[0].get_ydata(), dtype=float) == pytest.approx(np.mean(fits, 0))
+    import matplotlib.pyplot as plt
+
+    plt.close(f.fig)
+
+
+@pytest.mark.parametrize("dpi", [100, 110, 220])
+def test_the_ladder_figures_show_whole_labels(committed, dpi):
+    """Every drawn text of the forest and the trend figure lies inside the figure at the page's
+    resolution (save_figure: 110 dpi) and others: the figure's tight bounding box (every drawn
+    artist) inside its own, and each forest label's extent right of its left edge (the labels were
+    cut there when a tight layout computed at 100 dpi was saved at 110)."""
+    import matplotlib.pyplot as plt
+
+    from cemlab.report.ladder_figures import forest_figure, trend_figure
+
+    _, rows = committed
+    for f in (forest_figure(rows), trend_figure(rows)):
+        fig = f.fig
+        fig.set_dpi(dpi)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        tight = fig.get_tightbbox(renderer)   # inches
+        w, h = fig.get_size_inches()
+        assert tight.x0 >= -1e-6 and tight.y0 >= -1e-6 and tight.x1 <= w + 1e-6 and tight.y1 <= h + 1e-6, (f.id, tight)
+        if f.id == "forest":
+            labels = fig.axes[0].get_yticklabels()
+            assert len(labels) == 9 * 4
+            for t in labels + [t for t in fig.axes[0].texts]:
+                box = t.get_window_extent(renderer)
+                assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (t.get_text(), box)
+        plt.close(fig)
+
+
+def test_a_ladder_figure_registers_through_register_figure(committed, tmp_path):
+    """The page's forest and trend are registered ladder figures; one more registered with
+    ``ladder=True`` is drawn on the pages of its sweeps (from the page's ladder.csv rows), not on
+    others', and is no id a sweep file's ``figures:`` may name."""
+    from cemlab.models.registry import plugins_scope
+    from cemlab.report.ladder import _sections, verdict_table
+    from cemlab.report.ladder_figures import forest_figure, trend_figure
+    from cemlab.report.plotting import Figure, subplots
+    from cemlab.report.registry import LADDER_FIGURES, ladder_figures_for, register_figure
+    from cemlab.sweeps import feeds
+
+    rungs, rows = committed
+    seen = []
+
+    def count_figure(frame):
+        seen.append(frame)
+        fig, ax = subplots(figsize=(3, 2))
+        ax.bar(["verdicts"], [len(frame)])
+        return Figure("extra_ladder", "Extra", "Registered by a test.", {"extra_ladder": frame.head(2)}, fig)
+
+    with plugins_scope():
+        register_figure("extra_ladder", count_figure, sweeps=["recursion_ablation"], ladder=True)
+        register_figure("elsewhere", count_figure, sweeps=["another_sweep"], ladder=True)
+        assert ladder_figures_for("recursion_ablation") == [forest_figure, trend_figure, count_figure]
+        assert ladder_figures_for("another_sweep") == [forest_figure, trend_figure, count_figure]
+        assert ladder_figures_for("third") == [forest_figure, trend_figure]
+        assert "extra_ladder" not in feeds.FIGURES
+        with pytest.raises(ValueError, match="already registered"):
+            register_figure("forest", count_figure, sweeps=(), ladder=True)
+        written: set[str] = set()
+        sections = _sections(rungs, rows, verdict_table(rows), tmp_path, written, "recursion_ablation")
+    assert len(seen) == 1 and seen[0] is rows
+    assert [s.id for s in sections][-3:] == ["forest", "trend", "extra_ladder"]
+    assert {"forest.png", "trend.pdf", "extra_ladder.png", "extra_ladder.csv", "accuracy.csv"} <= written
+    assert all((tmp_path / name).is_file() for name in written)
+    assert "extra_ladder" not in LADDER_FIGURES   # plugins_scope forgot it
+
+
+def test_the_test_time_interval_is_the_hull_of_both_rates_one_sided_bounds():
+    """docs/verdicts.md, "The test-time recursion interval", on the committed top rung: for each
+    sublayer, the lower end is the lowest of its two rates' one-sided lower t bounds at the
+    contradiction's level, the upper end the highest of their upper bounds at the support's
+    (scipy.stats.t here), from the per-seed log ratios of test perplexity at T'=4 over T'=2."""
+    import pandas as pd
+    from scipy import stats
+
+    folder = os.path.join(COMMITTED, "workstation-tpp20")
+    curves = pd.read_csv(os.path.join(folder, "test_time_recursion.csv"))
+    comps = pd.read_csv(os.path.join(folder, "comparisons.csv"), keep_default_na=False, na_values=[""])
+    for _, c in comps[comps["id"] == "test-time-recursion"].iterrows():
+        variant = c["comparison"].rsplit(" ", 1)[0]    # "cem-attn T2 dplr eta=1 86m" -> the cell's variant
+        mine = curves[(curves["variant"] == variant) & (curves["trained_T"] == 2)]
+        lows, highs = [], []
+        for _, g in mine.groupby("lr"):
+            at = g.pivot(index="seed", columns="test_T", values="value")
+            d = np.log(at[4] / at[2]).to_numpy()
+            se = d.std(ddof=1) / math.sqrt(len(d))
+            lows.append(d.mean() - stats.t.ppf(1 - c["alpha_low"], len(d) - 1) * se)
+            highs.append(d.mean() + stats.t.ppf(1 - c["alpha_high"], len(d) - 1) * se)
+        assert len(lows) == 2   # both rates
+        assert (c["ci_low"], c["ci_high"]) == pytest.approx((math.expm1(min(lows)), math.expm1(max(highs))))
+        assert c["level"] == pytest.approx(1 - c["alpha_low"] - c["alpha_high"])

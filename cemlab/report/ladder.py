@@ -8,14 +8,18 @@ on different machines (each rung's report committed as it finished) is reported 
 
 - ``index.md`` / ``index.html``: the page;
 - ``ladder.csv``: one row per comparison and rung (effect, interval and its level, verdict, the
-  claim condition's verdict, the comparison's trend and ladder verdict);
+  claim condition's verdict, the comparison's trend, its fitted line and its ladder verdict);
 - ``verdicts.csv``: one row per comparison: its verdict at each rung, trend and ladder verdict;
 - ``claims.csv``: each claim condition's verdict at each rung;
-- ``accuracy.csv``: per lower rung, the share of decisions that agree with the top rung's;
+- ``accuracy.csv``: per lower rung, the share of decisions that agree with the top rung's, each
+  with its exact (Clopper-Pearson) 95% interval;
 - ``trials.csv``: every trial of every rung (rung, config hash, seed, learning rate, validation and
   test perplexity);
-- ``forest.png`` / ``trend.png`` (and PDF): the intervals grouped by rung, and the effects against
-  tokens per parameter on a log axis, one line per comparison.
+- ``forest.png`` / ``trend.png`` (and PDF): the intervals grouped by comparison, one row per rung,
+  and one panel per comparison of its effect against tokens per parameter on a log-ratio axis
+  with its fitted trend (``cemlab.report.ladder_figures``). Both are ladder figures registered
+  through ``cemlab.report.registry.register_figure(..., ladder=True)``, as a plugin's would be;
+  each draws from the rows of ``ladder.csv``.
 
 Each rung is judged exactly as its own report judges it (``look.sweep_verdicts``: its looks
 replayed, at its planned level). Nothing is projected beyond the top rung.
@@ -34,6 +38,8 @@ import pandas as pd
 from cemlab.report.build import (ReportContext, make_report, publish_problem, remove_stale, reports_root,
                                  save_figure, write_csv, write_file)
 from cemlab.report.grids import SweepGrids
+from cemlab.report.ladder_figures import relative_effect  # it also registers the page's forest and trend
+from cemlab.report.registry import ladder_figures_for
 from cemlab.report.render import Page, Section, render_html, render_md
 from cemlab.report.stats import LEVEL, t_interval
 from cemlab.report.table import MISSING
@@ -125,16 +131,11 @@ def read_rungs(sweep: str, store: RunStore, grids: SweepGrids, out: str | Path |
     return out_rungs
 
 
-#: Claims whose effect is not a log ratio shown as a relative change (the learning-rate claim's log2).
-def _relative(claim_id: str) -> bool:
-    from cemlab.report.claims import CLAIMS
-
-    c = CLAIMS.get(claim_id) if claim_id in CLAIMS else None
-    return getattr(c, "relative_margin", True)
-
-
 def comparison_rows(rungs: list[Rung], alpha: float | None = None) -> pd.DataFrame:
-    """ladder.csv: one row per comparison and rung, with the comparison's trend and ladder verdict."""
+    """ladder.csv: one row per comparison and rung, with the comparison's trend (``slope``,
+    ``slope_low``, ``slope_high`` per doubling of tokens, shown as the effect is), its fitted line
+    (through ``trend_center`` at ``trend_tokens`` training tokens, with that slope: ``trend.Trend``)
+    and its ladder verdict."""
     from cemlab.report.stats import ALPHA
 
     alpha = ALPHA if alpha is None else alpha
@@ -153,18 +154,24 @@ def comparison_rows(rungs: list[Rung], alpha: float | None = None) -> pd.DataFra
                              claim_verdict=claim_verdicts.get(k[:2], "")))
     df = pd.DataFrame(rows, columns=["claim", "condition", "role", "comparison", "rung", "tokens", "steps", "epochs",
                                      "n", "effect", "ci_low", "ci_high", "level", "verdict", "claim_verdict"])
+    # the trend's scale: the log ratio for a relative effect (shown as exp(x) - 1), else the effect
+    log = lambda x: float(np.log1p(x)) if math.isfinite(x) else math.nan   # noqa: E731
     tokens = {rg.rung: rg.tokens for rg in rungs}
     extra = {}
     for k, pts in points.items():
         tr = trend(pts, tokens, alpha)
-        rel = _relative(k[0])
+        rel = relative_effect(k[0])
         show = (lambda x: math.expm1(x) if math.isfinite(x) else x) if rel else (lambda x: x)
         mine = df[(df["claim"] == k[0]) & (df["condition"] == k[1]) & (df["comparison"] == k[2])]
+        effects = [(r, log(e) if rel else e) for r, e in zip(mine["rung"], mine["effect"])]
         word, text = ladder_verdict(list(zip(mine["rung"], mine["verdict"])), tr,
-                                    None if rel else (lambda v: f"{v:+.3g}"))
+                                    None if rel else (lambda v: f"{v:+.3g}"), effects)
         extra[k] = dict(slope=show(tr.slope), slope_low=show(tr.low), slope_high=show(tr.high), slope_level=tr.level,
-                        slope_seeds=tr.seeds, ladder=word, ladder_verdict=text)
-    for col in ("slope", "slope_low", "slope_high", "slope_level", "slope_seeds", "ladder", "ladder_verdict"):
+                        slope_seeds=tr.seeds, trend_center=show(tr.center),
+                        trend_tokens=2.0 ** tr.x_center if math.isfinite(tr.x_center) else math.nan,
+                        ladder=word, ladder_verdict=text)
+    for col in ("slope", "slope_low", "slope_high", "slope_level", "slope_seeds", "trend_center", "trend_tokens",
+                "ladder", "ladder_verdict"):
         df[col] = [extra[(r.claim, r.condition, r.comparison)][col] for r in df.itertuples()]
     return df
 
@@ -236,34 +243,88 @@ def pair_directions(trials: pd.DataFrame) -> dict[tuple[str, str], tuple[int, bo
     return out
 
 
+#: The interval of every share in accuracy.csv, in words.
+SHARE_INTERVAL = "exact Clopper-Pearson 95%"
+
+
+def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided ``level`` interval of a share of ``k`` in ``n``
+    independent trials: the ``(1 - level) / 2`` quantile of Beta(k, n - k + 1) and the
+    ``(1 + level) / 2`` quantile of Beta(k + 1, n - k) (0 at k = 0, 1 at k = n); NaN without trials.
+    ``scipy.special.betaincinv`` is ``scipy.stats.beta.ppf`` without its import."""
+    from scipy.special import betaincinv
+
+    if n <= 0:
+        return math.nan, math.nan
+    a = 1.0 - level
+    low = 0.0 if k <= 0 else float(betaincinv(k, n - k + 1, a / 2))
+    high = 1.0 if k >= n else float(betaincinv(k + 1, n - k, 1 - a / 2))
+    return low, high
+
+
+def _share(rung: float, top: float, what: str, compared: int, agree: int) -> dict:
+    low, high = clopper_pearson(agree, compared)
+    return dict(rung=rung, top=top, what=what, compared=compared, agree=agree,
+                share=agree / compared if compared else math.nan, share_low=low, share_high=high,
+                interval=SHARE_INTERVAL)
+
+
+#: accuracy.csv's readings, in its ``what`` column.
+TOP_DECIDED = "comparisons decided at the top rung (same verdict; undecided here counts as a miss)"
+BOTH_DECIDED = "comparisons decided at both rungs (same verdict; undecided here left out)"
+PAIRS = "pairs of cells at tuned rates (same direction)"
+PAIRS_DECIDED = "pairs of cells decided at both rungs (95% interval)"
+
+
 def accuracy(rungs: list[Rung], df: pd.DataFrame) -> pd.DataFrame:
-    """accuracy.csv: for each lower rung against the top rung with runs, (a) the comparisons
-    decided at both rungs and how many have the same verdict (the direction, for supported and
-    contradicted); (b) the pairs of cells at their tuned rates: how many point the same way, all
-    of them and those whose 95% interval excludes zero at both rungs."""
+    """accuracy.csv: for each lower rung against the top rung with runs, the share of decisions
+    that agree, each with its exact Clopper-Pearson 95% interval (``clopper_pearson``):
+
+    - the comparisons decided at the top rung, and how many this rung decides the same way (the
+      direction, for supported and contradicted): an undecided verdict here counts as a miss;
+    - the comparisons decided at both rungs, and how many agree: an undecided verdict here is left
+      out (so "4 of 4" may be 4 of the top rung's 6);
+    - the pairs of cells at their tuned rates: how many point the same way, all of them and those
+      whose 95% interval excludes zero at both rungs.
+
+    The intervals treat the comparisons and the pairs as independent trials. They are not: pairs
+    of cells share cells (each cell is in every pair it belongs to), comparisons share cells and
+    seeds, so the intervals are narrower than the evidence warrants."""
+    cols = ["rung", "top", "what", "compared", "agree", "share", "share_low", "share_high", "interval"]
     judged = [rg for rg in rungs if rg.has_runs]
     if len(judged) < 2:
-        return pd.DataFrame(columns=["rung", "top", "what", "compared", "agree", "share"])
+        return pd.DataFrame(columns=cols)
     top = judged[-1]
     out = []
     top_v = df[df["rung"] == top.rung].set_index(["claim", "condition", "comparison"])["verdict"]
+    top_decided = [k for k in top_v.index if top_v[k] in DECISIVE]
     top_pairs = pair_directions(top.trials)
     for rg in judged[:-1]:
         mine = df[df["rung"] == rg.rung].set_index(["claim", "condition", "comparison"])["verdict"]
-        both = [k for k in mine.index if k in top_v.index and mine[k] in DECISIVE and top_v[k] in DECISIVE]
-        agree = sum(1 for k in both if mine[k] == top_v[k])
-        out.append(dict(rung=rg.rung, top=top.rung, what="comparisons decided at both rungs (same verdict)",
-                        compared=len(both), agree=agree, share=agree / len(both) if both else math.nan))
+        same = sum(1 for k in top_decided if k in mine.index and mine[k] == top_v[k])
+        out.append(_share(rg.rung, top.rung, TOP_DECIDED, len(top_decided), same))
+        both = [k for k in top_decided if k in mine.index and mine[k] in DECISIVE]
+        out.append(_share(rg.rung, top.rung, BOTH_DECIDED, len(both), sum(1 for k in both if mine[k] == top_v[k])))
         pairs = pair_directions(rg.trials)
         common = [p for p in pairs if p in top_pairs]
-        same = sum(1 for p in common if pairs[p][0] == top_pairs[p][0])
-        out.append(dict(rung=rg.rung, top=top.rung, what="pairs of cells at tuned rates (same direction)",
-                        compared=len(common), agree=same, share=same / len(common) if common else math.nan))
+        out.append(_share(rg.rung, top.rung, PAIRS, len(common),
+                          sum(1 for p in common if pairs[p][0] == top_pairs[p][0])))
         dec = [p for p in common if pairs[p][1] and top_pairs[p][1]]
-        same_dec = sum(1 for p in dec if pairs[p][0] == top_pairs[p][0])
-        out.append(dict(rung=rg.rung, top=top.rung, what="pairs of cells decided at both rungs (95% interval)",
-                        compared=len(dec), agree=same_dec, share=same_dec / len(dec) if dec else math.nan))
-    return pd.DataFrame(out)
+        out.append(_share(rg.rung, top.rung, PAIRS_DECIDED, len(dec),
+                          sum(1 for p in dec if pairs[p][0] == top_pairs[p][0])))
+    return pd.DataFrame(out, columns=cols)
+
+
+def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
+    """accuracy.csv as the page shows it: "4 of 6" and "67% [22%, 96%]"."""
+    def share(r) -> str:
+        if not r.compared:
+            return "n/a (none to compare)"
+        return f"{r.share:.0%} [{r.share_low:.0%}, {r.share_high:.0%}]"
+
+    return pd.DataFrame([{"rung": r.rung, "against": r.top, "what": r.what, "agree": f"{r.agree} of {r.compared}",
+                          f"share [{SHARE_INTERVAL}]": share(r)} for r in acc.itertuples()],
+                        columns=["rung", "against", "what", "agree", f"share [{SHARE_INTERVAL}]"])
 
 
 def trials_table(rungs: list[Rung]) -> pd.DataFrame:
@@ -278,66 +339,11 @@ def trials_table(rungs: list[Rung]) -> pd.DataFrame:
     return df[keep].rename(columns={"val": "val_ppl", "value": "test_ppl"})
 
 
-def _figures(df: pd.DataFrame):
-    """The forest grouped by rung and the effect against tokens per parameter (the primary
-    conditions' comparisons; every row is in ladder.csv)."""
-    from cemlab.report.plotting import pyplot
-
-    prim = df[(df["role"] == "primary") & np.isfinite(df["effect"].to_numpy(dtype=float))]
-    if prim.empty:
-        return None, None
-    plt = pyplot()
-    keys = list(dict.fromkeys(zip(prim["claim"], prim["comparison"])))
-    rungs = sorted(prim["rung"].unique())
-    fig, ax = plt.subplots(figsize=(8.5, 0.28 * len(keys) * len(rungs) + 1.2))
-    y, ticks, labels = 0, [], []
-    for k in keys[::-1]:
-        g = prim[(prim["claim"] == k[0]) & (prim["comparison"] == k[1])]
-        for i, r in enumerate(rungs[::-1]):
-            row = g[g["rung"] == r]
-            if not row.empty:
-                e, lo, hi = (float(row.iloc[0][c]) * 100 for c in ("effect", "ci_low", "ci_high"))
-                color = f"C{len(rungs) - 1 - i}"
-                if math.isfinite(lo):
-                    ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="o", ms=3, capsize=2, color=color)
-                else:
-                    ax.plot(e, y, "x", color=color)
-            ticks.append(y)
-            labels.append(f"{k[0]}: {k[1]} @ {r:g} [{row.iloc[0]['verdict'] if not row.empty else 'not run'}]")
-            y += 1
-        y += 0.6
-    ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels(labels, fontsize=6)
-    ax.set_xlabel("effect (%), interval at the level that decided it (ladder.csv: level)", fontsize=7)
-    ax.set_title("Every primary comparison at every rung (tokens per parameter after @)", fontsize=8, loc="left")
-    fig.tight_layout()
-    fig2, ax2 = plt.subplots(figsize=(8.5, 5))
-    for i, k in enumerate(keys):
-        g = prim[(prim["claim"] == k[0]) & (prim["comparison"] == k[1])].sort_values("rung")
-        x = g["rung"].to_numpy(dtype=float) * (1 + 0.02 * (i - len(keys) / 2))  # side by side, not on top
-        e = g["effect"].to_numpy(dtype=float) * 100
-        lo, hi = g["ci_low"].to_numpy(dtype=float) * 100, g["ci_high"].to_numpy(dtype=float) * 100
-        err = np.where(np.isfinite(lo), [e - lo, hi - e], 0.0)
-        ax2.errorbar(x, e, yerr=err, marker="o", ms=3, capsize=2, lw=1, label=f"{k[0]}: {k[1]}")
-    ax2.set_xscale("log")
-    ax2.axhline(0, color="0.3", lw=0.8)
-    ax2.set_xlabel("training tokens per parameter (log scale)")
-    ax2.set_ylabel("effect (%): favoured vs reference")
-    ax2.legend(fontsize=6, loc="best")
-    ax2.set_title("Effects against training length (primary conditions; no projection beyond the top rung)",
-                  fontsize=8, loc="left")
-    fig2.tight_layout()
-    return fig, fig2
-
-
-def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Path, written: set[str]) -> list:
-    """The page's sections, with their figures and CSV files written to ``out_dir``."""
+def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Path, written: set[str],
+              sweep: str) -> list:
+    """The page's sections, with their figures (``registry.ladder_figures_for``) and CSV files
+    written to ``out_dir``."""
     sections = []
-    forest, trend_fig = _figures(df)
-    if forest is not None:
-        save_figure(forest, out_dir, "forest", written)
-        save_figure(trend_fig, out_dir, "trend", written)
     acc, claims = accuracy(rungs, df), claim_table(rungs)
     files = {name: write_csv(frame, out_dir, name, written) for name, frame in (
         ("ladder", df), ("verdicts", vt), ("claims", claims), ("accuracy", acc), ("trials", trials_table(rungs)))}
@@ -360,20 +366,31 @@ def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Pa
                             [files["verdicts"], files["ladder"]], [vt]))
     sections.append(Section("claims", "Claim conditions at each rung", "Each claim condition's verdict at each rung, "
                             "with the comparison that decided it.", None, [files["claims"]], [claims]))
-    sections.append(Section("accuracy", "How well a cheaper rung predicts the top one", "For each lower rung: of the "
-                            "comparisons decided at both it and the top rung, how many reach the same verdict; of the "
-                            "pairs of cells at their tuned rates (each cell's rate chosen on its geometric mean "
-                            "validation perplexity), how many point the same way, all of them and those whose 95% "
-                            "interval excludes zero at both rungs (decision accuracy, as DataDecide measures it).",
-                            None, [files["accuracy"]], [acc]))
-    if forest is not None:
-        sections.append(Section("forest", "Every primary comparison at every rung", "Effect and interval of each "
-                                "comparison of the claims' primary conditions, grouped by comparison, one row per "
-                                "rung; each interval at the level that decided it (ladder.csv).", "forest.png",
-                                ["forest.pdf", files["ladder"]]))
-        sections.append(Section("trend", "Effects against training length", "The same comparisons against tokens per "
-                                "parameter on a log axis, one line per comparison; no projection beyond the top "
-                                "rung.", "trend.png", ["trend.pdf", files["ladder"]]))
+    sections.append(Section("accuracy", "How well a cheaper rung predicts the top one", "Decision accuracy, as "
+                            "DataDecide measures it: for each lower rung against the top rung, how often the cheap "
+                            "decision matches the expensive one, each share with its exact Clopper-Pearson 95% "
+                            "interval (scipy's beta quantiles). The comparisons in two readings: of those decided at "
+                            "the top rung, how many this rung decides the same way, an undecided verdict here "
+                            "counted as a miss; and of those decided at both rungs, how many agree, an undecided "
+                            "verdict here left out (so a short count such as 4 of 4 is 4 of the top rung's 6). Then "
+                            "the pairs of cells at their tuned rates (each cell's rate chosen on its geometric mean "
+                            "validation perplexity): how many point the same way, all of them and those whose 95% "
+                            "interval excludes zero at both rungs. The intervals treat the comparisons and the "
+                            "pairs as independent; they are not: pairs of cells share cells (each cell is in every "
+                            "pair it belongs to), and comparisons share cells and seeds (a claim's comparisons share "
+                            "their reference), so the intervals are narrower than the evidence warrants.",
+                            None, [files["accuracy"]], [accuracy_display(acc)]))
+    for builder in ladder_figures_for(sweep):
+        f = builder(df)
+        if f is None:
+            continue
+        image, more = None, []
+        if f.fig is not None:
+            save_figure(f.fig, out_dir, f.id, written)
+            image, more = f"{f.id}.png", [f"{f.id}.pdf"]
+        more += [write_csv(t, out_dir, stem, written) for stem, t in f.tables.items()]
+        sections.append(Section(f.id, f.title, f.caption, image, more + [files["ladder"]],
+                                [f.tables[t] for t in f.show_tables]))
     return sections
 
 
@@ -397,7 +414,7 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
     rungs = read_rungs(sweep, store, grids, out, publish)
     df = comparison_rows(rungs)
     vt = verdict_table(df)
-    sections = _sections(rungs, df, vt, out_dir, written)
+    sections = _sections(rungs, df, vt, out_dir, written, sweep)
     judged = [rg for rg in rungs if rg.has_runs]
     summary = [("sweep", sweep), ("ladder", f"scale {spec.ladder.scale}, size {spec.ladder.size}, rungs "
                                            + ", ".join(f"{r:g}" for r in spec.ladder.rungs) + " tokens per parameter"),

@@ -16,6 +16,14 @@ group ``cemlab.plugins``) registers on import::
     register_claim(dict(id="my-claim", paper="...", claim="...", rule="...", sweeps=["my_sweep"]), my_rule)
 
 and lists the ids in its sweep file's ``figures:`` and ``claims:``.
+
+A figure of the across-the-ladder page (``cemlab.report.ladder``) registers the same way, with
+``ladder=True``: its builder takes the page's rows (the frame of ``ladder.csv``: one row per
+comparison and rung) and returns a ``Figure`` or None, and the ladder page of every sweep in
+``sweeps`` draws it (no sweeps: every ladder's page), after the page's own forest and trend, which
+register so themselves::
+
+    register_figure("my_ladder_fig", my_ladder_builder, sweeps=["recursion_ablation"], ladder=True)
 """
 
 from __future__ import annotations
@@ -29,15 +37,28 @@ from cemlab.sweeps import feeds
 BUILDERS: Registry[Callable] = Registry("figure builder", "figures")
 #: Claim id -> rule (``(ClaimData) -> (list[Check], list[str] missing)``).
 RULES: Registry[Callable] = Registry("claim rule", "claims")
+#: Ladder figure id -> its entry (``id``, ``sweeps``: the sweeps whose ladder page draws it, empty
+#: for every ladder; ``builder``: ``(ladder rows: pd.DataFrame) -> Figure | None``), in page order.
+LADDER_FIGURES: Registry[dict] = Registry("ladder figure", "ladder figures")
 
 
-def register_figure(fid: str, builder: Callable, sweeps: Iterable[str]) -> Callable:
+def register_figure(fid: str, builder: Callable, sweeps: Iterable[str], ladder: bool = False) -> Callable:
     """Add figure ``fid``, drawn by ``builder`` from the runs of ``sweeps`` (whose files list
-    ``fid`` under ``figures:``). An id already taken is an error (``Registry.register``)."""
+    ``fid`` under ``figures:``). With ``ladder``: a figure of the ladder page of ``sweeps`` (every
+    ladder's when empty), drawn by ``builder`` from the page's ``ladder.csv`` rows. An id already
+    taken is an error (``Registry.register``)."""
     entry = dict(id=fid, sweeps=tuple(sweeps))
+    if ladder:
+        LADDER_FIGURES.register(fid, {**entry, "builder": builder})
+        return builder
     feeds.FIGURES.register(fid, entry)
     BUILDERS.register(fid, builder)
     return builder
+
+
+def ladder_figures_for(sweep: str) -> list[Callable]:
+    """The builders of the figures on ``sweep``'s ladder page, in page order."""
+    return [e["builder"] for _, e in LADDER_FIGURES.items() if not e["sweeps"] or sweep in e["sweeps"]]
 
 
 def register_claim(entry: dict, rule: Callable) -> Callable:
