@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import io
 import os
 import subprocess
 import sys
@@ -104,10 +105,22 @@ def test_offline_bundle_installs_into_a_fresh_venv_without_an_index(tmp_path):
 
 def test_offline_bundle_names_what_it_cannot_bundle(tmp_path, monkeypatch):
     bundle = _script("offline-bundle")
-    with pytest.raises(bundle.BundleError, match=r"big\.whl\.xz alone is .* over --part-size 2,048; give a larger"):
+    with pytest.raises(bundle.BundleError, match=r"--part-size 2,048 cannot hold a part's tar headers and end"):
         bundle.pack([("big.whl.xz", b"x" * 4096)], 2048)
     parts = bundle.pack([("c", b"x" * 100), ("a", b"x" * 3000), ("b", b"x" * 3000), ("d", b"x" * 5000)], 20 * 1024)
     assert [[n for n, _ in p] for p in parts] == [["d", "c"], ["a", "b"]]   # largest first, into the first part it fits
+    big = os.urandom(30_000)   # too large for one part: cut into pieces, each filling a part but the last
+    parts = bundle.pack([("c.whl.xz", b"x" * 100), ("big.whl.xz", big)], 20 * 1024)
+    assert [[n for n, _ in p] for p in parts] == [["big.whl.xz.1-of-4"], ["big.whl.xz.2-of-4"], ["big.whl.xz.3-of-4"],
+                                                  ["big.whl.xz.4-of-4", "c.whl.xz"]]
+    assert b"".join(b for p in parts for n, b in p if n.startswith("big")) == big
+    for p in parts:   # every part, as written, within the limit
+        with tarfile.open(tmp_path / "p.tar", "w", format=tarfile.PAX_FORMAT) as t:
+            for name, blob in p:
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                t.addfile(info, io.BytesIO(blob))
+        assert (tmp_path / "p.tar").stat().st_size <= 20 * 1024
 
     links = tmp_path / "links"
     links.mkdir()
