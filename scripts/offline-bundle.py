@@ -5,7 +5,7 @@ wheelhouse of cemlab and its dependencies at the versions of ``requirements/cons
 and the script that installs it there without a network (docs/gpu.md).
 
     python3 scripts/offline-bundle.py --out offline-bundle --python-version 3.12 \\
-        --installed scripts/gpu-image-packages.txt --part-size 60M
+        --installed scripts/gpu-image-packages.txt --part-size 48M
 
 What goes in: cemlab's wheel (built from this checkout) and every distribution its requirements
 reach (extras such as ``ray[tune]`` followed, environment markers evaluated for the node's Python
@@ -21,9 +21,11 @@ What comes out, in ``--out``:
 - ``cemlab-offline-K-of-N.tar``: the parts; each holds wheels recompressed with xz (every wheel's
   members stored uncompressed first, which xz packs far tighter than the wheel's own deflate:
   ray 2.60's 79 MB wheel becomes 56 MB), never more than ``--part-size`` bytes per part; a wheel
-  that alone is larger is refused, naming it. Without ``--part-size``: one part.
+  that alone is larger is cut into pieces across parts (``NAME.whl.xz.K-of-N``). Without
+  ``--part-size``: one part.
 - ``install.sh``: ``sh install.sh`` unpacks every part beside it (``unpack``: the parts may arrive
-  one at a time; each adds its wheels) into ``wheelhouse/`` and installs cemlab with pip, offline:
+  one at a time; each adds its wheels, and a wheel cut into pieces is joined once all of them are
+  unpacked) into ``wheelhouse/`` and installs cemlab with pip, offline:
   ``python3 -m pip install --no-index --find-links wheelhouse cemlab`` (``install [pip args]``:
   other requirements or options). It refuses a Python other than the bundle's, naming both.
 - ``MANIFEST.txt``: the target, the parts, the install command, every wheel with its size and its
@@ -224,30 +226,53 @@ def parse_size(text: str) -> int:
 TAR_END = tarfile.RECORDSIZE
 
 
+def _member_cost(size: int) -> int:
+    """Bytes a member of ``size`` bytes takes in a part: its headers (a long name adds a pax header) and data."""
+    return 3 * 512 + -(-size // 512) * 512
+
+
 def pack(items: list[tuple[str, bytes]], limit: int | None) -> list[list[tuple[str, bytes]]]:
-    """The compressed wheels grouped into parts of at most ``limit`` bytes as tar files (largest first)."""
+    """The compressed wheels grouped into parts of at most ``limit`` bytes as tar files: largest
+    first, each into the first part with room for it, else into a new part. A wheel too large for
+    a part of its own is cut into pieces, ``NAME.K-of-N``, each filling a new part but the last,
+    which goes where it fits like any other member; install.sh joins them once it has unpacked
+    every piece."""
     parts: list[list[tuple[str, bytes]]] = []
     sizes: list[int] = []
-    for name, blob in sorted(items, key=lambda x: -len(x[1])):
-        cost = 3 * 512 + -(-len(blob) // 512) * 512   # its headers (a long name adds a pax header) and data
-        if limit is not None and cost + TAR_END > limit:
-            raise BundleError(f"{name} alone is {cost + TAR_END:,} bytes compressed, over --part-size {limit:,}; "
-                              f"give a larger --part-size")
+
+    def place(name: str, blob: bytes) -> None:
+        cost = _member_cost(len(blob))
         for i in range(len(parts)):
             if limit is None or sizes[i] + cost + TAR_END <= limit:
                 parts[i].append((name, blob))
                 sizes[i] += cost
-                break
-        else:
-            parts.append([(name, blob)])
-            sizes.append(cost)
+                return
+        parts.append([(name, blob)])
+        sizes.append(cost)
+
+    if limit is not None and _member_cost(1) + TAR_END > limit:
+        raise BundleError(f"--part-size {limit:,} cannot hold a part's tar headers and end "
+                          f"({_member_cost(1) + TAR_END:,} bytes at least); give a larger --part-size, e.g. 48M")
+    for name, blob in sorted(items, key=lambda x: -len(x[1])):
+        if limit is None or _member_cost(len(blob)) + TAR_END <= limit:
+            place(name, blob)
+            continue
+        room = (limit - TAR_END - _member_cost(0)) // 512 * 512   # a new part's room for one piece's data
+        pieces = [blob[i:i + room] for i in range(0, len(blob), room)]
+        for k, piece in enumerate(pieces, 1):
+            place(f"{name}.{k}-of-{len(pieces)}", piece)
     return parts
+
+
+#: A piece of a wheel cut across parts: ``NAME.whl.xz.K-of-N``.
+PIECE = re.compile(r"(?P<wheel>.+\.whl)\.xz\.(?P<k>\d+)-of-(?P<n>\d+)")
 
 
 INSTALL_SH = r"""#!/bin/sh
 # Installs cemlab offline from the parts beside this file (written by scripts/offline-bundle.py).
 #   sh install.sh                  unpack every part here, then install cemlab
-#   sh install.sh unpack           unpack the parts here into wheelhouse/ (parts may come one at a time)
+#   sh install.sh unpack           unpack the parts here into wheelhouse/ (parts may come one at a time;
+#                                  a wheel cut across parts is joined once all its pieces are unpacked)
 #   sh install.sh install [ARGS]   python3 -m pip install --no-index --find-links wheelhouse ARGS (default: cemlab)
 # PYTHON=/path/to/python3 picks the interpreter (default python3).
 set -eu
@@ -266,13 +291,36 @@ unpack() {
     [ -e "$part" ] || continue
     found=1
     "$py" - "$part" "$here/wheelhouse" <<'EOF'
-import lzma, sys, tarfile
+import lzma, re, sys, tarfile
 from pathlib import Path
 part, dest = sys.argv[1], Path(sys.argv[2])
+pieces = dest / ".pieces"   # a wheel cut across parts waits here for its other pieces
+
+def put(name, data):
+    tmp = dest / (name + ".part")
+    tmp.write_bytes(lzma.decompress(data))
+    tmp.replace(dest / name)
+
 with tarfile.open(part) as t:
     for m in t.getmembers():
-        if m.isfile() and m.name.endswith(".whl.xz") and "/" not in m.name:
-            (dest / m.name[:-3]).write_bytes(lzma.decompress(t.extractfile(m).read()))
+        if not m.isfile() or "/" in m.name:
+            continue
+        if m.name.endswith(".whl.xz"):
+            put(m.name[:-3], t.extractfile(m).read())
+            continue
+        piece = re.fullmatch(r"(.+\.whl)\.xz\.(\d+)-of-(\d+)", m.name)
+        if piece:
+            pieces.mkdir(exist_ok=True)
+            (pieces / m.name).write_bytes(t.extractfile(m).read())
+            wheel, n = piece.group(1), int(piece.group(3))
+            names = [pieces / f"{wheel}.xz.{k}-of-{n}" for k in range(1, n + 1)]
+            if all(p.is_file() for p in names):
+                put(wheel, b"".join(p.read_bytes() for p in names))
+                for p in names:
+                    p.unlink()
+                print(f"  {wheel}: its {n} pieces joined")
+for p in sorted(pieces.glob("*")) if pieces.is_dir() else []:
+    print(f"  {p.name}: waiting for the other pieces of its wheel (their parts are not unpacked yet)")
 print(f"unpacked {part}")
 EOF
   done
@@ -320,6 +368,13 @@ def write_bundle(args, wheels: list[Path]) -> list[Path]:
              f"install on the node: sh install.sh   (= python3 -m pip install --no-index --find-links wheelhouse cemlab)",
              "", "parts:"]
     lines += [f"  {p.name}  {p.stat().st_size:,} bytes" for p in paths]
+    cut: dict[str, list[str]] = {}
+    for path, group in zip(paths, groups):
+        for name, _ in group:
+            if PIECE.fullmatch(name):
+                cut.setdefault(PIECE.fullmatch(name)["wheel"], []).append(path.name)
+    lines += [f"  {wheel} is cut into {len(ps)} pieces, in {', '.join(ps)}: install.sh joins them once all are unpacked"
+              for wheel, ps in cut.items()]
     lines += ["", "wheels (sha256: as unpacked into wheelhouse/, its members stored uncompressed; "
               "index-sha256: the file pip downloaded, the same members deflated):"]
     for w in wheels:
@@ -343,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="NAME",
                    help="also bundle NAME and what it needs (repeatable), e.g. --with pytest --with pytest-timeout")
     p.add_argument("--only", action="append", metavar="NAME", help="bundle only these names (and cemlab)")
-    p.add_argument("--part-size", type=parse_size, help="most bytes per part, e.g. 60M (default: one part)")
+    p.add_argument("--part-size", type=parse_size, help="most bytes per part, e.g. 48M (default: one part)")
     p.add_argument("--level", type=int, default=9, choices=range(0, 10), help="xz preset, 0-9 (default 9, extreme)")
     p.add_argument("--find-links", type=Path, help="take wheels from this folder only, not pip's index")
     args = p.parse_args(argv)
