@@ -23,7 +23,7 @@ def plan():
 def test_gpu_scale_trains_real_models_at_20_tokens_per_parameter_within_the_corpus(plan):
     from cemlab.models import build_model, count_parameters
 
-    assert len(plan.rows) == 612   # the whole grid: 4 sizes x 17 variants x 3 learning rates x 3 seeds
+    assert len(plan.rows) == 216   # the sweep file's gpu grid: 4 sizes x 9 cells (dplr) x 2 learning rates x 3 seeds
     llamas = {}
     for r in plan.rows:
         cfg, res = r.trial.config, r.trial.resources
@@ -46,7 +46,7 @@ def test_plan_times_a_gpu_scale_on_the_reference_gpu_without_one(plan, monkeypat
     monkeypatch.setattr(planning, "visible_gpus", lambda: (None, 0))
     g = planning.gpu_time_estimate(plan.rows, 0.4)
     flops = sum(r.flops for r in plan.rows)
-    assert g["kind"] == hardware.REFERENCE_KIND and not g["found"] and g["trials"] == 612
+    assert g["kind"] == hardware.REFERENCE_KIND and not g["found"] and g["trials"] == 216
     assert g["gpu_seconds"] == pytest.approx(flops / (989e12 * 0.4))
     assert g["wall_seconds"] == g["gpu_seconds"] and g["trials_per_gpu"] == 4
     assert g["trial_seconds"][0] < g["trial_seconds"][1] < 10   # seconds of training FLOPs: overhead-bound trials
@@ -60,7 +60,7 @@ def test_plan_times_a_gpu_scale_on_the_reference_gpu_without_one(plan, monkeypat
     assert "for 9 trials" in line and "4 trials at once per GPU" in line
     assert main(["plan", "recursion_ablation", "--scale", "gpu", "--no-store", "--json", "seed=[0]"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["gpu_time"]["trials"] == len(data["trials"]) == 204 and data["gpu_time"]["mfu"] == 0.4
+    assert data["gpu_time"]["trials"] == len(data["trials"]) == 72 and data["gpu_time"]["mfu"] == 0.4
 
 
 def test_plan_times_a_gpu_scale_on_the_gpus_it_finds(plan, monkeypatch):
