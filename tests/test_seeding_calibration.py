@@ -8,7 +8,7 @@ seed effect shared by every cell and rate and a noise of each run's own; the hig
 better one by ``RATE_GAP``. A run may diverge (status ``diverged``, no value): the report counts it
 at the metric's chance value, the vocabulary size (``pairing.scored``). The look loop of a seeded
 sweep runs on them as the driver runs it: the report's ``verdicts.evaluate`` through
-``cemlab.report.look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level (a comparison
+``cemlab.report.stats.interim_look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level (a comparison
 decided at a look keeps its verdict), seeds added only to the cells of inconclusive comparisons,
 until nothing is open or the last look. No training, seconds.
 
@@ -47,12 +47,13 @@ import pandas as pd
 import pytest
 
 from cemlab.paper import SESOI
-from cemlab.report import claims, pairing
-from cemlab.report.look import LookLoop
-from cemlab.report.sequential import ALPHA
-from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED, WORST, beyond_of, comparison_evidence,
-                                 decide, paired_diffs)
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.report.claims import catalog as claims, pairing
+from cemlab.report.stats.interim_look import LookLoop
+from cemlab.report.stats.sequential import ALPHA
+from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
+from cemlab.report.stats.decision import comparison_evidence, decide
+from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs
+from cemlab.sweeps.sweepfile.load import load_sweep
 from sweep_support import REPO_SWEEPS
 
 SWEEP = "recursion_ablation"
@@ -399,7 +400,7 @@ def ideal_condition(evidence: list[list], alphas) -> str:
     look loop's rule: at each look the open comparisons are judged together by ``stats.decide``
     (intersection-union for support, Holm over k for contradiction), a decisive comparison keeps its
     word, and the condition's verdict combines the kept and current words (``stats.combine``)."""
-    from cemlab.report.stats import combine
+    from cemlab.report.stats.significance import combine
 
     kept: dict[int, str] = {}
     for j, a in enumerate(alphas):

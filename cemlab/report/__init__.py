@@ -23,7 +23,7 @@ __all__ = ["build_report"]
 
 def __getattr__(name: str):
     if name == "build_report":
-        from cemlab.report.build import build_report
+        from cemlab.report.pages.build import build_report
 
         return build_report
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
