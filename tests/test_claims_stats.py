@@ -607,7 +607,7 @@ def test_seeds_for_power_answer_for_the_claim_condition():
     """``seeds_for_80pct_power``: per comparison at its support's level over the choices that may be
     picked (2 rates: half the level); per claim condition every comparison of an 'all' claim must
     be supported (more seeds than its weakest alone); shown beside the sweep's seed budget."""
-    from cemlab.report.pages.build import _power_text
+    from cemlab.report.pages.writers import _power_text
 
     sd, delta = 0.01, 0.01
     one = verdict_tables.all_power_seeds([(sd, delta, 0.025)])

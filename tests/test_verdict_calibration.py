@@ -1,7 +1,7 @@
 """Error rates of the verdict method, held by simulation of the report's own decision code.
 
-Simulated per-seed log metrics (no training) go through ``stats.comparison_evidence`` and
-``stats.decide``, the functions ``verdicts.evaluate`` calls for every claim. With every true effect
+Simulated per-seed log metrics (no training) go through ``decision.comparison_evidence`` and
+``decision.decide``, the functions ``verdicts.evaluate`` calls for every claim. With every true effect
 zero, the rate of a false decisive verdict of each claim shape must stay at or below its nominal
 level (one-sided alpha/2 = 2.5% per direction) within Monte-Carlo error; with a true effect of one
 sd of the paired difference the power is printed beside the old method's (choice on the seeds

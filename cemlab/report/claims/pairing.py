@@ -15,10 +15,10 @@ import pandas as pd
 from cemlab.paper import SESOI
 from cemlab.report.stats.significance import LEVEL, NOT_ENOUGH, Interval, t_interval
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide
-from cemlab.report.stats.bounds import (WORST, Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
+from cemlab.report.stats.bounds import (Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
                                         every_choice_bound, paired_diffs_by_seed)
 from cemlab.report.inputs.table import selection_key
-from cemlab.tracking.outcomes import DIVERGED, RESULTS
+from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable
 
 
 def pct(x: float) -> str:
@@ -46,7 +46,7 @@ class Check:
     (``below``: effect < tol; ``above``: effect > tol; ``within``: |effect| < tol; ``tol`` and
     ``margin`` on the effect's own scale), its ``evidence`` (one-sided p-values, every choice
     tested; None: planned but without runs), its verdict (set by the claim's decision,
-    ``stats.decide``), the interval that decided it (``bounds``, at the levels its tests were held
+    ``decision.decide``), the interval that decided it (``bounds``, at the levels its tests were held
     to; ``settle``), the descriptive 95% interval (``iv``, log scale: the effect shown, its n and
     sd), its numbers, the ``condition`` it belongs to and its regime."""
 
@@ -80,7 +80,7 @@ class Check:
     diffs_of: dict = field(default_factory=dict, repr=False)
     test_coefs: tuple = ()
     discrete: bool = False
-    #: The interval that decided (``stats.Bounds``; None: a sign test, or no runs).
+    #: The interval that decided (``bounds.Bounds``; None: a sign test, or no runs).
     bounds: Bounds | None = None
     #: What decided, in words, where the interval does not say it all (sign test, TOST, Holm step).
     how: str = ""
@@ -96,7 +96,7 @@ class Check:
     def settle(self, alpha_claim: float, alpha_against: float, alpha_negligible: float = ALPHA / 2,
                holm: str = "") -> "Check":
         """Record the one-sided levels its tests were held to and the interval that decided at them
-        (``stats.decision_bounds``); ``holm``: the side ('supported' or 'contradicted') held to a Holm step."""
+        (``bounds.decision_bounds``); ``holm``: the side ('supported' or 'contradicted') held to a Holm step."""
         self.alpha_claim, self.alpha_against, self.alpha_negligible = alpha_claim, alpha_against, alpha_negligible
         self.bounds = (decision_bounds(self.diffs_of, self.test_coefs, self.n_choices or (), self.side, alpha_claim,
                                        alpha_against, self.verdict, alpha_negligible, self.discrete)
@@ -107,7 +107,7 @@ class Check:
     @property
     def power_sd(self) -> float:
         """The sd of the paired log differences a power calculation should use: those of the choice
-        that decides the claim's side (``stats.deciding_choice``), else of the effect shown."""
+        that decides the claim's side (``bounds.deciding_choice``), else of the effect shown."""
         if self.diffs_of and not self.discrete and self.side != "within":
             combo = deciding_choice(self.diffs_of, self.test_coefs, self.n_choices or (), self.alpha_claim,
                                     upper=self.side == "below")
@@ -266,51 +266,6 @@ class ClaimData:
         return seeds, [s.reindex(seeds).to_numpy(dtype=float) for s in series]
 
 
-def worst_outcomes(trials: pd.DataFrame) -> np.ndarray:
-    """Which trials are a **worst outcome**: a result (finished or diverged; not a failure, an
-    interruption or an early stop) that is a divergence, or whose metric is not finite, or no better
-    than the metric's chance value (``chance``, ``Task.chance_value``: for perplexity the vocabulary
-    size, a model that learned nothing), whatever its status says."""
-    if trials.empty or "status" not in trials:
-        return np.zeros(len(trials), dtype=bool)
-    status = trials["status"].to_numpy()
-    value = trials["value"].to_numpy(dtype=float) if "value" in trials else np.full(len(trials), np.nan)
-    chance = trials["chance"].to_numpy(dtype=float) if "chance" in trials else np.full(len(trials), np.nan)
-    with np.errstate(invalid="ignore"):
-        exploded = ~np.isfinite(value) | (np.isfinite(chance) & (value >= chance))
-    return (status == DIVERGED) | (np.isin(status, RESULTS) & exploded)
-
-
-def outcomes(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trials with every worst outcome (``worst_outcomes``) at ``WORST`` (infinite), test and
-    validation alike: an outcome of its cell, ranked below every run that finished, which the paired
-    tests score as the worst finished run of the comparison (``stats.paired_diffs_by_seed``). A failed
-    (crashed) run keeps no value: its seed does not pair, as a seed not yet run."""
-    hit = worst_outcomes(trials)
-    if not hit.any():
-        return trials
-    out = trials.copy()
-    out.loc[hit, "value"] = WORST
-    if "val" in out:
-        out.loc[hit, "val"] = WORST
-    return out
-
-
-def at_chance(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trials with every worst outcome (``worst_outcomes``) at its metric's chance value: a
-    learning-rate curve's point where a run diverged (a rate where it diverged is no optimum). Without
-    a known chance value a worst outcome keeps no value."""
-    hit = worst_outcomes(trials)
-    if not hit.any() or "chance" not in trials:
-        return trials
-    chance = trials["chance"].to_numpy(dtype=float)
-    out = trials.copy()
-    out.loc[hit, "value"] = chance[hit]
-    if "val" in out:
-        out.loc[hit, "val"] = chance[hit]
-    return out
-
-
 def regime_of(rows: list) -> dict:
     """Tokens per parameter and optimizer steps of the reference cell (the first), and the corpus
     with the number of passes over its training split (token budget / training tokens)."""
@@ -407,8 +362,8 @@ def _shown_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, tested
     each seed, every position takes the candidate with the lowest *median* log validation metric over
     all of that candidate's *other* seeds with an outcome (leave-one-seed-out; a worst outcome ranks
     last and moves the median no further than a bad finished run would), then the seed's difference
-    of that choice as the tests score it (``stats.paired_diffs_by_seed``), averaged over seeds. The
-    mark: the every-choice bounds at one-sided 2.5% each (``stats.every_choice_bound``), the 95%
+    of that choice as the tests score it (``bounds.paired_diffs_by_seed``), averaged over seeds. The
+    mark: the every-choice bounds at one-sided 2.5% each (``bounds.every_choice_bound``), the 95%
     confidence interval of the tuned effect that the tests decide on (the interval that decided is
     the same construction at the tests' own levels), so it excludes 0 only as often as its level
     allows; a t-interval of the chosen differences would not (the choices of neighbouring seeds share
@@ -473,32 +428,6 @@ def rel(a, b):
     return b - a
 
 
-#: Per candidate, the outcomes a comparison names (``Check.diverged``): a diverged seed and a finished
-#: one whose metric is not finite or no better than chance are worst outcomes (``outcomes``), a failed
-#: one has no value (its seed does not pair there).
-UNUSABLE = ("n_diverged", "n_exploded", "n_failed")
-#: Of those, the ones that are outcomes of their cell.
-WORST_COUNTS = ("n_diverged", "n_exploded")
-
-
-def _usable(d: pd.DataFrame) -> np.ndarray:
-    """Cells with an outcome at some seed: a finished run with a value, or a worst outcome."""
-    ok = np.isfinite(d["mean"].to_numpy(dtype=float))
-    for col in WORST_COUNTS:
-        if col in d:
-            ok |= d[col].fillna(0).to_numpy(dtype=float) > 0
-    return ok
-
-
-def _outcome_note(r) -> str:
-    words = {"n_diverged": "diverged (the worst outcome)",
-             "n_exploded": "finished with a non-finite or chance-level metric (the worst outcome)",
-             "n_failed": "failed (no value)"}
-    return (f"{r.get('variant', '')} lr={float(r['lr']):.3g}: "
-            + ", ".join(f"{int(r[c])} {words[c]}" for c in UNUSABLE if c in r and r[c] > 0)
-            + f" of {int(r.get('n_expected', 0))} seeds")
-
-
 def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     """The cells of ``df`` matching ``where`` (a value or a list of values per column) as one
     position of a comparison: the row shown (the lowest validation mean over seeds) carrying every
@@ -521,9 +450,9 @@ def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     for col in UNUSABLE:
         if col in d:
             marked |= d[col].fillna(0).to_numpy(dtype=float) > 0
-    usable = _usable(d)
+    usable = usable(d)
     ok = d[usable]
-    diverged = "; ".join(_outcome_note(r) for _, r in d[marked].iterrows())
+    diverged = "; ".join(outcome_note(r) for _, r in d[marked].iterrows())
     if not usable.all():
         empty = d[~usable]
         what = "; ".join(f"{r.get('variant', '')} lr={float(r['lr']):.3g}: {r.get('note', '') or 'no finished run'}"

@@ -23,7 +23,7 @@ from cemlab.report.claims.recursion_rules import (  # noqa: F401 (the recursion 
     rule_test_time_recursion)
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from cemlab.report.stats.decision import Evidence
-from cemlab.report.claims.pairing import at_chance
+from cemlab.report.stats.divergence import at_chance
 from cemlab.report.claims.verdicts import Check, ClaimData, check_of_diffs, compare, eta_condition, etas_of, log2_ratio, \
     num, pct, pick_cell, regime_of, rel, sizes_of
 
@@ -101,7 +101,7 @@ def _seed_optima(data: ClaimData, missing: list[str]) -> dict[str, dict[str, dic
     """Per size and family (llama / cem), per seed: the Akima optimum of the seed's own validation
     curve (its optimal rate, ``own``) and the seed's test curve read at the rate chosen on the
     *other* seeds' mean validation curve (``value``: chosen without the seed it judges). A diverged
-    run is a point of its seed's curve at the metric's chance value (``pairing.at_chance``; a non-finite or exploded result likewise), in either
+    run is a point of its seed's curve at the metric's chance value (``divergence.at_chance``; a non-finite or exploded result likewise), in either
     family alike: a rate where CEM diverges is no optimum of CEM's."""
     sweep = data.sweep(0)
     cells = data.cells(sweep)

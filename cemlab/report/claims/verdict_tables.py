@@ -116,7 +116,7 @@ def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 
 #: comparisons.csv columns: one row per comparison behind every claim. ``effect`` and the intervals
 #: are relative changes (exp of the log-scale values, minus 1; log2 for the learning-rate claim).
-#: ``ci_low`` / ``ci_high``: the interval that decided (``stats.decision_bounds``), each end at the
+#: ``ci_low`` / ``ci_high``: the interval that decided (``bounds.decision_bounds``), each end at the
 #: one-sided level of the test that decides on its side (``alpha_low`` / ``alpha_high``), of
 #: coverage ``level`` = 1 - alpha_low - alpha_high; ``decided_how`` says what decided where the
 #: interval does not say it all (a sign test, a TOST's contradiction, a Holm step).

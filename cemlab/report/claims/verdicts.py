@@ -8,20 +8,20 @@ The method is stated for a reviewer in ``docs/verdicts.md``; in short:
   Tolerances and margins are relative changes, compared on the same scale (log(1 + tol)).
 - **Choose on other seeds than you judge.** Where a position of a comparison may be any of several
   cells (a cell's learning rates, the best of several preconditioners), the *decision* tests every
-  choice (``stats.every_choice_p``), so nothing is selected on the seeds that judge; the *effect
+  choice (``decision.every_choice_p``), so nothing is selected on the seeds that judge; the *effect
   shown* takes each choice on the median validation metric of the cell's other seeds
   (leave-one-seed-out).
 - **A divergence is the worst outcome.** A diverged run, or one whose metric is not finite or no
   better than chance, is an outcome of its cell ranked below every finished run and scored as the
   worst finished run of the choice, in every compared cell alike; a failed run has no value and its
-  seed does not pair (``pairing.outcomes``, ``stats.paired_diffs_by_seed``, ``pairing.pick_cell``).
+  seed does not pair (``divergence.outcomes``, ``bounds.paired_diffs_by_seed``, ``pairing.pick_cell``).
 - **The interval shown decided.** Each comparison's interval is the one its tests decided at: each
   end at the one-sided level of its test (the look's share of alpha, Holm's step, the every-choice
-  factor), its coverage in the ``level`` column (``stats.decision_bounds``).
+  factor), its coverage in the ``level`` column (``bounds.decision_bounds``).
 - **No silent gaps.** A planned comparison whose cells have no usable runs is a comparison of its
   own with the word ``not enough runs``; it counts in k and leaves an ``all`` claim at best
   ``not enough runs``.
-- **Multiplicity that matches the decision** (``stats.decide``): ``all`` claims are supported by
+- **Multiplicity that matches the decision** (``decision.decide``): ``all`` claims are supported by
   intersection-union, contradicted by Holm over the k planned comparisons; ``any`` the reverse. Each
   claim has one primary condition (its entry's ``primary_condition``); other conditions and the
   shared-rate verdict are sensitivity checks, labelled as such.
@@ -37,8 +37,9 @@ import pandas as pd
 
 from cemlab.paper import PAPER_REGIME, SESOI
 from cemlab.report.claims.pairing import (  # noqa: F401 (re-exported: the rules and plugins build comparisons with them)
-    Check, ClaimData, UNUSABLE, Unrun, WHERE, cells_compared, check_of_diffs, coefficients, compare, eta_condition,
+    Check, ClaimData, Unrun, WHERE, cells_compared, check_of_diffs, coefficients, compare, eta_condition,
     etas_of, log2_ratio, num, pct, pick_cell, regime_of, rel, shown, sizes_of)
+from cemlab.report.stats.divergence import UNUSABLE  # noqa: F401 (re-exported with the above)
 from cemlab.report.stats.significance import NOT_ENOUGH
 from cemlab.report.stats.decision import ALPHA, decide
 from cemlab.report.stats.bounds import smallest_p
@@ -85,7 +86,7 @@ class Verdict:
     role: str = "primary"
     #: The comparison that decided the verdict (its label); ``effect`` is its effect shown,
     #: ``ci_low`` / ``ci_high`` its interval that decided, of coverage ``level``
-    #: (``stats.Bounds``); ``decided_how`` what decided where that interval does not say it all.
+    #: (``bounds.Bounds``); ``decided_how`` what decided where that interval does not say it all.
     decided_by: str = ""
     level: float = math.nan
     decided_how: str = ""
@@ -94,7 +95,7 @@ class Verdict:
     #: Seeds per cell the claim's sweep can reach at this scale (its last planned look; the grid's
     #: seeds without seeding); 0 where unknown (``look.sweep_verdicts`` sets it).
     seed_budget: int = 0
-    #: How its comparisons combine (``stats.COMBINE_RULES``).
+    #: How its comparisons combine (``significance.COMBINE_RULES``).
     combine: str = "all"
 
     @property
@@ -148,7 +149,7 @@ def size_flips(checks: list[Check]) -> str:
 
 
 def _condition_verdict(checks: list[Check], combine: str, alpha: float) -> str:
-    """Decide one condition of a claim (``stats.decide``) at the two-sided level ``alpha``, and write
+    """Decide one condition of a claim (``decision.decide``) at the two-sided level ``alpha``, and write
     each comparison's word, the one-sided levels its tests were held to and the interval that
     decided at those levels (``Check.settle``)."""
     verdict, words, levels = decide([ch.evidence for ch in checks], combine, alpha)

@@ -7,9 +7,9 @@ Two tables (pandas DataFrames) carry every report:
   ``diverged``, ``stopped``, ``failed``, ``interrupted``, ``running`` or ``missing``), its numbers
   and a ``detail`` (where a run stopped or diverged, the error of a failed one), and ``chance``: the
   test metric of a model that learned nothing (``Task.chance_value``: perplexity = vocabulary size),
-  where a learning-rate curve puts a diverged run (``cemlab.report.claims.pairing.at_chance``); the
+  where a learning-rate curve puts a diverged run (``cemlab.report.stats.divergence.at_chance``); the
   verdicts rank a diverged run, or a finished one whose metric is not finite or no better than
-  chance, below every finished run (``cemlab.report.claims.pairing.outcomes``). The cells' means and the
+  chance, below every finished run (``cemlab.report.stats.divergence.outcomes``). The cells' means and the
   figures read finished runs with a finite, better-than-chance metric only (``n_exploded`` counts
   the others).
 - ``cells``: one row per grid cell = the trials that differ only in their seed. The main metric

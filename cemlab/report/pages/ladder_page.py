@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.pages.build import (ReportContext, make_report, publish_problem, remove_stale, reports_root,
-                                 save_figure, write_csv, write_file)
+from cemlab.report.pages.build import ReportContext, make_report, publish_problem, reports_root
+from cemlab.report.pages.writers import remove_stale, save_figure, write_csv, write_file
 from cemlab.report.inputs.grids import SweepGrids
 from cemlab.report.figures.ladder_figures import relative_effect  # it also registers the page's forest and trend
 from cemlab.report.registry import ladder_figures_for

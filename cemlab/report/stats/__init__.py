@@ -9,7 +9,7 @@ combination of the compared cells' **log** metrics (``cemlab.report.claims.pairi
     effect = mean_s d_s        shown as the relative change exp(effect) - 1
 
 A seed enters where every compared cell has an outcome there: a finished run, or a worst outcome (a
-divergence, a metric that is not finite or no better than chance: ``pairing.outcomes``), which
+divergence, a metric that is not finite or no better than chance: ``divergence.outcomes``), which
 ranks below every finished run and is scored as the worst finished run of the choice
 (``paired_diffs_by_seed``). Tolerances and margins are relative changes compared as log(1 + tol).
 

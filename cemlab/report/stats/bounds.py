@@ -181,7 +181,7 @@ def smallest_p(n: int, discrete: bool) -> float:
 
 
 #: The log metric of a worst outcome (a divergence, or a result whose metric is not finite or no better
-#: than chance: ``pairing.outcomes``): worse than every run that finished, whatever its value.
+#: than chance: ``divergence.outcomes``): worse than every run that finished, whatever its value.
 WORST = math.inf
 
 
