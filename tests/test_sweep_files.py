@@ -71,8 +71,8 @@ def test_a_claim_whose_rule_is_missing_fails_naming_claim_and_rule():
 
     entry = dict(paper.CLAIM_ENTRIES[0], id="new-claim", function="rule_new_claim")
     assert [c.id for c in bind([paper.CLAIM_ENTRIES[0]])] == [paper.CLAIMS[0]]
-    for e in (entry, dict(entry, function="np")):   # "np" is in claim_rules, but not a rule
-        with pytest.raises(LookupError, match=f"claim 'new-claim' .*rule '{e['function']}'.*claim_rules"):
+    for e in (entry, dict(entry, function="np")):   # "np" is in the rules module, but not a rule
+        with pytest.raises(LookupError, match=f"claim 'new-claim' .*rule '{e['function']}'.*cemlab.report.claims.rules"):
             bind([paper.CLAIM_ENTRIES[0], e])
 
 

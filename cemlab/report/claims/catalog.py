@@ -4,9 +4,9 @@ verdict: for the paper's claims the function of ``cemlab.report.claims.rules`` i
 
 A claim is judged from the runs of the sweeps its entry names (``sweeps``); the sweep files that
 list it under ``claims:`` are those sweeps (tests/test_sweep_files.py keeps them in step). Adding a
-claim: its entry in ``cemlab.paper``, its rule in ``claim_rules``, and its id in the ``claims:`` of
+claim: its entry in ``cemlab.paper``, its rule in ``cemlab.report.claims.rules``, and its id in the ``claims:`` of
 the sweep files its entry names (or both registered by a plugin). An entry whose rule
-``claim_rules`` does not define fails on import, naming the claim and the rule.
+``cemlab.report.claims.rules`` does not define fails on import, naming the claim and the rule.
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """Paired comparisons over seeds on the log scale: the tests, the interval that decided, the verdict word.
 
+Modules: ``significance`` (the tests and the verdict words), ``decision`` (the decision from
+p-values), ``bounds`` (the interval that decided, one comparison judged), ``divergence`` (the worst
+outcomes' scoring); and the report's other statistics: ``sequential`` (the looks' levels),
+``interim_look`` and ``interim_look_store`` (a seeded sweep's looks), ``trend`` (the ladder's
+trends), ``akima`` (Akima optima).
+
 A claim compares two (or more) grid cells that differ in one setting. Runs with the same seed see
 the same data order and, where the shapes allow, the same initial embedding, so the comparison is
 made per seed (a *paired* difference) and the seeds are the replicates. The difference is a linear
