@@ -18,7 +18,7 @@ from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, d
 from cemlab.report.stats.bounds import (Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
                                         every_choice_bound, paired_diffs_by_seed)
 from cemlab.report.inputs.table import selection_key
-from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable
+from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable_cells
 
 
 def pct(x: float) -> str:
@@ -450,7 +450,7 @@ def pick_cell(df: pd.DataFrame, missing: list[str], label: str, **where):
     for col in UNUSABLE:
         if col in d:
             marked |= d[col].fillna(0).to_numpy(dtype=float) > 0
-    usable = usable(d)
+    usable = usable_cells(d)
     ok = d[usable]
     diverged = "; ".join(outcome_note(r) for _, r in d[marked].iterrows())
     if not usable.all():

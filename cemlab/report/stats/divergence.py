@@ -67,7 +67,7 @@ UNUSABLE = ("n_diverged", "n_exploded", "n_failed")
 WORST_COUNTS = ("n_diverged", "n_exploded")
 
 
-def usable(d: pd.DataFrame) -> np.ndarray:
+def usable_cells(d: pd.DataFrame) -> np.ndarray:
     """Cells with an outcome at some seed: a finished run with a value, or a worst outcome."""
     ok = np.isfinite(d["mean"].to_numpy(dtype=float))
     for col in WORST_COUNTS:
