@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sweep_look(*args):
     """The report's judge of a seeded sweep's looks (imported when a look is made)."""
-    from cemlab.report.look_store import sweep_look
+    from cemlab.report.stats.interim_look_store import sweep_look
 
     return sweep_look(*args)
 
@@ -119,10 +119,10 @@ def report_after_sweep(result, console, overrides: list[str] | None = None, sour
 
 def report_after_ladder(sweep: str, overrides: list[str] | None = None, source: str | None = None) -> int:
     """The end of ``cemlab sweep NAME --ladder`` (or ``--rung X``): the across-the-ladder report
-    (``cemlab.report.ladder``) from the store. Returns 0, or 3 when it could not be built (the runs
+    (``cemlab.report.pages.ladder_page``) from the store. Returns 0, or 3 when it could not be built (the runs
     are safe in MLflow; ``cemlab report NAME --ladder`` retries)."""
     try:
-        from cemlab.report.ladder import build_ladder
+        from cemlab.report.pages.ladder_page import build_ladder
 
         result = build_ladder(source or sweep, overrides=overrides)
     except Exception as e:  # the rungs' runs are safe in MLflow

@@ -1,15 +1,15 @@
 """The paper's figures and claims that cemlab reproduces: what a sweep file's ``figures:`` and
 ``claims:`` keys may name, and each claim's definition.
 
-Plain data with no imports, so that loading a sweep file (``cemlab.sweeps.spec.load``) checks these ids
+Plain data with no imports, so that loading a sweep file (``cemlab.sweeps.sweepfile.load``) checks these ids
 without loading the report (``cemlab.report``, which may not be imported by the sweep layer). The
-report draws each figure with the function of the same name in ``cemlab.report.paper_figures``
-and judges each claim with the rule its entry names in ``cemlab.report.claim_rules`` (bound in
-``cemlab.report.claims``, which fails on import when a rule is missing); a test keeps them in step.
+report draws each figure with the function of the same name in ``cemlab.report.figures.paper_figures``
+and judges each claim with the rule its entry names in ``cemlab.report.claims.rules`` (bound in
+``cemlab.report.claims.catalog``, which fails on import when a rule is missing); a test keeps them in step.
 
 Adding a claim: its entry in ``CLAIM_ENTRIES`` here (with the sweeps that judge it), its rule
-function in ``cemlab.report.claim_rules``, and its id in the ``claims:`` of those sweep files.
-Adding a figure: its builder in ``cemlab.report.paper_figures``, its entry in ``FIGURE_ENTRIES``
+function in ``cemlab.report.claims.rules``, and its id in the ``claims:`` of those sweep files.
+Adding a figure: its builder in ``cemlab.report.figures.paper_figures``, its entry in ``FIGURE_ENTRIES``
 here (with the sweeps that feed it), and the id in the ``figures:`` of those sweep files. A test
 keeps the entries' sweeps and the files' lists in step; a plugin registers figures and claims of
 its own through ``cemlab.report.registry``.
@@ -18,7 +18,7 @@ its own through ``cemlab.report.registry``.
 from __future__ import annotations
 
 #: Paper figures and tables the report draws, in page order: each id (a builder's name in
-#: ``cemlab.report.paper_figures``) with the sweeps whose files list it under ``figures:``.
+#: ``cemlab.report.figures.paper_figures``) with the sweeps whose files list it under ``figures:``.
 FIGURE_ENTRIES: tuple[dict, ...] = (
     dict(id="fig2a", sweeps=("attention_replacement",)),
     dict(id="fig2b", sweeps=("mlp_replacement",)),
@@ -72,7 +72,7 @@ def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweep
            paper_regime: str = PAPER_REGIME, primary: str = "", margin: float = SESOI, combine: str = "all",
            primary_condition: str = "", relative_margin: bool = True) -> dict:
     """One claim: its id, where the paper makes it, what it states, the rule (in words) that turns
-    runs into its verdict, the name of the function in ``cemlab.report.claim_rules`` that applies
+    runs into its verdict, the name of the function in ``cemlab.report.claims.rules`` that applies
     that rule, the sweeps whose runs judge it (``sweeps``: its own first; the rule reads them by
     position, ``ClaimData.sweep(i)``, and no other; their files list the claim under ``claims:``),
     the regime of the paper's runs behind it, its primary comparison (the first whose
@@ -80,7 +80,7 @@ def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweep
     smallest effect of interest ``margin`` (a relative change, compared as log(1 + margin) like the
     effects; ``relative_margin=False``: already on the effect's own scale, as the learning-rate
     claim's log2 ratio), how its comparisons combine (``combine``, a key of
-    ``cemlab.report.stats.COMBINE_RULES``) and, for a claim judged per condition (step size), the
+    ``cemlab.report.stats.significance.COMBINE_RULES``) and, for a claim judged per condition (step size), the
     condition whose verdict is the claim's (``primary_condition``; the others are sensitivity
     checks): the paper's own setting, fixed before any run (eta = 1, the residual step of eq. 3)."""
     return dict(id=id, paper=paper, claim=claim, rule=rule, function=function, sweeps=tuple(sweeps),
@@ -88,7 +88,7 @@ def claim_entry(id: str, paper: str, claim: str, rule: str, function: str, sweep
                 primary_condition=primary_condition, relative_margin=relative_margin)
 
 
-#: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.CLAIMS``).
+#: The claims of the paper, in paper order, and one beyond it (``cemlab.report.claims.catalog.CLAIMS``).
 CLAIM_ENTRIES: tuple[dict, ...] = (
     claim_entry("attn-small-cost", "Fig. 2a, sec. 4.1",
            "Replacing attention by CEM attention (T=1, about half the attention parameters) costs little perplexity.",

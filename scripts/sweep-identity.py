@@ -15,8 +15,8 @@ import json
 import sys
 
 from cemlab.config import flatten
-from cemlab.sweeps.spec.files import list_sweeps, scale_names
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.files import list_sweeps, scale_names
+from cemlab.sweeps.sweepfile.load import load_sweep
 
 
 def identities() -> dict[str, str]:

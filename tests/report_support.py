@@ -260,7 +260,7 @@ def energy_history(T: int, seed: int) -> list[tuple[int, float]]:
 
 def populate(uri: str, artifact_root: Path, order: list[str]) -> dict[str, object]:
     """Write every trial of the sweeps in ``order`` (shared configs once). Returns hash -> value."""
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     w = RunWriter(uri, artifact_root)
     written: dict[str, object] = {}

@@ -1,6 +1,6 @@
 """What the sweep tests share: the project's sweep folder and files, a test-only sweep folder,
 running a sweep as ``cemlab sweep`` does, reading its runs back, the grid a sweep file plans
-(computed from the YAML itself, not through ``cemlab.sweeps.spec.load``) and a trial's checkpoint state.
+(computed from the YAML itself, not through ``cemlab.sweeps.sweepfile.load``) and a trial's checkpoint state.
 The fixtures (``data_cache``, ``ray_local``) are in conftest.py."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def run(name: str, cache: Path, report: bool = True, **kw):
     from rich.console import Console
 
     from cemlab.cli import report_after_sweep
-    from cemlab.report.look_store import sweep_look
+    from cemlab.report.stats.interim_look_store import sweep_look
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress

@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from cemlab.report import claims, verdict_tables, verdicts
-from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, Evidence, combine,
-                                 comparison_evidence, decide, decision_bounds, judge, judge_logs, paired_diffs,
-                                 sign_pvalues, t_interval)
-from cemlab.report.table import aggregate
+from cemlab.report.claims import catalog as claims, verdict_tables, verdicts
+from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, combine, sign_pvalues, t_interval
+from cemlab.report.stats.decision import Evidence, comparison_evidence, decide
+from cemlab.report.stats.bounds import decision_bounds, judge, judge_logs, paired_diffs
+from cemlab.report.inputs.table import aggregate
 
 
 @pytest.mark.parametrize("diffs", [[-0.05, -0.04, -0.06], [0.01, -0.02, 0.03, 0.0, -0.01], [0.2, 0.1]])
@@ -502,7 +502,7 @@ def test_fig3a_optimum_is_chosen_on_the_validation_curve():
     rate of the validation curve, drawn at the test curve's value there (read independently)."""
     from scipy.interpolate import Akima1DInterpolator
 
-    from cemlab.report.lr_optima import lr_optima
+    from cemlab.report.figures.lr_optima import lr_optima
 
     lrs = np.array([1e-3, 2e-3, 4e-3, 8e-3, 16e-3])
     test = np.array([31.0, 29.0, 30.0, 30.5, 33.0])
@@ -607,7 +607,7 @@ def test_seeds_for_power_answer_for_the_claim_condition():
     """``seeds_for_80pct_power``: per comparison at its support's level over the choices that may be
     picked (2 rates: half the level); per claim condition every comparison of an 'all' claim must
     be supported (more seeds than its weakest alone); shown beside the sweep's seed budget."""
-    from cemlab.report.build import _power_text
+    from cemlab.report.pages.writers import _power_text
 
     sd, delta = 0.01, 0.01
     one = verdict_tables.all_power_seeds([(sd, delta, 0.025)])

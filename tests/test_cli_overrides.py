@@ -23,7 +23,7 @@ def _plan_json(capsys, *args: str) -> dict:
 
 
 def test_plan_overrides_reach_every_trial_with_their_own_hashes(capsys):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     base = _plan_json(capsys)
     over = _plan_json(capsys, "train.tokens=2048")
@@ -120,7 +120,7 @@ def _complete(line: str) -> list[str]:
 
 
 def test_shell_completion_of_commands_sweeps_and_scales():
-    from cemlab.sweeps.spec.files import list_sweeps, scale_names
+    from cemlab.sweeps.sweepfile.files import list_sweeps, scale_names
 
     assert _complete("cemlab sw") == ["sweep"]
     plan = _complete("cemlab plan ")

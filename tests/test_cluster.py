@@ -174,7 +174,7 @@ variants:
 def test_two_worker_ddp_trial_matches_one_process(cluster, cluster_env, data_cache, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.train import checkpoint as ckpt
     from cemlab.train.run import train
 
@@ -230,7 +230,7 @@ def test_project_sweep_on_both_nodes_into_postgres_and_its_report(cluster, clust
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     trials = load_sweep("attention_replacement").expand("smoke")

@@ -231,7 +231,7 @@ def test_the_plan_counts_the_data_step_once_not_once_per_budget():
     """attention_replacement at the paper scale: one streamed data set, four token budgets (one per
     model size). Prepared once to the largest budget, instead of once per budget in 8-GPU trials."""
     from cemlab.sweeps.plan import data_prep_estimate
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.tasks import task_of
 
     spec = load_sweep("attention_replacement")

@@ -94,7 +94,7 @@ def test_readme_and_docker_readme_agree_that_a_cpu_image_was_built_and_run():
 
 
 def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_them(monkeypatch):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(ROOT / "sweeps"))
     trials = load_sweep("recursion_ablation").expand("tiny")
@@ -167,7 +167,7 @@ def test_readme_lists_every_exit_code_each_command_defines(command, package, lea
 
 
 def _named_files(text: str) -> list[tuple[str, str | None]]:
-    """The files a text names in backticks with a folder (``report/trend.py``,
+    """The files a text names in backticks with a folder (``report/stats/trend.py``,
     ``tests/test_ladder.py::test_name``), placeholders such as ``tasks/<name>.py`` left out."""
     found = re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|yaml|md|sh))(?:::(\w+))?`", text)
     return [(path, test or None) for path, test in found]

@@ -64,8 +64,8 @@ def sweep_env(runs_dir, tmp_path, monkeypatch, ray_local, plugin):
 
 def test_without_the_plugin_the_new_ids_are_unknown(tmp_path, monkeypatch):
     """The sweep file alone fails naming the figure id (the plugin is what makes it known)."""
-    from cemlab.sweeps.spec.schema import SweepError
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.schema import SweepError
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.delenv("CEMLAB_PLUGINS", raising=False)
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, extra_attention=EXTRA_SWEEP)))
@@ -74,7 +74,7 @@ def test_without_the_plugin_the_new_ids_are_unknown(tmp_path, monkeypatch):
 
 
 def test_a_plugin_adds_a_figure_and_a_claim_to_a_sweeps_report(sweep_env, data_cache):
-    from cemlab.report.claims import all_claims
+    from cemlab.report.claims.catalog import all_claims
     from cemlab.sweeps import feeds
     result = run("extra_attention", data_cache)
     assert result.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in result.outcomes]

@@ -190,7 +190,7 @@ def test_gpu_session_plans_its_steps_within_the_budget(tmp_path):
 
 
 def test_gpu_session_runs_the_main_jobs_grid_then_the_same_over_two_sizes(tmp_path):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     lines = _planned(_session("--dry-run", "main", "sizes", "--budget", "2000", out=tmp_path, state=tmp_path / "s"))
     spec = load_sweep("recursion_ablation")

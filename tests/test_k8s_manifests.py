@@ -175,7 +175,7 @@ def test_rayjob_fields_and_gpus(rayjob):
         assert c.resources.limits["nvidia.com/gpu"] == c.resources.requests["nvidia.com/gpu"] == gpus
         assert group.minReplicas <= group.replicas <= group.maxReplicas
     total = sum(int(g.rayStartParams["num-gpus"]) * g.replicas for g in spec.workerGroupSpecs)
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     need = max(t.resources.workers * t.resources.gpus_per_worker for t in load_sweep("recursion_ablation").expand("paper"))
     assert total >= need  # the cluster holds at least one paper trial

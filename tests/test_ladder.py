@@ -13,9 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from cemlab.report.trend import CHANGES, FLIPS, HOLDS, OPEN, ladder_verdict, trend
-from cemlab.sweeps.spec.load import load_sweep
-from cemlab.sweeps.spec.schema import SweepError
+from cemlab.report.stats.trend import CHANGES, FLIPS, HOLDS, OPEN, ladder_verdict, trend
+from cemlab.sweeps.sweepfile.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import SweepError
 from cemlab.tracking import schema
 from sweep_support import RECURSION_VARIANTS, local_sweeps
 
@@ -108,7 +108,7 @@ def test_a_bad_ladder_is_refused_naming_the_key(tmp_path, monkeypatch, ladder, k
 
 
 def test_a_rung_the_ladder_lacks_is_refused_naming_the_rungs(tmp_path, monkeypatch):
-    from cemlab.sweeps.ladder import rung_scales_to_run
+    from cemlab.sweeps.ladder_plan import rung_scales_to_run
 
     spec = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5]}\n")
     assert rung_scales_to_run(spec, "0.5") == ["smoke-tpp0.5"] == rung_scales_to_run(spec, "smoke-tpp0.5")
@@ -118,7 +118,7 @@ def test_a_rung_the_ladder_lacks_is_refused_naming_the_rungs(tmp_path, monkeypat
 
 def test_the_plan_refuses_a_rung_too_short_for_its_warm_up_or_too_long_for_its_corpus(tmp_path, monkeypatch,
                                                                                        runs_dir):
-    from cemlab.sweeps.ladder import MAX_EPOCHS, plan_ladder
+    from cemlab.sweeps.ladder_plan import MAX_EPOCHS, plan_ladder
 
     short = _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.01, 0.5]}\n", "short")
     with pytest.raises(SweepError, match=r"ladder.rungs: 0.01 .* (\d+) optimizer steps.*warm-up"):
@@ -148,7 +148,7 @@ def test_a_rungs_plan_is_the_plan_of_its_scale(tmp_path, monkeypatch, runs_dir):
     """``plan_ladder`` composes ``plan_sweep``: each rung's plan is the sweep's plan at the rung's
     scale, its looks' levels, notes, GPU time and paper-scale estimates included, with or without
     the store (none here: every trial todo, the store named); ``--rung`` plans the one rung."""
-    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.sweeps.ladder_plan import plan_ladder
     from cemlab.sweeps.plan import plan_sweep
 
     spec = _sweep(tmp_path, monkeypatch,
@@ -175,7 +175,7 @@ def test_the_ladder_plan_at_80_columns_prints_its_summary_first_and_every_number
     from rich.console import Console
 
     from cemlab.sweeps.cli.plan import _print_ladder, _sci, _si
-    from cemlab.sweeps.ladder import plan_ladder
+    from cemlab.sweeps.ladder_plan import plan_ladder
     from cemlab.train.plan import duration
 
     lp = plan_ladder(_sweep(tmp_path, monkeypatch, WORKSTATION), read_store=False, corpus=False)
@@ -206,7 +206,7 @@ def test_the_ladder_runs_each_rung_at_its_scale_and_resumes_with_its_own_command
     import shlex
 
     from cemlab.cli import main
-    from cemlab.sweeps import ladder, runner
+    from cemlab.sweeps import ladder_plan, runner
     from cemlab.sweeps.stages.invocation import SweepResult
 
     _sweep(tmp_path, monkeypatch, "ladder: {scale: smoke, size: 86m, rungs: [0.125, 0.5, 1]}\n")
@@ -220,7 +220,7 @@ def test_the_ladder_runs_each_rung_at_its_scale_and_resumes_with_its_own_command
 
     monkeypatch.setattr(runner, "run_sweep", run_sweep)
     monkeypatch.setattr(runner, "wait_ray_stopped", lambda: None)
-    monkeypatch.setattr(ladder, "corpus_train_tokens", lambda *_: None)  # the corpus check has its own test
+    monkeypatch.setattr(ladder_plan, "corpus_train_tokens", lambda *_: None)  # the corpus check has its own test
     assert main(["sweep", "lad", "--ladder", "--plain", "--no-report", "--retries", "2"]) == 130
     command = "cemlab sweep lad --retries 2 --no-report --plain --ladder"
     assert got == [("lad", "smoke-tpp0.125", command), ("lad", "smoke-tpp0.5", command)]
@@ -319,7 +319,7 @@ def _committed_rungs():
     rung's trials.csv, comparisons.csv and claims.csv, its tokens from the committed ladder.csv."""
     import pandas as pd
 
-    from cemlab.report.ladder import Rung
+    from cemlab.report.pages.ladder_page import Rung
 
     rows = pd.read_csv(os.path.join(COMMITTED, "ladder.csv"))
     rungs = []
@@ -339,7 +339,7 @@ def _committed_rungs():
 
 @pytest.fixture(scope="module")
 def committed():
-    from cemlab.report.ladder import comparison_rows
+    from cemlab.report.pages.ladder_page import comparison_rows
 
     rungs = _committed_rungs()
     return rungs, comparison_rows(rungs)
@@ -349,7 +349,7 @@ def committed():
 def test_the_share_interval_is_the_exact_clopper_pearson_interval(k, n):
     from scipy import stats
 
-    from cemlab.report.ladder import clopper_pearson
+    from cemlab.report.pages.ladder_page import clopper_pearson
 
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
     assert clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-12)
@@ -368,7 +368,7 @@ def test_accuracy_gives_both_readings_of_the_comparisons_with_their_intervals(co
     import pandas as pd
     from scipy import stats
 
-    from cemlab.report.ladder import BOTH_DECIDED, TOP_DECIDED, accuracy
+    from cemlab.report.pages.ladder_page import BOTH_DECIDED, TOP_DECIDED, accuracy
 
     rungs, rows = committed
     acc = accuracy(rungs, rows)
@@ -399,7 +399,7 @@ def test_accuracy_gives_both_readings_of_the_comparisons_with_their_intervals(co
 
 
 def test_the_holds_verdict_says_how_the_effect_moved():
-    from cemlab.report.trend import Trend
+    from cemlab.report.stats.trend import Trend
 
     effects = [math.log1p(e) for e in (0.024, 0.848, 1.047, 0.103)]   # the committed T=2 vs T=1 attention effects
     flat = Trend(0.014, -0.008, 0.037, 3, 4, 0.95)
@@ -438,7 +438,7 @@ def test_the_trend_figure_draws_each_comparison_on_the_log_ratio_axis_with_its_f
     """One panel per primary comparison; its points are log(1 + effect); its dashed line is the
     mean of the seeds' least-squares lines (numpy's polyfit per seed here, on the seeds of
     comparisons.csv present at every rung)."""
-    from cemlab.report.ladder_figures import trend_figure
+    from cemlab.report.figures.ladder_figures import trend_figure
 
     rungs, rows = committed
     f = trend_figure(rows)
@@ -475,7 +475,7 @@ def test_the_ladder_figures_show_whole_labels(committed, dpi):
     cut there when a tight layout computed at 100 dpi was saved at 110)."""
     import matplotlib.pyplot as plt
 
-    from cemlab.report.ladder_figures import forest_figure, trend_figure
+    from cemlab.report.figures.ladder_figures import forest_figure, trend_figure
 
     _, rows = committed
     for f in (forest_figure(rows), trend_figure(rows)):
@@ -500,9 +500,9 @@ def test_a_ladder_figure_registers_through_register_figure(committed, tmp_path):
     ``ladder=True`` is drawn on the pages of its sweeps (from the page's ladder.csv rows), not on
     others', and is no id a sweep file's ``figures:`` may name."""
     from cemlab.models.registry import plugins_scope
-    from cemlab.report.ladder import _sections, verdict_table
-    from cemlab.report.ladder_figures import forest_figure, trend_figure
-    from cemlab.report.plotting import Figure, subplots
+    from cemlab.report.pages.ladder_page import _sections, verdict_table
+    from cemlab.report.figures.ladder_figures import forest_figure, trend_figure
+    from cemlab.report.figures.plotting import Figure, subplots
     from cemlab.report.registry import LADDER_FIGURES, ladder_figures_for, register_figure
     from cemlab.sweeps import feeds
 

@@ -88,7 +88,7 @@ def test_a_link_written_to_a_terminal_file_is_one_whole_line(width, tmp_path, mo
 
 
 def _sweep_end(tmp_path: Path):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.sweeps.stages import progress as pg
     from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome
 

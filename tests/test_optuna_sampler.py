@@ -28,7 +28,7 @@ def _search_error(sampler, optimum: float, samples: int) -> float:
 
 
 def test_startup_trials_are_fewer_than_the_samples():
-    from cemlab.sweeps.spec.schema import LrSearch
+    from cemlab.sweeps.sweepfile.schema import LrSearch
 
     s = LrSearch(lr=(LO, HI), samples=8)
     assert [s.startup(n) for n in (3, 8, 12, 40)] == [2, 2, 3, 10]
@@ -42,7 +42,7 @@ def test_startup_trials_are_fewer_than_the_samples():
 def test_the_budgeted_sampler_finds_the_optimum_far_better_than_random_search():
     import optuna
 
-    from cemlab.sweeps.spec.schema import LrSearch
+    from cemlab.sweeps.sweepfile.schema import LrSearch
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     search = LrSearch(lr=(LO, HI), samples=8)

@@ -262,7 +262,7 @@ def test_a_server_that_fails_while_ray_starts_is_the_error_and_that_ray_is_shut_
 
 
 def test_when_ray_and_the_server_both_fail_the_server_is_named_as_before(sweep_in_process):
-    from cemlab.sweeps.spec.schema import SweepError
+    from cemlab.sweeps.sweepfile.schema import SweepError
     from cemlab.tracking.server import ServerError
 
     def ray_fails():
@@ -275,7 +275,7 @@ def test_when_ray_and_the_server_both_fail_the_server_is_named_as_before(sweep_i
 
 
 def test_a_ray_that_fails_leaves_the_started_server_recorded(sweep_in_process):
-    from cemlab.sweeps.spec.schema import SweepError
+    from cemlab.sweeps.sweepfile.schema import SweepError
     from cemlab.tracking import server
 
     def ray_fails():

@@ -23,7 +23,7 @@ from report_support import ATTN, GP, KQ, LR_OPT, MLP, ORDER, RECURSION, REUSE, p
 from sweep_support import linked_files  # noqa: E402
 
 from cemlab import paper  # noqa: E402
-from cemlab.report.akima import akima_optimum  # noqa: E402
+from cemlab.report.stats.akima import akima_optimum  # noqa: E402
 from cemlab.tracking import schema  # noqa: E402
 
 PAPER_LRS = [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
@@ -89,7 +89,7 @@ def scenario(tmp_path_factory, template_db):
         mp.setenv("CEMLAB_RUNS_DIR", str(root / "runs"))
         uri = rs.migrated_store(template_db, root / "mlflow.db")
         written = populate(uri, root / "artifacts", ORDER)
-        from cemlab.report.build import build
+        from cemlab.report.pages.build import build
 
         results = {name: build(name, "smoke", root / "reports", uri) for name in ORDER}
         yield dict(root=root, uri=uri, written=written, results=results, out=root / "reports")
@@ -109,7 +109,7 @@ def _same(a, b) -> bool:
 
 
 def test_fig2a_csv_equals_seed_aggregates(scenario):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CEMLAB_SWEEPS_DIR", str(scenario["root"] / "sweeps"))
@@ -196,7 +196,7 @@ def test_fig2cd_fig3c_table3_csvs(scenario):
 
 
 def grid(scenario, name):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CEMLAB_SWEEPS_DIR", str(scenario["root"] / "sweeps"))
@@ -244,7 +244,7 @@ def test_energy_and_training_csvs(scenario):
 def test_every_judged_comparison_keeps_the_per_seed_differences_behind_its_effect(scenario):
     """comparisons.csv's seed_diffs (what the ladder's trend reads) for every comparison with an
     effect, test-time recursion included: their mean is the shown effect on the log scale."""
-    from cemlab.report.verdict_tables import parse_seed_diffs
+    from cemlab.report.claims.verdict_tables import parse_seed_diffs
 
     rows = pd.read_csv(scenario["out"] / "recursion_ablation" / "comparisons.csv", keep_default_na=False)
     judged = rows[(rows["effect"] != "") & (rows["n"].astype(int) >= 2)]
@@ -390,8 +390,8 @@ def test_second_build_is_byte_identical_and_overview_lists_every_claim(scenario)
     ("missing", "not enough runs"),    # no CEM run at s2, and s1 has none either
 ])
 def test_attention_claim_verdicts(tmp_path, monkeypatch, template_db, cem_s2, expected):
-    from cemlab.report.build import build
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.report.pages.build import build
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps", ["attention_replacement"])))
     uri = rs.migrated_store(template_db, tmp_path / "m.db")
@@ -473,12 +473,12 @@ def test_every_project_sweep_reports_its_figures(tmp_path, monkeypatch, template
     comparison the smoke grid allows gets a verdict."""
     import hashlib
 
-    from cemlab.report.build import SweepGrids, build
-    from cemlab.report.claims import CLAIMS
+    from cemlab.report.pages.build import SweepGrids, build
+    from cemlab.report.claims.catalog import CLAIMS
     from cemlab.tracking.runs import RunStore
-    from cemlab.sweeps.spec.expand import trial_with_lr
-    from cemlab.sweeps.spec.files import list_sweeps
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.expand import trial_with_lr
+    from cemlab.sweeps.sweepfile.files import list_sweeps
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     PAPER_FIGURE_FILES = paper_figure_files()

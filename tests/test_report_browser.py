@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_report_page_renders(browser, tmp_path, monkeypatch):
     from selenium.webdriver.common.by import By
 
-    from cemlab.report.build import build
+    from cemlab.report.pages.build import build
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps")))
     uri = rs.migrated_store(tmp_path / "template.db", tmp_path / "mlflow.db")
@@ -66,8 +66,8 @@ def test_mlflow_dashboard_lists_the_sweeps_runs(browser, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
     from selenium.webdriver.common.by import By
 
-    from cemlab.report.build import build
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.report.pages.build import build
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.tracking import server
     from cemlab.tracking.conventions import describe_sweep_run, experiment_url, run_url
 

@@ -22,7 +22,7 @@ import report_support as rs  # noqa: E402
 from pg_support import free_port  # noqa: E402
 
 from cemlab.report import cli  # noqa: E402
-from cemlab.report.build import EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_STORE_LOST  # noqa: E402
+from cemlab.report.pages.build import EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_STORE_LOST  # noqa: E402
 from cemlab.tracking import schema  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _write_some(uri: str, artifacts: Path, sweep: str, n: int) -> str:
     """A parent run and the first ``n`` trials of ``sweep`` (smoke) as finished runs; the parent's id."""
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     w = rs.RunWriter(uri, artifacts)
     parent = w.parent(sweep)
@@ -79,7 +79,7 @@ def test_report_logs_through_the_local_server_and_names_a_dying_store(tmp_path, 
     within 15 s (exit 4, no traceback)."""
     from mlflow.tracking import MlflowClient
 
-    from cemlab.report import figures
+    from cemlab.report.figures import catalog as figures
     from cemlab.tracking import server
     from cemlab.tracking.store import default_tracking_uri, open_sqlite_store
 

@@ -38,7 +38,7 @@ variants:
 
 
 def _write_many(uri: str, artifacts: Path) -> None:
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     w = rs.RunWriter(uri, artifacts)
     parent = w.parent("many")
@@ -90,7 +90,7 @@ def _eta_value(t) -> float:
 
 
 def _write_etas(uri: str, artifacts: Path) -> None:
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     w = rs.RunWriter(uri, artifacts)
     done = set()
@@ -107,8 +107,8 @@ def _write_etas(uri: str, artifacts: Path) -> None:
 def drawn(tmp_path_factory):
     """Figure id -> ``Figure`` for every paper figure of the test sweeps and the generic figures of
     recursion_ablation and the many-line sweep."""
-    from cemlab.report.build import ReportContext, SweepGrids
-    from cemlab.report.figures import GENERIC_FIGURES, PAPER_FIGURES
+    from cemlab.report.pages.build import ReportContext, SweepGrids
+    from cemlab.report.figures.catalog import GENERIC_FIGURES, PAPER_FIGURES
     from cemlab.tracking.runs import RunStore
 
     root = tmp_path_factory.mktemp("figures")
@@ -165,7 +165,7 @@ def _entries(fig) -> dict[str, tuple]:
 
 
 def test_figures_have_distinct_lines_and_legends_off_the_data(drawn):
-    from cemlab.report.plotting import PALETTE
+    from cemlab.report.figures.plotting import PALETTE
 
     assert {"recursion_ablation/fig2c", "recursion_ablation/fig2d", "recursion_ablation/energy",
             "recursion_ablation/test_time_recursion", "recursion_ablation/training", "kq_diagonal/fig3b", "many/fig2c",
@@ -200,7 +200,7 @@ def _band(ax, color: str) -> tuple[float, float]:
 
 
 def test_captions_baselines_and_panels_say_what_is_drawn(drawn):
-    from cemlab.report.plotting import color_name, style_name
+    from cemlab.report.figures.plotting import color_name, style_name
 
     f = drawn["recursion_ablation/fig2c"]
     ax = f.fig.axes[0]
@@ -255,7 +255,7 @@ def test_reuse_figure_compares_each_step_size_with_its_own_t1(drawn):
     in the figure's table and in the markers drawn; plain reuse is Llama at T=1 and reuse at T=2."""
     from matplotlib.colors import to_hex
 
-    from cemlab.report.plotting import T1_COLOR, T2_COLOR
+    from cemlab.report.figures.plotting import T1_COLOR, T2_COLOR
 
     f = drawn["etas_reuse/fig4"]
     gains = f.tables["fig4"].set_index("setting")

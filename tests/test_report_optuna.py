@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import report_support as rs  # noqa: E402
 
-from cemlab.report.akima import akima_optimum  # noqa: E402
+from cemlab.report.stats.akima import akima_optimum  # noqa: E402
 from cemlab.tracking import schema  # noqa: E402
 
 OPTUNA_LR_SWEEP = """\
@@ -83,10 +83,10 @@ def template_db(tmp_path_factory) -> Path:
 def optuna_report(tmp_path_factory, template_db):
     """The Optuna lr sweep with crafted samples, plus runs that must not be matched: one of
     another sweep with the same cell id, one of an older config of the cell (another hash)."""
-    from cemlab.report.build import SweepGrids, build, count_runs
+    from cemlab.report.pages.build import SweepGrids, build, count_runs
     from cemlab.tracking.runs import RunStore
-    from cemlab.sweeps.spec.expand import trial_with_lr
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.expand import trial_with_lr
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     root = tmp_path_factory.mktemp("optuna-report")
     sweeps = root / "sweeps"
@@ -248,8 +248,8 @@ def test_stopped_interrupted_and_failed_runs_are_listed_with_what_happened(optun
 def test_a_grid_sweep_lists_and_counts_interrupted_runs(tmp_path, monkeypatch, template_db):
     """A grid trial whose run was interrupted (Ctrl-C, MLflow KILLED) is counted, noted in its
     cell and listed; it is neither finished nor missing."""
-    from cemlab.report.build import build
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.report.pages.build import build
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(rs.write_sweeps(tmp_path / "sweeps", ["kq_diagonal"])))
     uri = rs.migrated_store(template_db, tmp_path / "m.db")

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from cemlab import cli
-from cemlab.report.build import SweepGrids
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.report.pages.build import SweepGrids
+from cemlab.sweeps.sweepfile.load import load_sweep
 
 OVERRIDES = ["data.max_chars=200000"]
 

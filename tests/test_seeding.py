@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.report.look import cell_of, full_grid, level_note, open_cells, seed_of
-from cemlab.report.sequential import ALPHA, look_alpha, sweep_alpha
-from cemlab.report.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Interval
-from cemlab.report.verdicts import Check, Verdict
-from cemlab.sweeps.spec.load import load_sweep
-from cemlab.sweeps.spec.schema import Seeding, SweepError
+from cemlab.report.stats.interim_look import cell_of, full_grid, level_note, open_cells, seed_of
+from cemlab.report.stats.sequential import ALPHA, look_alpha, sweep_alpha
+from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Interval
+from cemlab.report.claims.verdicts import Check, Verdict
+from cemlab.sweeps.sweepfile.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import Seeding, SweepError
 
 from sweep_support import REPO_SWEEPS
 
@@ -176,7 +176,7 @@ def test_a_split_of_alpha_is_carried_into_the_plan_the_looks_and_the_page(sweep_
     in ``cemlab plan``'s look lines and JSON, in each look's level, on the report page's summary and
     as the level of the claims the report reads this sweep beside its own (the strictest look's)."""
     from cemlab.cli import main
-    from cemlab.report.look import LookLoop
+    from cemlab.report.stats.interim_look import LookLoop
     from cemlab.sweeps.plan import plan_sweep
 
     path = write(sweep_dir, "split", HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.005, "
@@ -217,7 +217,7 @@ def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeyp
 
     from cemlab.cli import main
     from cemlab.sweeps.cli.plan import _plan_json
-    from cemlab.sweeps.looks import seeds_given_note
+    from cemlab.sweeps.look_levels import seeds_given_note
     from cemlab.sweeps.plan import plan_sweep
     from cemlab.sweeps.stages.progress import print_start
     from cemlab.sweeps.stages.seeding import add_seeds
@@ -289,9 +289,9 @@ def test_only_the_cells_of_open_comparisons_in_open_conditions_get_seeds():
 
 
 def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monkeypatch):
-    from cemlab.report.claims import all_claims
-    from cemlab.report.grids import SweepGrids
-    from cemlab.report.sequential import claim_alpha
+    from cemlab.report.claims.catalog import all_claims
+    from cemlab.report.inputs.grids import SweepGrids
+    from cemlab.report.stats.sequential import claim_alpha
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     grids, by_id = SweepGrids(), {c.id: c for c in all_claims()}
@@ -301,7 +301,7 @@ def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monk
 
 
 def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkeypatch):
-    from cemlab.sweeps.spec.files import list_sweeps
+    from cemlab.sweeps.sweepfile.files import list_sweeps
 
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     judged = 0
@@ -319,7 +319,7 @@ def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkey
 def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
     from types import SimpleNamespace
 
-    from cemlab.report.look import LookLoop
+    from cemlab.report.stats.interim_look import LookLoop
 
     a, b, c = _cell("a"), _cell("b"), _cell("c")
     loop = LookLoop([SimpleNamespace(id="claim", combine="all")], "tiny", "mine", [[0, 1, 2], [0, 1, 2, 3, 4]], 0.025)
@@ -339,7 +339,7 @@ def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
 
 
 def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
-    from cemlab.report.look import next_trials
+    from cemlab.report.stats.interim_look import next_trials
 
     spec = load_sweep(write(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
                             + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))

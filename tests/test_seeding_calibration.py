@@ -8,14 +8,14 @@ seed effect shared by every cell and rate and a noise of each run's own; the hig
 better one by ``RATE_GAP``. A run may diverge (status ``diverged``, no value): the report counts it
 at the metric's chance value, the vocabulary size (``pairing.scored``). The look loop of a seeded
 sweep runs on them as the driver runs it: the report's ``verdicts.evaluate`` through
-``cemlab.report.look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level (a comparison
+``cemlab.report.stats.interim_look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level (a comparison
 decided at a look keeps its verdict), seeds added only to the cells of inconclusive comparisons,
 until nothing is open or the last look. No training, seconds.
 
 Each condition of the claim is one tuned comparison (2 x 2 choices), so the loop's verdict of a
 condition is exactly the *ideal* two-look procedure on that comparison: look 0 on the first n_0
 seeds at alpha_0, if open look 1 on the first n_1 at alpha_1 (:func:`ideal`, the same
-``stats.comparison_evidence`` and ``stats.decide`` on arrays, a thousand times faster). The suite
+``decision.comparison_evidence`` and ``decision.decide`` on arrays, a thousand times faster). The suite
 checks that the two agree draw by draw, and uses the ideal procedure for the rates that need many
 draws.
 
@@ -47,12 +47,13 @@ import pandas as pd
 import pytest
 
 from cemlab.paper import SESOI
-from cemlab.report import claims, pairing
-from cemlab.report.look import LookLoop
-from cemlab.report.sequential import ALPHA
-from cemlab.report.stats import (CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED, WORST, beyond_of, comparison_evidence,
-                                 decide, paired_diffs)
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.report.claims import catalog as claims, pairing
+from cemlab.report.stats.interim_look import LookLoop
+from cemlab.report.stats.sequential import ALPHA
+from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
+from cemlab.report.stats.decision import comparison_evidence, decide
+from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs
+from cemlab.sweeps.sweepfile.load import load_sweep
 from sweep_support import REPO_SWEEPS
 
 SWEEP = "recursion_ablation"
@@ -131,7 +132,7 @@ def run_looks(values: dict[tuple, np.ndarray], looks: list[list[int]], alphas) -
 
 def _logs(values: dict[tuple, np.ndarray], cell: tuple, n: int) -> list[dict]:
     """Per rate, the cell's first ``n`` log perplexities by seed, a diverged run the worst outcome
-    (``stats.WORST``), as ``pairing.outcomes`` gives them to the tests."""
+    (``bounds.WORST``), as ``divergence.outcomes`` gives them to the tests."""
     return [{s: (math.log(v) if math.isfinite(v) else WORST) for s, v in enumerate(values[(*cell, lr)][:n])}
             for lr in RATES]
 
@@ -139,7 +140,7 @@ def _logs(values: dict[tuple, np.ndarray], cell: tuple, n: int) -> list[dict]:
 def evidence_at(values: dict[tuple, np.ndarray], cond: str, n: int):
     """The evidence of a condition's one comparison (T=2 below T=1, every choice of the two
     cells' rates tested) on the first ``n`` seeds: what ``verdicts.evaluate`` computes, with the
-    report's own scoring of a divergence (``stats.paired_diffs``)."""
+    report's own scoring of a divergence (``bounds.paired_diffs``)."""
     t1, t2 = (_logs(values, c, n) for c in CONDITIONS[cond])
     diffs = paired_diffs([t1, t2], (-1.0, 1.0), beyond_of(0.0, "below", MARGIN))
     return comparison_evidence(diffs, (-1.0, 1.0), (len(RATES), len(RATES)), 0.0, "below", MARGIN)
@@ -396,10 +397,10 @@ SUBLAYERS = ("attention", "MLP")
 
 def ideal_condition(evidence: list[list], alphas) -> str:
     """A claim condition over several comparisons (``evidence[c][j]``: comparison c at look j) by the
-    look loop's rule: at each look the open comparisons are judged together by ``stats.decide``
+    look loop's rule: at each look the open comparisons are judged together by ``decision.decide``
     (intersection-union for support, Holm over k for contradiction), a decisive comparison keeps its
-    word, and the condition's verdict combines the kept and current words (``stats.combine``)."""
-    from cemlab.report.stats import combine
+    word, and the condition's verdict combines the kept and current words (``significance.combine``)."""
+    from cemlab.report.stats.significance import combine
 
     kept: dict[int, str] = {}
     for j, a in enumerate(alphas):
@@ -519,7 +520,7 @@ def test_the_shipped_split_is_the_rules_choice_from_the_table():
 def test_the_previous_plans_rates_were_noise_around_their_exact_value():
     """The calibration before issue 43 (one learning rate per cell, 3 then 8 seeds, each look at
     alpha / 2): its "3.0% in a longer run" of 2,000 replications was Monte-Carlo noise. The ideal
-    two-look procedure through ``stats.comparison_evidence`` and ``stats.decide``, many draws."""
+    two-look procedure through ``decision.comparison_evidence`` and ``decision.decide``, many draws."""
     reps = int(os.environ["CEMLAB_PREVIOUS_PLAN_REPS"])
     rng = np.random.default_rng(43)
     counts = {c: [0, 0] for c in CONDITIONS}

@@ -2,7 +2,7 @@
 
 The trial count of each plan is checked against the grid computed here from the YAML itself
 (top-level axes times each variant's own axes, with the file's per-scale overrides), not through
-``cemlab.sweeps.spec.load``. Running every file end to end is in ``test_sweep_run_all.py``.
+``cemlab.sweeps.sweepfile.load``. Running every file end to end is in ``test_sweep_run_all.py``.
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ def test_plan_lists_every_sweep_and_marks_a_broken_one(capsys, monkeypatch, tmp_
 
 def test_a_claim_whose_rule_is_missing_fails_naming_claim_and_rule():
     from cemlab import paper
-    from cemlab.report.claims import bind
+    from cemlab.report.claims.catalog import bind
 
     entry = dict(paper.CLAIM_ENTRIES[0], id="new-claim", function="rule_new_claim")
     assert [c.id for c in bind([paper.CLAIM_ENTRIES[0]])] == [paper.CLAIMS[0]]
-    for e in (entry, dict(entry, function="np")):   # "np" is in claim_rules, but not a rule
-        with pytest.raises(LookupError, match=f"claim 'new-claim' .*rule '{e['function']}'.*claim_rules"):
+    for e in (entry, dict(entry, function="np")):   # "np" is in the rules module, but not a rule
+        with pytest.raises(LookupError, match=f"claim 'new-claim' .*rule '{e['function']}'.*cemlab.report.claims.rules"):
             bind([paper.CLAIM_ENTRIES[0], e])
 
 
@@ -86,17 +86,17 @@ def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
     import sys
 
     from cemlab import paper
-    from cemlab.report import claim_rules
-    from cemlab.report.build import SweepGrids
-    from cemlab.report.claims import CLAIMS
-    from cemlab.report.figures import PAPER_FIGURES
+    from cemlab.report.claims import rules as claim_rules
+    from cemlab.report.pages.build import SweepGrids
+    from cemlab.report.claims.catalog import CLAIMS
+    from cemlab.report.figures.catalog import PAPER_FIGURES
 
     assert [(f.__module__, f.__name__) for f in PAPER_FIGURES.values()] == \
-        [("cemlab.report.paper_figures", fid) for fid in paper.FIGURES]
+        [("cemlab.report.figures.paper_figures", fid) for fid in paper.FIGURES]
     assert [c.id for c in CLAIMS] == list(paper.CLAIMS) and len(set(paper.CLAIMS)) == len(CLAIMS) > 0
     assert [c.evaluate for c in CLAIMS] == [getattr(claim_rules, e["function"]) for e in paper.CLAIM_ENTRIES]
     assert {e["function"] for e in paper.CLAIM_ENTRIES} == {n for n in vars(claim_rules) if n.startswith("rule_")}
-    code = ("import sys; from cemlab.sweeps.spec.files import list_sweeps; from cemlab.sweeps.spec.load import load_sweep; "
+    code = ("import sys; from cemlab.sweeps.sweepfile.files import list_sweeps; from cemlab.sweeps.sweepfile.load import load_sweep; "
             "specs = [load_sweep(n) for n in list_sweeps()]; "
             "print(sum(len(s.figures) + len(s.claims) for s in specs), "
             "sorted(m for m in sys.modules if m.startswith(('matplotlib', 'cemlab.report'))))")

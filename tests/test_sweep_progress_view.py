@@ -15,7 +15,7 @@ from rich.console import Console
 
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as tr
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

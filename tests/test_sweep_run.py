@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tracking import schema
 from sweep_support import REPO_SWEEPS, all_runs, client_for, experiment_runs, linked_files, local_sweeps, run
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as tr
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.tracking import schema
 

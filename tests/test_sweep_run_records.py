@@ -41,7 +41,7 @@ def store(module_store, runs_dir, monkeypatch):
 
 def _invocation(store, runs_dir: Path, trials):
     from cemlab.sweeps.stages.invocation import Invocation
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     spec = load_sweep("attention_replacement")
     parent = mr.create_run(store["client"], store["exp"], "parent", {schema.ROLE: "sweep"})
@@ -68,7 +68,7 @@ def test_a_trial_that_finishes_while_the_sweep_stops_is_finished(store, runs_dir
     """The driver marks the trials of an interrupted sweep only once their processes are gone: a
     trial that says "finished" a second after Ctrl-C is finished, one that never does is interrupted."""
     from cemlab.sweeps.stages.record import mark_interrupted
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     trials = load_sweep("attention_replacement").expand("smoke")[:2]
     inv = _invocation(store, runs_dir, trials)
@@ -99,7 +99,7 @@ def test_a_trial_that_finishes_while_the_sweep_stops_is_finished(store, runs_dir
 def test_the_store_check_counts_a_stray_running_run_of_a_config_as_a_defect(store, runs_dir):
     from cemlab.sweeps.stages.invocation import TrialOutcome
     from cemlab.sweeps.stages.record import _check_against_store
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     trials = load_sweep("attention_replacement").expand("smoke")[:2]
     inv = _invocation(store, runs_dir, trials)
@@ -183,7 +183,7 @@ def test_the_runs_a_dead_driver_left_running_are_marked_interrupted_on_request(s
     import json
 
     from cemlab.cli import main
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.train.checkpoint import checkpoint_folder
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store["uri"])

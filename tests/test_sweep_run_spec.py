@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.sweeps.spec.expand import trial_with_lr
-from cemlab.sweeps.spec.schema import SweepError, round_lr
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.expand import trial_with_lr
+from cemlab.sweeps.sweepfile.schema import SweepError, round_lr
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tracking import schema
 
 REPO_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"

@@ -18,9 +18,9 @@ import pytest
 
 from cemlab.config import RunConfig
 from cemlab.models.config import ModelConfig
-from cemlab.sweeps.spec.files import list_sweeps, load_scales, sweeps_dir
-from cemlab.sweeps.spec.schema import SweepError, Trial
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.files import list_sweeps, load_scales, sweeps_dir
+from cemlab.sweeps.sweepfile.schema import SweepError, Trial
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tracking import schema
 
 from sweep_support import REPO_SWEEPS, SWEEP_FILES, expected_grid
@@ -28,7 +28,7 @@ from sweep_support import REPO_SWEEPS, SWEEP_FILES, expected_grid
 SCALES = ("smoke", "tiny", "paper")
 
 #: The project's sweeps: their files (the trial count of each is computed from its YAML by
-#: sweep_support.expected_grid, independently of cemlab.sweeps.spec.load).
+#: sweep_support.expected_grid, independently of cemlab.sweeps.sweepfile.load).
 SWEEPS = {p.stem: p for p in SWEEP_FILES}
 
 
@@ -557,7 +557,7 @@ def test_plan_of_an_optuna_sweep_reads_each_cells_samples(sweep_dir, monkeypatch
 
     from cemlab.cli import main
     from cemlab.sweeps.plan import plan_sweep
-    from cemlab.sweeps.spec.expand import trial_with_lr
+    from cemlab.sweeps.sweepfile.expand import trial_with_lr
 
     sys.path.insert(0, str(Path(__file__).parent))
     import report_support as rs

@@ -1,7 +1,7 @@
 """Error rates of the verdict method, held by simulation of the report's own decision code.
 
-Simulated per-seed log metrics (no training) go through ``stats.comparison_evidence`` and
-``stats.decide``, the functions ``verdicts.evaluate`` calls for every claim. With every true effect
+Simulated per-seed log metrics (no training) go through ``decision.comparison_evidence`` and
+``decision.decide``, the functions ``verdicts.evaluate`` calls for every claim. With every true effect
 zero, the rate of a false decisive verdict of each claim shape must stay at or below its nominal
 level (one-sided alpha/2 = 2.5% per direction) within Monte-Carlo error; with a true effect of one
 sd of the paired difference the power is printed beside the old method's (choice on the seeds
@@ -19,7 +19,8 @@ import math
 import numpy as np
 import pytest
 
-from cemlab.report.stats import CONTRADICTED, SUPPORTED, comparison_evidence, decide
+from cemlab.report.stats.significance import CONTRADICTED, SUPPORTED
+from cemlab.report.stats.decision import comparison_evidence, decide
 
 ALPHA_SIDE = 0.025
 REPS = 4000
@@ -133,7 +134,7 @@ def test_sequential_seeding_holds_its_level_and_buys_power():
     every true tuned effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full
     alpha. (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on
     frames, with divergence.)"""
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from sweep_support import REPO_SWEEPS
 
     seeding = load_sweep(REPO_SWEEPS / "recursion_ablation.yaml").seeding

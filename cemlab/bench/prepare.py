@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cemlab.data import DataConfig, prepare_data
 from cemlab.data.corpus import stdlib_corpus
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tasks import task_of
 from cemlab.train.plan import make_plan
 

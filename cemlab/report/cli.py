@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cemlab.report.build import EXIT_STORE_LOST, EXIT_USAGE, reports_root
+    from cemlab.report.pages.build import EXIT_STORE_LOST, EXIT_USAGE, reports_root
     from cemlab.tracking.store import probe_store
 
     try:
@@ -105,9 +105,9 @@ def _store_problem(uri: str) -> str | None:
 
 
 def _report(args, uri: str, not_logged: str | None) -> int:
-    from cemlab.report.build import (EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE, SweepGrids, build,
+    from cemlab.report.pages.build import (EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE, SweepGrids, build,
                                      build_overview, count_runs)
-    from cemlab.sweeps.spec.load import SweepError
+    from cemlab.sweeps.sweepfile.load import SweepError
     from cemlab.tracking.runs import RunStore
 
     store = RunStore(uri)
@@ -164,10 +164,10 @@ def _report(args, uri: str, not_logged: str | None) -> int:
 
 
 def _ladder(args, store, grids, overrides: list[str]) -> int:
-    """``cemlab report SWEEP --ladder``: the across-the-ladder page of one sweep (``cemlab.report.ladder``)."""
-    from cemlab.report.build import EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE
-    from cemlab.report.ladder import build_ladder
-    from cemlab.sweeps.spec.load import SweepError
+    """``cemlab report SWEEP --ladder``: the across-the-ladder page of one sweep (``cemlab.report.pages.ladder_page``)."""
+    from cemlab.report.pages.build import EXIT_NO_RUNS, EXIT_NOT_LOGGED, EXIT_OK, EXIT_USAGE
+    from cemlab.report.pages.ladder_page import build_ladder
+    from cemlab.sweeps.sweepfile.load import SweepError
 
     if len(args.sweeps) != 1:
         print("cemlab report: --ladder takes one SWEEP, e.g. cemlab report recursion_ablation --ladder", file=sys.stderr)

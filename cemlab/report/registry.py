@@ -3,8 +3,8 @@
 Each figure id (``cemlab.sweeps.feeds.FIGURES``) has a builder here (``BUILDERS``: a function of
 the report context returning a ``Figure`` or None), each claim id (``cemlab.sweeps.feeds.CLAIMS``)
 a rule (``RULES``: a function of ``ClaimData`` returning its comparisons and what was missing). The
-paper's are bound by name: the builder of the same name in ``cemlab.report.paper_figures``, the
-rule its entry names (``function``) in ``cemlab.report.claim_rules``; ``cemlab.report.claims``
+paper's are bound by name: the builder of the same name in ``cemlab.report.figures.paper_figures``, the
+rule its entry names (``function``) in ``cemlab.report.claims.rules``; ``cemlab.report.claims.catalog``
 binds them on import and fails naming a claim whose rule is missing.
 
 A plugin (``cemlab.models.registry``: a module named in ``CEMLAB_PLUGINS`` or in the entry-point
@@ -17,7 +17,7 @@ group ``cemlab.plugins``) registers on import::
 
 and lists the ids in its sweep file's ``figures:`` and ``claims:``.
 
-A figure of the across-the-ladder page (``cemlab.report.ladder``) registers the same way, with
+A figure of the across-the-ladder page (``cemlab.report.pages.ladder_page``) registers the same way, with
 ``ladder=True``: its builder takes the page's rows (the frame of ``ladder.csv``: one row per
 comparison and rung) and returns a ``Figure`` or None, and the ladder page of every sweep in
 ``sweeps`` draws it (no sweeps: every ladder's page), after the page's own forest and trend, which

@@ -32,7 +32,7 @@ from cemlab.train.plan import make_plan
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cemlab.sweeps.spec.schema import Trial
+    from cemlab.sweeps.sweepfile.schema import Trial
 
 
 @dataclass

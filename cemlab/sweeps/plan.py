@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 from cemlab.sweeps.data_step import sweep_data_needs
 from cemlab.hardware import ESTIMATE_KINDS, PEAK_BF16_FLOPS, REFERENCE_KIND, gpu_hours, gpu_kind, visible_gpus
 from cemlab.models.config import ModelConfig
-from cemlab.sweeps.looks import seeds_given_note
-from cemlab.sweeps.spec.expand import sampled_trials
-from cemlab.sweeps.spec.schema import Trial
-from cemlab.sweeps.spec.load import SweepSpec, load_sweep
+from cemlab.sweeps.look_levels import seeds_given_note
+from cemlab.sweeps.sweepfile.expand import sampled_trials
+from cemlab.sweeps.sweepfile.schema import Trial
+from cemlab.sweeps.sweepfile.load import SweepSpec, load_sweep
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.runs import RunStore, pick_run
@@ -120,7 +120,7 @@ class Plan:
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
         (``alpha``; its one-sided decisions at half of it), how they share alpha, trials at most."""
-        from cemlab.sweeps.looks import look_alpha, split_text
+        from cemlab.sweeps.look_levels import look_alpha, split_text
 
         if len(self.looks) < 2:
             return {}
@@ -167,7 +167,7 @@ class Plan:
     def tuning(self) -> dict:
         """How each cell's learning rate is chosen: with several rates in the grid, every cell (the
         trials equal but for lr and seed) gets the same rates and seeds, the report picks its rate on
-        validation and judges the seeds there (``cemlab.report.verdicts``); listed per cell."""
+        validation and judges the seeds there (``cemlab.report.claims.verdicts``); listed per cell."""
         per: dict[str, dict] = {}
         for r in self.rows:
             a = r.trial.axes

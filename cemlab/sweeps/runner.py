@@ -3,7 +3,7 @@
 ``run_sweep(name, scale)`` calls the stages in order; each is a module with one job, and a trial
 goes down them once:
 
-1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.spec.load``; every config error
+1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.sweepfile.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
    (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``; the shared
    MLflow server (a local one that has to be started boots while Ray starts); resources; the data is
@@ -11,7 +11,7 @@ goes down them once:
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
    (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run
-   (``cemlab.sweeps.stages.decide``);
+   (``cemlab.sweeps.stages.trial_actions``);
 4. **execute** the trials that need running on Ray Tune, one Tuner for a grid or one per searched
    cell, and turn each Tune result into the trial's outcome (``cemlab.sweeps.stages.execute``; inside a
    trial: ``cemlab.sweeps.trial.trainable``); a sweep with ``seeding:`` then judges its claims at
@@ -57,12 +57,12 @@ from rich.console import Console
 
 from cemlab import timing
 from cemlab.paths import runs_dir, sweep_log_dir
-from cemlab.sweeps.stages import decide, execute, preflight, record, seeding
+from cemlab.sweeps.stages import execute, preflight, record, seeding, trial_actions
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult
-from cemlab.sweeps.spec.schema import DEFAULT_SCALE, SweepError, Trial
-from cemlab.sweeps.spec.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import DEFAULT_SCALE, SweepError, Trial
+from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.sweeps.trial.job import faults_from_env
 from cemlab.sweeps.trial.memory import limit_from_env
 
@@ -85,7 +85,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
     (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
-    with ``seeding`` (``cemlab.report.look_store.sweep_look``, handed in by ``cemlab sweep``);
+    with ``seeding`` (``cemlab.report.stats.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
     and the caller calls :func:`wait_ray_stopped` once it has done what follows (``cemlab sweep``
     builds the report meanwhile: Ray's shutdown waits on its processes and uses little CPU)."""
@@ -227,9 +227,9 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
             try:
                 with watch:
                     if inv.spec.search == "optuna":
-                        execute.run_searches(inv, decide.decide_searches(inv, trials))
+                        execute.run_searches(inv, trial_actions.decide_searches(inv, trials))
                     else:
-                        execute.run_grid(inv, decide.decide_grid(inv, trials))
+                        execute.run_grid(inv, trial_actions.decide_grid(inv, trials))
                         seeding.add_seeds(inv, trials, inv.overrides, looker)  # more seeds where a verdict is open
             except Exception as e:  # a store call of the driver failed: is the store gone?
                 if not watch.confirm_lost(e):

@@ -124,8 +124,8 @@ class Task:
 
     def chance_value(self, cfg: "RunConfig") -> float:
         """The test metric of a model that learned nothing: a result no better than this is a worst
-        outcome (``cemlab.report.pairing.worst_outcomes``), and a learning-rate curve puts a diverged
-        run here (``cemlab.report.pairing.at_chance``). NaN where the task states none."""
+        outcome (``cemlab.report.stats.divergence.worst_outcomes``), and a learning-rate curve puts a diverged
+        run here (``cemlab.report.stats.divergence.at_chance``). NaN where the task states none."""
         return math.nan
 
     def format_metric(self, value: float) -> str:

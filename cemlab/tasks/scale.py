@@ -3,7 +3,7 @@ each trial and the run-config fields every trial of the task starts from.
 
 Each task names the model of its section (``Task.scale_model``, this :class:`TaskScale` unless the
 task needs more settings per scale: a subclass), so that a task added from outside cemlab brings
-its scale settings with it; ``cemlab.sweeps.spec.schema.ScaleSpec`` holds the sections by task name.
+its scale settings with it; ``cemlab.sweeps.sweepfile.schema.ScaleSpec`` holds the sections by task name.
 """
 
 from __future__ import annotations

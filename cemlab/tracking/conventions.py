@@ -223,7 +223,7 @@ def log_run_conventions(client: "MlflowClient", run_id: str, cfg: "RunConfig", r
                         budget: int | None = None, step_notes: str = "") -> dict[str, str]:
     """Set the system tags and the description (``step_notes``, what each CEM step is, appended)
     and log the dataset inputs of a new run; return the tags set (a copy of the run recorded into
-    another store carries them: ``cemlab.train.decide.record_from_local``)."""
+    another store carries them: ``cemlab.train.run_action.record_from_local``)."""
     from mlflow.entities import RunTag
 
     text = description(cfg, params=params, budget=budget)

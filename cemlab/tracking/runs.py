@@ -11,7 +11,7 @@ a cache (one store scan per report), metric histories and the sweep's parent run
 Sweeps with ``search: optuna`` sample each grid cell's learning rate: their runs carry the tag
 ``cemlab.search_cell`` (the id of the cell's trial in ``expand``) and are found by it, with the
 sweep and scale tags (:meth:`RunStore.search_cell_runs`, one store scan for every cell); the
-sweep layer turns them into sampled trials (``cemlab.sweeps.spec.expand.sampled_trials``).
+sweep layer turns them into sampled trials (``cemlab.sweeps.sweepfile.expand.sampled_trials``).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class RunStore:
         return {h: found[h] for h in sorted(found)}
 
     def has_runs_for(self, trial) -> bool:
-        """Whether a grid trial (``cemlab.sweeps.spec.schema.Trial``) has any run: by its config hash, or
+        """Whether a grid trial (``cemlab.sweeps.sweepfile.schema.Trial``) has any run: by its config hash, or
         for a ``search: optuna`` cell, any run of the cell."""
         if self.runs_for_hash(trial.config_hash):
             return True

@@ -2,7 +2,7 @@
 
 - ``train(run_config, ...) -> RunResult`` (:mod:`cemlab.train.run`, one function per step): what
   ``cemlab train`` and the sweep runner call; ``RunResult`` (:mod:`cemlab.train.result`): what a
-  run ended with; :mod:`cemlab.train.decide`: reuse, record, resume or run, asked of the store.
+  run ended with; :mod:`cemlab.train.run_action`: reuse, record, resume or run, asked of the store.
 - :mod:`cemlab.train.plan`: token budget, steps, accumulation, schedule, weight-decay groups.
 - :mod:`cemlab.train.trainer`: the Lightning ``Trainer``, accelerator and precision.
 - the task's training-time object (model, loss, metrics) comes from its module in

@@ -1,7 +1,7 @@
 """``RunResult``: what one run ended with, as ``train`` returns it and ``state.json`` keeps it.
 
 Its own module because three steps build it (training in :mod:`cemlab.train.run`, reusing or
-recording a result the store or the runs folder already holds in :mod:`cemlab.train.decide`) and
+recording a result the store or the runs folder already holds in :mod:`cemlab.train.run_action`) and
 the sweep runner reads it; none of them needs the others to do so.
 """
 

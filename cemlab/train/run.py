@@ -18,7 +18,7 @@ Resuming (``resume=True``): the checkpoint folder of the config (``train.checkpo
 ``<runs>/checkpoints/<config hash>``) holds ``last.ckpt`` and ``state.json``. A run that is still
 ``running`` there continues from its checkpoint (model, optimizer, schedule, data position, RNG)
 and logs into the same MLflow run, each step once. What counts as done is decided by the store in
-use, not by the folder (``cemlab.train.decide``): a run the store holds with a result is returned
+use, not by the folder (``cemlab.train.run_action``): a run the store holds with a result is returned
 without training (``outcome="reused"``); a result the folder keeps whole (state, metric history
 ``metrics.jsonl``) but the store lacks is recorded into it without training (``outcome="recorded"``);
 a local result that cannot be recorded is trained again. ``resume=False`` starts afresh (a new
@@ -65,7 +65,7 @@ from cemlab.tasks import Task, TaskData, task_of
 from cemlab.tracking import conventions, schema, store
 from cemlab.tracking import mlflow_run as mr
 from cemlab.train import checkpoint as ckpt
-from cemlab.train import decide as dc
+from cemlab.train import run_action as dc
 from cemlab.train import evaluate as ev
 from cemlab.train.callbacks import RunCallback, progress_callbacks
 from cemlab.train.data import DataPosition, StepBatchSampler, eval_indices

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cemlab.report.plotting import Figure, subplots
+from cemlab.report.figures.plotting import Figure, subplots
 from cemlab.report.registry import register_claim, register_figure
-from cemlab.report.verdicts import ClaimData, compare, num, pick_cell, rel, sizes_of
+from cemlab.report.claims.verdicts import ClaimData, compare, num, pick_cell, rel, sizes_of
 
 SWEEP = "extra_attention"
 FIGURE = "extra_gap"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from cemlab.config import valid_keys
-from cemlab.sweeps.spec.files import list_sweeps, scale_names
-from cemlab.sweeps.spec.schema import DEFAULT_SCALE
+from cemlab.sweeps.sweepfile.files import list_sweeps, scale_names
+from cemlab.sweeps.sweepfile.schema import DEFAULT_SCALE
 
 
 def _sweep_completer(**_):

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cemlab.sweeps.data_step import prepare_sweep_data
-    from cemlab.sweeps.spec.load import DEFAULT_SCALE, SweepError, load_sweep
+    from cemlab.sweeps.sweepfile.load import DEFAULT_SCALE, SweepError, load_sweep
 
     if args.workers is not None and args.workers < 1:
         print(f"cemlab data prepare: --workers={args.workers} must be at least 1", file=sys.stderr)

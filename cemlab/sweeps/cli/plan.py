@@ -22,8 +22,8 @@ import json
 import sys
 
 from cemlab.sweeps.cli.args import add_ladder_arguments, add_overrides_argument, add_scale_argument, add_sweep_argument
-from cemlab.sweeps.spec.files import list_sweeps
-from cemlab.sweeps.spec.schema import SweepError
+from cemlab.sweeps.sweepfile.files import list_sweeps
+from cemlab.sweeps.sweepfile.schema import SweepError
 
 _STATUS_STYLE = {"done": "green", "diverged": "yellow", "failed": "red", "interrupted": "red",
                  "running": "cyan", "partial": "cyan", "todo": "dim"}
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan_ladder(args: argparse.Namespace, console) -> int:
-    """``cemlab plan NAME --ladder`` (or ``--rung X``): one row per rung (``cemlab.sweeps.ladder``)."""
-    from cemlab.sweeps.ladder import plan_ladder
+    """``cemlab plan NAME --ladder`` (or ``--rung X``): one row per rung (``cemlab.sweeps.ladder_plan``)."""
+    from cemlab.sweeps.ladder_plan import plan_ladder
 
     lp = plan_ladder(args.sweep, args.rung, read_store=not args.no_store, overrides=args.overrides, mfu=args.mfu,
                      note=lambda line: print(f"cemlab plan: {line}", file=sys.stderr, flush=True))
@@ -136,7 +136,7 @@ def _print_ladder(lp, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from cemlab.sweeps.ladder import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S
+    from cemlab.sweeps.ladder_plan import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S
     from cemlab.train.plan import duration
 
     total, most = lp.as_dict()["seconds"], lp.as_dict()["max_seconds"]
@@ -168,7 +168,7 @@ def _list_sweeps(scale: str, console) -> int:
     """Every sweep with its trial count at ``scale``; a broken file is listed with its error (exit code 2)."""
     from rich.table import Table
 
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     table = Table(title=f"Sweeps (trials at scale {scale})")
     for col in ("sweep", "figure", "trials"):

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cemlab.sweeps.slurm import SlurmJob, render
-    from cemlab.sweeps.spec.load import SweepError, load_sweep
+    from cemlab.sweeps.sweepfile.load import SweepError, load_sweep
 
     if not args.mlflow:
         print("cemlab slurm: --mlflow is not set (nor MLFLOW_TRACKING_URI): give the URL of a tracking server "

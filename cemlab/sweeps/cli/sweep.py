@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 
 from cemlab.links import COMMAND, print_link
 from cemlab.sweeps.cli.args import add_ladder_arguments, add_overrides_argument, add_scale_argument, add_sweep_argument
-from cemlab.sweeps.spec.schema import SweepError
+from cemlab.sweeps.sweepfile.schema import SweepError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,7 +77,7 @@ def resume_command(args: argparse.Namespace) -> str:
 def _mark_interrupted(args: argparse.Namespace, scale: str) -> int:
     """``cemlab sweep NAME --scale S --mark-interrupted`` (``cemlab.sweeps.stages.record.mark_left_running``)."""
     from cemlab.paths import runs_dir, sweep_log_dir
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.sweeps.stages.invocation import EXIT_USAGE
     from cemlab.sweeps.stages.record import mark_left_running
     from cemlab.tracking.store import StoreError, check_reachable, tracking_uri
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
         looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
-    (``cemlab.report.look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
+    (``cemlab.report.stats.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
         return _run_ladder(args, looker, ladder_after)
@@ -148,12 +148,12 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
 
 def _run_ladder(args: argparse.Namespace, looker, ladder_after) -> int:
     """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
-    sweep at the rung's scale (``cemlab.sweeps.spec.ladder``), run as ``cemlab sweep`` runs a scale,
+    sweep at the rung's scale (``cemlab.sweeps.sweepfile.ladder_section``), run as ``cemlab sweep`` runs a scale,
     every rung checked (warm-up, epochs) before the first trial; then the across-the-ladder report,
     which builds each rung's report beside it. Stops at the first rung that was interrupted or could
     not start."""
-    from cemlab.sweeps.ladder import plan_ladder, rung_scales_to_run
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.ladder_plan import plan_ladder, rung_scales_to_run
+    from cemlab.sweeps.sweepfile.load import load_sweep
     from cemlab.sweeps.stages.invocation import EXIT_INTERRUPTED, EXIT_STORE_LOST, EXIT_USAGE
 
     try:

@@ -40,12 +40,12 @@ from ray import tune
 from cemlab import timing
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as rk
-from cemlab.sweeps.stages.decide import CellSearch
+from cemlab.sweeps.stages.trial_actions import CellSearch
 from cemlab.sweeps.stages.guards import STOP_WAIT_S, wait_for_exit
 from cemlab.sweeps.stages.invocation import Invocation, TrialOutcome
 from cemlab.sweeps.stages.preflight import RAY_HINT, check_ray_address
 from cemlab.sweeps.stages.record import mark_stopped
-from cemlab.sweeps.spec.schema import SweepError, Trial
+from cemlab.sweeps.sweepfile.schema import SweepError, Trial
 from cemlab.sweeps.trial.trainable import run_trial
 from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import mlflow_run as mr, schema
@@ -174,7 +174,7 @@ class TrialSpans(tune.Callback):
 
 
 def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
-    """The grid's trials that need running (``cemlab.sweeps.stages.decide.decide_grid``), as one Tuner."""
+    """The grid's trials that need running (``cemlab.sweeps.stages.trial_actions.decide_grid``), as one Tuner."""
     if not todo:
         return
 
@@ -184,7 +184,7 @@ def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
 
 
 def run_searches(state: Invocation, jobs: list[CellSearch]) -> None:
-    """One Tuner per searched cell that needs samples (``cemlab.sweeps.stages.decide.decide_searches``):
+    """One Tuner per searched cell that needs samples (``cemlab.sweeps.stages.trial_actions.decide_searches``):
     Optuna over the learning rate, ASHA stopping (module docstring)."""
     if not jobs:
         return

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from cemlab.sweeps.stages import progress as pg
-from cemlab.sweeps.spec.files import sweeps_dir
-from cemlab.sweeps.spec.schema import Trial
-from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.sweepfile.files import sweeps_dir
+from cemlab.sweeps.sweepfile.schema import Trial
+from cemlab.sweeps.sweepfile.load import SweepSpec
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.job import TrialJob
 from cemlab.tracking import schema

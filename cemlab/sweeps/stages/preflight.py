@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import ray
 
 from cemlab.data import DataError, check_data
-from cemlab.sweeps.spec.files import sweeps_dir
-from cemlab.sweeps.spec.schema import SweepError, Trial
-from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.sweepfile.files import sweeps_dir
+from cemlab.sweeps.sweepfile.schema import SweepError, Trial
+from cemlab.sweeps.sweepfile.load import SweepSpec
 from cemlab.tasks import task_of
 from cemlab.tracking.server import starting
 from cemlab.tracking.store import configured_tracking_uri, probe_store

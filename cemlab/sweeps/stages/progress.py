@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.text import Text
 
 from cemlab.links import COMMAND, PATH, print_link
-from cemlab.sweeps.looks import seeds_given_note
+from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.trial import tune_report as tr
 from cemlab.sweeps.stages.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
@@ -107,7 +107,7 @@ class SweepProgress:
     def __init__(self, title: str):
         self.title = title
         self.rows: dict[str, Row] = {}
-        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.spec.schema.Trial
+        self.trials: dict[str, Any] = {}     # trial id -> cemlab.sweeps.sweepfile.schema.Trial
         self.lock = threading.Lock()
         self.events: list[str] = []          # status changes not yet printed (plain mode)
         self.started = time.time()

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import STOP_WAIT_S, DriverLock, trial_pid, wait_for_exit
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult, TrialOutcome, write_json_atomic
-from cemlab.sweeps.spec.load import SweepSpec
+from cemlab.sweeps.sweepfile.load import SweepSpec
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.lock import lock_is_free
 from cemlab.sweeps.trial.tune_report import STEP_KEY
@@ -46,7 +46,7 @@ from cemlab.tracking import mlflow_run as mr, schema
 from cemlab.tracking.conventions import describe_sweep_run, link_reused_runs
 from cemlab.tracking.outcomes import SEARCH_RESULTS
 from cemlab.tracking.store import ensure_experiment, get_client, run_status, search_runs
-from cemlab.train.decide import is_connection_error
+from cemlab.train.run_action import is_connection_error
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -3,15 +3,15 @@
 After the grid's own seeds ran (``cemlab.sweeps.stages.execute.run_grid``), :func:`add_seeds`
 goes through the planned looks (``SweepSpec.looks``): at look ``j`` it judges the sweep's claims
 from the store on the first ``n_j`` seeds at the look's level (``SweepSpec.look_alphas``: the
-file's ``seeding.alpha_split``, else ``alpha / K``; ``cemlab.report.look``,
-``cemlab.report.sequential``), and gives the cells of the comparisons still inconclusive the seeds
+file's ``seeding.alpha_split``, else ``alpha / K``; ``cemlab.report.stats.interim_look``,
+``cemlab.report.stats.sequential``), and gives the cells of the comparisons still inconclusive the seeds
 of look ``j + 1``. Those are ordinary trials of the sweep file (same ids and config hashes as if
 the file listed the seeds): decided from the store, run on Ray Tune, tracked in MLflow, resumable
 and shown in the live table, through the same stages as the grid (``decide``, ``execute``). It
 stops when nothing is open or at the last look.
 
 The judging is the report's: ``cemlab sweep`` (``cemlab.cli``) hands in ``looker``
-(``cemlab.report.look_store.sweep_look``), so the sweep layer never imports the report. Every look is recorded (``Invocation.looks``): index, seeds, level, open claims and cells, trials
+(``cemlab.report.stats.interim_look_store.sweep_look``), so the sweep layer never imports the report. Every look is recorded (``Invocation.looks``): index, seeds, level, open claims and cells, trials
 asked for; ``record.finish`` writes them to ``summary.json``, and each is set on the parent run as
 the tag ``cemlab.looks`` (JSON) as soon as it is made. A rerun reads the same store, so it makes the
 same decisions and finds the trials they ask for done.
@@ -23,9 +23,9 @@ import json
 import logging
 from typing import Callable
 
-from cemlab.sweeps.stages import decide, execute
+from cemlab.sweeps.stages import execute, trial_actions
 from cemlab.sweeps.stages.invocation import Invocation
-from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.sweepfile.schema import Trial
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -63,7 +63,7 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
                  j, spec.name, seeds, look["alpha"], len(look["open_claims"]), len(look["open_cells"]), len(todo))
         if not todo:
             return
-        execute.run_grid(inv, decide.decide_grid(inv, todo))
+        execute.run_grid(inv, trial_actions.decide_grid(inv, todo))
 
 
 def _tag(inv: Invocation) -> None:

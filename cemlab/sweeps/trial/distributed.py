@@ -48,7 +48,7 @@ from cemlab.sweeps.trial import job as tj
 from cemlab.sweeps.trial.tune_report import Reporter, deliver_to_tune
 
 if TYPE_CHECKING:
-    from cemlab.sweeps.spec.schema import Trial
+    from cemlab.sweeps.sweepfile.schema import Trial
     from cemlab.sweeps.trial.job import TrialJob
     from cemlab.train.run import RunResult
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from cemlab import timing
 from cemlab.data.store import READ_ONLY_ENV
-from cemlab.sweeps.spec.expand import trial_with_lr
-from cemlab.sweeps.spec.schema import Trial, round_lr
+from cemlab.sweeps.sweepfile.expand import trial_with_lr
+from cemlab.sweeps.sweepfile.schema import Trial, round_lr
 from cemlab.sweeps.trial.files import TrialFiles
 from cemlab.sweeps.trial.memory import MEMORY_ENV
 from cemlab.tracking.store import configure_http

@@ -69,7 +69,7 @@ import ray
 from cemlab import timing
 from cemlab.sweeps.trial import memory
 from cemlab.sweeps.trial.distributed import fit_trial
-from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.sweeps.trial.job import TrialJob, prepare_config, redirect_output, set_fault, trial_scope
 from cemlab.sweeps.trial.lock import trial_lock
 from cemlab.sweeps.trial.tune_report import (NODES_KEY, RESUMED_KEY, SECONDS_KEY, STATUS_KEY, WAITED_ON_KEY, Reporter,

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ray import tune
 
-from cemlab.sweeps.spec.schema import Trial
+from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.train import checkpoint as ckpt
 
 #: Keys of the final report (besides the run's metrics).

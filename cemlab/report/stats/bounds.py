@@ -1,0 +1,297 @@
+"""The interval that decided a comparison (``decision_bounds``: each end the one-sided bound of the
+test that decides on that side), the paired differences per seed with the worst outcomes scored
+(``paired_diffs_by_seed``), and one comparison judged on its own (``judge``, ``deciding_interval``).
+The method: ``cemlab.report.stats`` and ``docs/verdicts.md``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cemlab.report.stats.significance import CONTRADICTED, NEGLIGIBLE, NOT_ENOUGH
+from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide, holm
+
+
+# ----------------------------------------------------------------------------------------------
+# The interval that decided, and one comparison judged on its own
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bounds:
+    """The interval that decided a comparison, on the effect's (log) scale: each end is the
+    one-sided confidence bound of the test that decides on that side, at the one-sided level that
+    test was held to (``alpha_low``, ``alpha_high``: the look's level, Holm's step and the
+    every-choice factor included). NaN where no bound exists (one seed, zero spread, no choice
+    with data). Its coverage is ``level`` = 1 - alpha_low - alpha_high."""
+
+    low: float
+    high: float
+    alpha_low: float
+    alpha_high: float
+    #: What the ends are: ``t`` (paired t bounds), ``tost`` (an equivalence test's), ``negligible``
+    #: (the TOST at +-margin of a difference claim), each with ``every choice`` where choices were tested.
+    how: str = "t"
+
+    @property
+    def level(self) -> float:
+        return 1.0 - self.alpha_low - self.alpha_high
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.low) or math.isfinite(self.high)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``97.5%`` (both ends one-sided 98.75% bounds), or ``98.125% (lower end 99.375%, upper
+        98.75%, one-sided)`` where the two ends were held to different levels (a Holm step)."""
+        lv = f"{_fmt_level(self.level)}%"
+        if math.isclose(self.alpha_low, self.alpha_high, rel_tol=1e-9):
+            return lv
+        return (f"{lv} (lower end {_fmt_level(1 - self.alpha_low)}%, upper {_fmt_level(1 - self.alpha_high)}%, "
+                f"one-sided)")
+
+
+def _fmt_level(level: float) -> str:
+    """A level in percent with the digits it needs: 0.975 -> 97.5, 0.99375 -> 99.375, 0.95 -> 95."""
+    return f"{level * 100:.4f}".rstrip("0").rstrip(".")
+
+
+def t_bound(diffs, alpha: float, upper: bool) -> float:
+    """The one-sided (1 - ``alpha``) confidence bound of the mean of ``diffs`` (non-finite dropped):
+    upper (``upper``) or lower. It is dual to ``t_pvalues``: the upper bound is at most ``tol``
+    exactly when the p-value of 'below tol' is at most ``alpha``. NaN with fewer than two finite
+    differences or zero spread (where ``t_pvalues`` gives NaN)."""
+    from scipy.special import stdtrit
+
+    d = np.asarray(diffs, dtype=float)
+    d = d[np.isfinite(d)]
+    n = len(d)
+    if n < 2 or not 0 < alpha < 1:
+        return math.nan
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    if not sd > 1e-12 * max(1.0, abs(mean)):
+        return math.nan
+    half = float(stdtrit(n - 1, 1.0 - alpha)) * sd / math.sqrt(n)
+    return mean + half if upper else mean - half
+
+
+def _choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float,
+                  upper: bool) -> tuple[float, tuple | None]:
+    """``every_choice_bound`` and the choice whose bound it is."""
+    sign = 1 if upper else -1
+    free = [i for i, c in enumerate(coefs) if c * sign > 0]
+    m = int(np.prod([n_choices[i] for i in free])) if free else 1
+    worst: dict[tuple, tuple[float, tuple]] = {}
+    for combo, d in diffs_of.items():
+        b = t_bound(d, alpha / m, upper)
+        b = sign * b if math.isfinite(b) else math.inf   # on the 'upper' orientation: larger is worse
+        key = tuple(combo[i] for i in free)
+        if key not in worst or b > worst[key][0]:
+            worst[key] = (b, combo)
+    if not worst:
+        return math.nan, None
+    best, combo = min(worst.values(), key=lambda bc: bc[0])
+    return (sign * best if math.isfinite(best) else math.nan), combo
+
+
+def every_choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> float:
+    """The bound dual to ``every_choice_p``: an upper (``upper``) or lower confidence bound at
+    one-sided ``alpha`` of the tuned effect sum_i c_i min_j mu_ij. For the upper bound the
+    positions with c_i > 0 may be chosen (as for 'below'): the smallest, over their choices, of the
+    largest upper bound at ``alpha / m`` over the other positions' choices (``m``: the number of
+    choices that may be picked); the lower bound mirrors it. A choice without a bound counts as no
+    bound. 'below tol' is decided at ``alpha`` exactly when this upper bound is at most ``tol``."""
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[0]
+
+
+def deciding_choice(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> tuple | None:
+    """The choice whose bound is ``every_choice_bound``'s (the picked positions' best choice, at the
+    others' worst); None without one."""
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[1]
+
+
+def decision_bounds(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, side: str, alpha_claim: float,
+                    alpha_against: float, verdict: str = "", alpha_negligible: float | None = None,
+                    discrete: bool = False) -> Bounds | None:
+    """The interval that decided a comparison (``Bounds``) from the per-seed differences of every
+    choice, at the one-sided levels its tests were held to: ``alpha_claim`` for the claim's side
+    (supported), ``alpha_against`` for the other (contradicted).
+
+    - side ``below``: the upper end at ``alpha_claim`` (supported iff it is at most tol), the lower
+      end at ``alpha_against`` (contradicted iff it is at least tol); ``above`` the mirror;
+    - a ``negligible`` verdict: both ends at ``alpha_negligible`` (inside +-margin: the TOST that
+      decided it);
+    - ``within`` (equivalence, TOST): both ends at ``alpha_claim`` (supported iff inside +-tol); a
+      contradicted one both ends at ``alpha_against / 2`` (Bonferroni over the two outside tests:
+      contradicted iff the interval lies wholly outside +-tol).
+
+    None for an exact sign test (``discrete``): its decision is no t interval (the row says what
+    decided, ``decided_how``)."""
+    if discrete:
+        return None
+    choice = " over every choice" if max(n_choices, default=1) > 1 else ""
+
+    def both(a: float, how: str) -> Bounds:
+        return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a, upper=False),
+                      every_choice_bound(diffs_of, coefs, n_choices, a, upper=True), a, a, how + choice)
+
+    if verdict == NEGLIGIBLE and alpha_negligible is not None:
+        return both(alpha_negligible, "negligible")
+    if side == "within":
+        return both(alpha_against / 2, "tost") if verdict == CONTRADICTED else both(alpha_claim, "tost")
+    a_low, a_high = (alpha_against, alpha_claim) if side == "below" else (alpha_claim, alpha_against)
+    return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a_low, upper=False),
+                  every_choice_bound(diffs_of, coefs, n_choices, a_high, upper=True), a_low, a_high, "t" + choice)
+
+
+def decided_how(evidence: "Evidence | None", side: str, alpha_claim: float, alpha_against: float, n: int,
+                discrete: bool = False, holm: str = "") -> str:
+    """What decided a comparison, in words, where its interval alone does not say it all: an exact
+    sign test (with the smallest p-value its seeds can give, 0.5^n: at 3 seeds 0.125, which no
+    level below it can reach), an equivalence's contradiction, a Holm step (``holm``: which side
+    was held to Holm's step level)."""
+    parts = []
+    if discrete:
+        smallest = 0.5 ** n if n else 1.0
+        parts.append(f"exact sign test on {n} seeds (its smallest one-sided p is 0.5^{n} = {smallest:.3g})")
+        if evidence is not None:
+            parts.append(f"p supported {evidence.p_claim:.3g} against {alpha_claim:.3g}, p contradicted "
+                         f"{evidence.p_against:.3g} against {alpha_against:.3g}")
+        if smallest > max(alpha_claim, alpha_against):
+            parts.append(f"it cannot be decided at {n} seeds")
+    elif side == "within":
+        parts.append(f"TOST: supported when the interval at one-sided {alpha_claim:.3g} lies inside +-tol; "
+                     f"contradicted when the interval at one-sided {alpha_against / 2:.3g} lies outside it")
+    if holm:
+        level = alpha_against if holm == CONTRADICTED else alpha_claim
+        parts.append(f"'{holm}' held to Holm's step level {level:.3g}")
+    return "; ".join(parts)
+
+
+def smallest_p(n: int, discrete: bool) -> float:
+    """The smallest one-sided p-value a comparison over ``n`` seeds can reach: 0 for a t-test
+    with two seeds or more, 0.5^n for an exact sign test, 1 with fewer than two seeds (t)."""
+    if discrete:
+        return 0.5 ** n if n else 1.0
+    return 0.0 if n >= 2 else 1.0
+
+
+#: The log metric of a worst outcome (a divergence, or a result whose metric is not finite or no better
+#: than chance: ``divergence.outcomes``): worse than every run that finished, whatever its value.
+WORST = math.inf
+
+
+def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, dict]:
+    """The per-seed differences of every choice of a comparison, by seed: ``logs[i][j]`` is the per-seed
+    log metric of candidate ``j`` of position ``i`` (a mapping seed -> value, e.g. a ``pandas.Series``
+    indexed by seed; NaN is no value, ``WORST`` a worst outcome). Each choice (one candidate per
+    position) pairs over the seeds at which all of its cells have a value: sum_i c_i log metric_i.
+
+    **A worst outcome scores as the worst finished run.** In each choice, a cell's worst outcome takes
+    the largest finite log metric of the choice's cells at its paired seeds (W): it ranks with the
+    worst run that finished and weighs no more than that run, so it neither swamps the seeds' spread
+    nor needs a scale from outside the data. A seed where a worst outcome lies on one side only (a
+    position with c_i > 0, or only c_i < 0) counts at least as a loss of that side beyond the claim's
+    tolerance and margin (``beyond``: its difference is at least ``beyond[1]``, or at most
+    ``beyond[0]``), so a divergence never reads as a tie, a negligible difference or a win of its own
+    cell. A seed where both sides are worst outcomes is a tie (difference 0), as is every seed of a
+    choice where no cell finished. Under identical cells the scores mirror each other, so the paired
+    law stays symmetric about 0 (docs/verdicts.md, "A divergence is the worst outcome")."""
+    lo, hi = beyond
+    cells = [[_outcome_items(x) for x in pos] for pos in logs]
+    out: dict[tuple, dict] = {}
+    for combo in itertools.product(*(range(len(pos)) for pos in cells)):
+        chosen = [cells[i][j] for i, j in enumerate(combo)]
+        seeds = sorted(set.intersection(*(set(c) for c in chosen))) if chosen else []
+        if not seeds:
+            continue
+        finite = [c[s] for c in chosen for s in seeds if math.isfinite(c[s])]
+        w = max(finite) if finite else math.nan
+        by_seed: dict = {}
+        for s in seeds:
+            vals = [c[s] for c in chosen]
+            up = any(k > 0 and not math.isfinite(v) for k, v in zip(coefs, vals))
+            down = any(k < 0 and not math.isfinite(v) for k, v in zip(coefs, vals))
+            if not math.isfinite(w) or (up and down):
+                by_seed[s] = 0.0   # both sides worst outcomes, or nothing finished: a tie
+                continue
+            d = float(sum(k * (v if math.isfinite(v) else w) for k, v in zip(coefs, vals)))
+            by_seed[s] = max(d, hi) if up else min(d, lo) if down else d
+        out[combo] = {s: by_seed[s] for s in seeds}
+    return out
+
+
+def paired_diffs(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, np.ndarray]:
+    """``paired_diffs_by_seed`` as arrays in seed order: what the tests read (``comparison_evidence``)."""
+    return {combo: np.array([d[s] for s in sorted(d)], dtype=float)
+            for combo, d in paired_diffs_by_seed(logs, coefs, beyond).items()}
+
+
+def beyond_of(tol: float, side: str, margin: float = 0.0) -> tuple[float, float]:
+    """Where a worst outcome's difference must lie beyond, below and above (``paired_diffs_by_seed``):
+    0, the claim's tolerance (+-tol for an equivalence) and the smallest effect of interest (+-margin)."""
+    edges = [0.0, tol, margin, -margin] + ([-tol] if side == "within" else [])
+    return min(edges), max(edges)
+
+
+def _outcome_items(x) -> dict:
+    """A mapping seed -> log value (``dict`` or ``pandas.Series``) with its values: finite ones and
+    worst outcomes (``WORST``); NaN (no value) and -inf dropped."""
+    items = x.items() if hasattr(x, "items") else dict(x).items()
+    out = {}
+    for k, v in items:
+        v = float(v)
+        if math.isfinite(v) or v == WORST:
+            out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One comparison judged on its own: its verdict word, its evidence (one-sided p-values, every
+    choice tested) and the interval that decided (``Bounds``; None for a sign test), with the
+    seeds it read (``n``: the most of any choice)."""
+
+    verdict: str
+    evidence: Evidence | None
+    bounds: Bounds | None
+    n: int
+
+
+def judge(diffs_of: dict[tuple, np.ndarray], coefs=(), n_choices=(), tol: float = 0.0, side: str = "below",
+          margin: float = 0.0, alpha: float = ALPHA, discrete: bool = False) -> Judgement:
+    """One comparison on its own at the two-sided level ``alpha`` (each one-sided test at
+    ``alpha / 2``: supported, contradicted, negligible), from the per-seed differences of every
+    choice (``diffs_of``, e.g. ``paired_diffs``; a comparison without choices: ``{(): diffs}`` with
+    empty ``coefs`` and ``n_choices``), and the interval that decided it. A comparison that is one
+    of a claim's k goes through ``decide`` with the others instead (Holm may then lower its
+    contradiction level)."""
+    n = max((int(np.isfinite(np.asarray(d, dtype=float)).sum()) for d in diffs_of.values()), default=0)
+    if not diffs_of:
+        return Judgement(NOT_ENOUGH, None, None, 0)
+    ev = comparison_evidence(diffs_of, coefs, n_choices, tol, side, margin, discrete)
+    word = decide([ev], "all", alpha)[0]
+    a = alpha / 2
+    return Judgement(word, ev, decision_bounds(diffs_of, coefs, n_choices, side, a, a, word, a, discrete), n)
+
+
+def judge_logs(logs, coefs, tol: float = 0.0, side: str = "below", margin: float = 0.0, alpha: float = ALPHA,
+               discrete: bool = False) -> Judgement:
+    """``judge`` from the compared cells' per-seed log metrics (``paired_diffs``): ``logs[i]`` the
+    candidates of position ``i`` (one mapping seed -> log metric each), ``coefs`` the linear
+    combination (e.g. (-1, 1): log(b / a))."""
+    return judge(paired_diffs(logs, coefs), tuple(coefs), tuple(len(p) for p in logs), tol, side, margin, alpha,
+                 discrete)
+
+
+def deciding_interval(diffs_of: dict[tuple, np.ndarray], coefs=(), n_choices=(), side: str = "below",
+                      alpha: float = ALPHA, verdict: str = "") -> Bounds | None:
+    """The interval at the level that decides a comparison judged on its own at two-sided
+    ``alpha`` (both ends at one-sided ``alpha / 2``, the every-choice factor included): the
+    interval ``judge`` reports, for a caller that wants the interval without the test."""
+    a = alpha / 2
+    return decision_bounds(diffs_of, coefs, n_choices, side, a, a, verdict, a)
