@@ -18,7 +18,6 @@ from cemlab.data import DataConfig, DataError, prepare_data
 from cemlab.data import store as store_mod
 from cemlab.data.corpus import SPLITS, open_corpus, select
 from data_support import build_store_then_die, sample_texts, write_jsonl
-from ray_support import local_ray
 
 SHARD = 6_000  # characters per shard: a 100-document corpus makes ~20 shards
 
@@ -160,7 +159,7 @@ variants:
 
 
 @pytest.mark.slow
-def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir, tmp_path, monkeypatch):
+def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir, tmp_path, monkeypatch, ray_local):
     """Without the preparation step the trial fails (it may not tokenise); with it the driver fills
     the store before the trial starts, the trial succeeds and leaves the store untouched."""
     import shutil
@@ -180,51 +179,50 @@ def test_a_sweep_prepares_the_store_first_and_its_trials_never_tokenise(runs_dir
     monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
     cache = tmp_path / "cache"
     console = Console(file=open("/dev/null", "w"), width=200)
-    with local_ray(num_cpus=2):
-        try:
-            real = prepare_mod.prepare_sweep_data
-            monkeypatch.setattr(prepare_mod, "prepare_sweep_data", lambda *a, **k: [])
-            skipped = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
-            assert skipped.exit_code == 1 and "cemlab data prepare" in (skipped.outcomes[0].error or "")
-            assert not (cache / "data" / "tokens").exists() or not any((cache / "data" / "tokens").glob("*/store.json"))
+    try:
+        real = prepare_mod.prepare_sweep_data
+        monkeypatch.setattr(prepare_mod, "prepare_sweep_data", lambda *a, **k: [])
+        skipped = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
+        assert skipped.exit_code == 1 and "cemlab data prepare" in (skipped.outcomes[0].error or "")
+        assert not (cache / "data" / "tokens").exists() or not any((cache / "data" / "tokens").glob("*/store.json"))
 
-            snapshots = []
+        snapshots = []
 
-            def prepare_then_snapshot(*a, **k):  # the store as the driver leaves it, before any trial
-                out = real(*a, **k)
-                snapshots.append({p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()})
-                return out
+        def prepare_then_snapshot(*a, **k):  # the store as the driver leaves it, before any trial
+            out = real(*a, **k)
+            snapshots.append({p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()})
+            return out
 
-            monkeypatch.setattr(prepare_mod, "prepare_sweep_data", prepare_then_snapshot)
-            done = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
-            assert done.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in done.outcomes]
-            assert len(snapshots) == 1 and any(p.name == "store.json" for p in snapshots[0])
-            after = {p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()}
-            assert after == snapshots[0]  # the trial wrote nothing to the store (and the guard forbade tokenising)
+        monkeypatch.setattr(prepare_mod, "prepare_sweep_data", prepare_then_snapshot)
+        done = run_sweep("one", "smoke", cache_dir=cache, console=console, live=False, retries=0)
+        assert done.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in done.outcomes]
+        assert len(snapshots) == 1 and any(p.name == "store.json" for p in snapshots[0])
+        after = {p: p.stat().st_mtime_ns for p in (cache / "data" / "tokens").rglob("*") if p.is_file()}
+        assert after == snapshots[0]  # the trial wrote nothing to the store (and the guard forbade tokenising)
 
-            # planned vs measured compute of the finished trial (cemlab plan --measured), checked by hand
-            from mlflow.tracking import MlflowClient
+        # planned vs measured compute of the finished trial (cemlab plan --measured), checked by hand
+        from mlflow.tracking import MlflowClient
 
-            from cemlab.sweeps.cost import cost_rows
-            from cemlab.sweeps.plan import plan_sweep
+        from cemlab.sweeps.cost import cost_rows
+        from cemlab.sweeps.plan import plan_sweep
 
-            client = MlflowClient(done.tracking_uri)
-            plan = plan_sweep("one", "smoke", client=client)
-            (row,) = cost_rows(plan, client, mfu=0.4, kind="H100 SXM")
-            run = client.get_run(done.outcomes[0].run_id)
-            summary = json.loads((runs_dir / "logs" / "one-smoke" / "summary.json").read_text())
-            wall = summary["trials"][0]["wall_seconds"]  # the trial's whole wall time, start-up included
-            assert row.wall_source == "trial" and wall >= (run.info.end_time - run.info.start_time) / 1000
-            res = done.outcomes[0].trial.resources
-            assert row.run_id == run.info.run_id and row.unit == "CPU core-h" and res.gpus_per_worker == 0
-            assert row.wall_s == pytest.approx(wall) and row.devices == res.workers * res.cpus_per_worker
-            assert row.measured_hours == pytest.approx(wall * row.devices / 3600)
-            flops = run.data.metrics["model/flops_per_token"] * run.data.metrics["train/token_budget"]
-            assert row.flops == pytest.approx(flops, rel=1e-6)  # the plan's FLOPs are the ones the trial logged
-            assert row.planned_gpu_hours == pytest.approx(flops / (0.4 * 989.4e12) / 3600, rel=1e-3)
-            assert row.ratio is None  # CPU core-hours and GPU-hours are not compared
-        finally:
-            stop_server()
+        client = MlflowClient(done.tracking_uri)
+        plan = plan_sweep("one", "smoke", client=client)
+        (row,) = cost_rows(plan, client, mfu=0.4, kind="H100 SXM")
+        run = client.get_run(done.outcomes[0].run_id)
+        summary = json.loads((runs_dir / "logs" / "one-smoke" / "summary.json").read_text())
+        wall = summary["trials"][0]["wall_seconds"]  # the trial's whole wall time, start-up included
+        assert row.wall_source == "trial" and wall >= (run.info.end_time - run.info.start_time) / 1000
+        res = done.outcomes[0].trial.resources
+        assert row.run_id == run.info.run_id and row.unit == "CPU core-h" and res.gpus_per_worker == 0
+        assert row.wall_s == pytest.approx(wall) and row.devices == res.workers * res.cpus_per_worker
+        assert row.measured_hours == pytest.approx(wall * row.devices / 3600)
+        flops = run.data.metrics["model/flops_per_token"] * run.data.metrics["train/token_budget"]
+        assert row.flops == pytest.approx(flops, rel=1e-6)  # the plan's FLOPs are the ones the trial logged
+        assert row.planned_gpu_hours == pytest.approx(flops / (0.4 * 989.4e12) / 3600, rel=1e-3)
+        assert row.ratio is None  # CPU core-hours and GPU-hours are not compared
+    finally:
+        stop_server()
 
 
 def test_the_plan_counts_the_data_step_once_not_once_per_budget():
@@ -247,12 +245,13 @@ def test_the_plan_counts_the_data_step_once_not_once_per_budget():
 
 
 @pytest.mark.slow
-def test_ray_tasks_write_the_same_store(tmp_path, texts):
-    """With Ray (as on a cluster with RAY_ADDRESS) the shards are Ray tasks; same bytes as inline."""
+def test_ray_tasks_write_the_same_store(tmp_path, texts, ray_local):
+    """With Ray (as on a cluster with RAY_ADDRESS) the shards are Ray tasks; same bytes as inline.
+    The module's local Ray (``ray_local``), shared with the sweep test."""
     cfg = jsonl_cfg(tmp_path, texts)
     inline = prepare_data(cfg.model_copy(update={"cache_dir": str(tmp_path / "inline")}), 300, 16, shard_chars=SHARD)
-    with local_ray(num_cpus=2):
-        b = prepare_data(cfg, 300, 16, use_ray=True, shard_chars=SHARD)
+    assert ray_local.is_initialized()
+    b = prepare_data(cfg, 300, 16, use_ray=True, shard_chars=SHARD)
     assert b.stats["cache_hit"] is False
     for s in SPLITS:
         assert (Path(b.stats["cache_path"]) / f"{s}.bin").read_bytes() == \
