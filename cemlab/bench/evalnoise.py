@@ -81,7 +81,8 @@ def batch_ladder(max_batches: int) -> list[int]:
 def noise_table(per_seq: dict, pairs: list[tuple], curves: list[tuple], val_pairs: list[tuple], mb: int,
                 max_batches: int) -> list[dict]:
     """Rows of (quantity, batches, pooled SE, worst SE, how many runs or pairs) from per-sequence
-    losses: ``per_seq[(trial, split, steps)]`` is an array of sequence losses; ``pairs``/``val_pairs``
+    losses: ``per_seq[(trial, split, steps, at_T)]`` is an array of sequence losses (``at_T``: at the
+    trial's training recursion); ``pairs``/``val_pairs``
     are (trial a, trial b, steps a, steps b) on test/val, ``curves`` (trial, T)."""
     quantities = {
         "run": [per_seq[k] for k in per_seq if k[1] == "test" and k[3]],
