@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from cemlab.data.config import DataConfig
 from cemlab.gp.config import GPConfig
-from cemlab.models.config import MAX_STEPS, NOT_IDENTITY, PRESETS, ModelConfig, StrictModel, identity_of, input_keys
+from cemlab.models.config import MAX_STEPS, NOT_IDENTITY, OMIT_AT_DEFAULT, PRESETS, ModelConfig, StrictModel, identity_of, input_keys
 from cemlab.task_registry import TASKS
 
 
@@ -62,6 +62,11 @@ class TrainConfig(StrictModel):
     val_interval: int = Field(json_schema_extra=NOT_IDENTITY, default=50, ge=1, le=10**9, description="Validate every this many optimizer steps.")
     val_batches: int = Field(default=8, ge=1, le=10**6, description="Validation batches per evaluation.")
     test_batches: int | None = Field(default=None, ge=1, le=10**6, description="Test batches at the end (None: the whole test split).")
+    curve_batches: int | None = Field(
+        default=None, ge=1, le=10**6, json_schema_extra=OMIT_AT_DEFAULT,
+        description="Test batches of the test-time recursion curve (test/ppl_at_steps), every T' on the same "
+        "batches, T' = T included (None: the test batches, and T' = T reuses the test metric). At most "
+        "test_batches; fewer makes the curve cheaper (docs/performance.md, 'Evaluation sized to its precision').")
     test_recursion_steps: list[int] | None = Field(json_schema_extra=NOT_IDENTITY,
         default=None, description="Recursion steps tried at test time only (CEM); None: 1..2T."
     )
@@ -91,6 +96,16 @@ class TrainConfig(StrictModel):
                 f"micro_batch_size={v} must divide batch_size={bs} (the remainder would be silently dropped); "
                 f"pick a divisor of {bs}"
             )
+        return v
+
+    @field_validator("curve_batches")
+    @classmethod
+    def _curve(cls, v: int | None, info) -> int | None:
+        tb = info.data.get("test_batches")
+        if v is not None and tb is not None and v > tb:
+            raise ValueError(
+                f"curve_batches={v} must be at most test_batches={tb} (the test-time curve is read beside the "
+                f"test metric and never needs more batches than it); lower curve_batches or leave it null")
         return v
 
 

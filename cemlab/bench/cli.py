@@ -4,6 +4,7 @@
 - ``kernels``: CEM attention's reference and flex paths against Llama, compiled and not (GPU table).
 - ``train``: Lightning training step vs a bare PyTorch loop; data start-up from the token cache.
 - ``data``: first-run and cached start-up of the data pipeline.
+- ``evalnoise``: standard error of the test and validation metrics against evaluation batches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ BENCHES = {
     "train": "cemlab.bench.train",
     "data": "cemlab.bench.data",
     "prepare": "cemlab.bench.prepare",
+    "evalnoise": "cemlab.bench.evalnoise",
 }
 
 

@@ -1,6 +1,6 @@
 """The run's evaluation after training (``cemlab.train.run.test`` calls it): the test loss and metric,
 the test-time recursion curve (the metric at each recursion step count of ``train.test_recursion_steps``,
-default 1..2T), the energy traces of every CEM sublayer on a fixed validation batch, and how they
+default 1..2T, on ``train.curve_batches`` test batches, default the test metric's), the energy traces of every CEM sublayer on a fixed validation batch, and how they
 are logged (the curve and traces by step, the step sizes each sublayer used)."""
 
 from __future__ import annotations
@@ -27,16 +27,28 @@ def evaluate_on_test(cfg, trainer, module, runtime, data, plan, energy_batch, re
     mb = plan.micro_batch_size
     test = module.evaluate(data.test, test_idx, mb)
     final = {f"test/{k}": v for k, v in test.items()}
+    curve_idx = curve_indices(cfg, len(data.test), mb, test_idx)
     curve: dict[int, float] = {}
     T = runtime.recursion_T()
     for steps in recursion_list:
-        if steps == T:
+        if steps == T and curve_idx is test_idx:
             curve[steps] = test[runtime.metric]
         else:
             with runtime.recursion_steps(steps):
-                curve[steps] = module.evaluate(data.test, test_idx, mb)[runtime.metric]
+                curve[steps] = module.evaluate(data.test, curve_idx, mb)[runtime.metric]
     traces = module.energy_trace(energy_batch) if energy_batch is not None and trainer.is_global_zero else {}
     return final, curve, traces
+
+
+def curve_indices(cfg: RunConfig, n: int, micro_batch_size: int, test_idx: list[int]) -> list[int]:
+    """The test examples of the test-time curve: the test metric's own (``test_idx``, the same object,
+    so that T' = T reuses the test metric) unless ``train.curve_batches`` asks for fewer; then that
+    many batches evenly spaced over the split, every T' (T included) on them, so that the curve's
+    ratios pair batch by batch."""
+    want = cfg.train.curve_batches
+    if want is None or want * micro_batch_size >= len(test_idx):
+        return test_idx
+    return eval_indices(n, want * micro_batch_size)
 
 
 def log_test(metrics, task: Task, runtime, final, curve, traces, step: int) -> None:
