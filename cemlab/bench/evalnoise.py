@@ -136,7 +136,7 @@ def evaluation_flops(cfg, test_batches: int, curve_batches: int | None, val_batc
 
 # -- trained trials and their per-sequence losses ---------------------------------------------------
 def _trials(sweep: str, scale: str, seeds: list[int], cells: list[str]):
-    from cemlab.sweeps.spec.load import load_sweep
+    from cemlab.sweeps.sweepfile.load import load_sweep
 
     spec = load_sweep(sweep)
     trials = spec.expand(scale, overrides=[f"seed=[{','.join(str(s) for s in seeds)}]"])
