@@ -50,7 +50,7 @@ test-all: $(STAMP) ## Run every test, also any long end-to-end check marked beyo
 sweep: $(STAMP) ## Run a sweep: make sweep SWEEP=recursion_ablation [SCALE=tiny]
 	$(CEMLAB) sweep $(SWEEP) --scale $(SCALE)
 
-plan: $(STAMP) ## Show a sweep's trials, what is done, tokens, FLOPs and GPU-hours (no compute)
+plan: $(STAMP) ## Show a sweep's trials, what is done, tokens, FLOPs and GPU-hours (trains nothing)
 	$(CEMLAB) plan $(SWEEP) --scale $(SCALE)
 
 report: $(STAMP) ## Regenerate the report of a sweep from MLflow: make report SWEEP=... [SCALE=tiny]

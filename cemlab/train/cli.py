@@ -1,7 +1,7 @@
 """``cemlab train [CONFIG.yaml] [key=value ...] [--restart]``: train one model, logged to MLflow.
 
 Without a config file the built-in defaults are used (``configs/default.yaml`` is a tiny model on
-the embedded corpus that trains in about a minute on a laptop CPU). Overrides are dotted keys with
+the embedded corpus that trains in minutes on a laptop CPU: README, Timings). Overrides are dotted keys with
 YAML values: ``model.attention=cem model.attn_steps=2 train.lr=1e-3``. The run logs to
 ``$MLFLOW_TRACKING_URI`` when set, otherwise to the project's embedded store under ``./runs``;
 a store that does not answer is named before anything else happens. Flags and overrides may come
