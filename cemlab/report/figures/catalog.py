@@ -7,7 +7,8 @@ figure, the DataFrames written as CSV, a caption. Paper figures are in
 ``cemlab.report.figures.paper_figures``, each named by its id in ``cemlab.paper.FIGURES`` (the ids sweep
 files are checked against); the others in ``cemlab.report.figures.run_figures``: ``energy`` (energy after
 each recursion step), ``test_time_recursion`` (test metric with the recursion steps changed at
-evaluation only), ``training`` (curves) and ``params`` (parameters and FLOPs per cell).
+evaluation only), ``training`` (curves) and ``params`` (parameters and FLOPs per cell); ``lr_tuning``
+(``cemlab.report.figures.lr_tuning``: each cell's learning rates, best rate, edge and Akima optimum).
 
 Adding a paper figure: its builder in ``paper_figures``, its entry (id and sweeps) in
 ``cemlab.paper.FIGURE_ENTRIES``, and the id in the ``figures:`` of the sweep files its entry names;
@@ -22,6 +23,7 @@ from cemlab import paper
 from cemlab.report.figures import paper_figures
 from cemlab.report.registry import BUILDERS
 from cemlab.report.figures.plotting import Figure
+from cemlab.report.figures.lr_tuning import lr_tuning
 from cemlab.report.figures.run_figures import energy, params, test_time, training
 from cemlab.sweeps import feeds
 __all__ = ["Figure", "PAPER_FIGURES", "GENERIC_FIGURES", "paper_figures_for"]
@@ -31,8 +33,8 @@ PAPER_FIGURES: dict[str, Callable] = {fid: getattr(paper_figures, fid) for fid i
 for _fid, _builder in PAPER_FIGURES.items():
     BUILDERS.register(_fid, _builder)
 #: Figures every sweep's report tries.
-GENERIC_FIGURES: dict[str, Callable] = {"energy": energy, "test_time_recursion": test_time, "training": training,
-                                        "params": params}
+GENERIC_FIGURES: dict[str, Callable] = {"lr_tuning": lr_tuning, "energy": energy, "test_time_recursion": test_time,
+                                        "training": training, "params": params}
 
 
 def paper_figures_for(ids: list[str]) -> list[Callable]:

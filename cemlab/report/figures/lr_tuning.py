@@ -1,0 +1,100 @@
+"""How each cell was tuned: its learning rates, the rate its validation metric prefers, whether that
+rate is bracketed (an interior rate of the ones tried) or lies at an edge of them, and where it is
+bracketed among three rates or more, its Akima-interpolated optimum (``stats.akima``, read as Fig. 3a
+reads it: the rate chosen on the validation curve of the seed means, the test curve read there).
+
+A tuned comparison compares each cell at its best rate; where that rate is an end of the rates the
+cell was tried at, the cell's optimum may lie beyond them, by an amount nobody measured. This page
+section and the columns it adds to ``cells.csv`` make that visible for every cell of every sweep
+(docs/verdicts.md, "Tuned comparisons")."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.figures.plotting import Figure, subplots
+from cemlab.report.stats.akima import chosen_on_validation
+from cemlab.report.stats.interim_look import tuning_family
+
+#: The columns ``tuning`` adds to every cell (the same on every rate of a cell).
+COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "akima_lr", "akima_test")
+
+
+def tuning(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per tuned cell (the cells equal but for the learning rate): the rates tried
+    (``lrs``), the rate with the lowest validation mean over seeds (``best_lr``; the test mean where
+    no validation was logged), whether it is interior (``bracketed``) or at the ``edge`` ('lowest' or
+    'highest' rate tried; with one rate, 'one rate'), and with three rates or more and a bracketed
+    best, the Akima optimum (``akima_lr``) with the test curve read there (``akima_test``)."""
+    if cells.empty or "lr" not in cells:
+        return pd.DataFrame(columns=["family", "group", "variant", "size", "lrs", *COLUMNS])
+    rows = []
+    for fam, g in cells.groupby(cells["cell"].map(tuning_family), sort=False):
+        g = g.sort_values("lr")
+        lrs = g["lr"].to_numpy(dtype=float)
+        val = g["val_mean"].to_numpy(dtype=float) if "val_mean" in g else np.full(len(g), np.nan)
+        test = g["mean"].to_numpy(dtype=float)
+        key = val if np.isfinite(val).any() else test
+        if not np.isfinite(key).any():
+            best, edge, bracketed = math.nan, "no finished run", False
+        else:
+            i = int(np.nanargmin(key))
+            best = float(lrs[i])
+            bracketed = 0 < i < len(lrs) - 1
+            edge = "" if bracketed else "one rate" if len(lrs) == 1 else "lowest" if i == 0 else "highest"
+        akima_lr = akima_test = math.nan
+        if bracketed and len(lrs) >= 3:
+            opt = chosen_on_validation(lrs, val, test)
+            if opt.bracketed:
+                akima_lr, akima_test = opt.lr, opt.value
+        first = g.iloc[0]
+        rows.append(dict(family=fam, group=first.get("group", ""), variant=first.get("variant", ""),
+                         size=first.get("size", ""), lrs=" ".join(f"{x:g}" for x in lrs), n_lr=len(lrs),
+                         best_lr=best, bracketed=bool(bracketed), edge=edge, akima_lr=akima_lr,
+                         akima_test=akima_test))
+    return pd.DataFrame(rows)
+
+
+def with_tuning(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with the ``COLUMNS`` of its tuned cell on every row (``tuning``)."""
+    t = tuning(cells)
+    if t.empty:
+        return cells
+    keyed = cells.assign(_family=cells["cell"].map(tuning_family))
+    out = keyed.merge(t[["family", *COLUMNS]].rename(columns={"family": "_family"}), on="_family", how="left")
+    out.index = cells.index
+    return out.drop(columns=["_family"])
+
+
+def lr_tuning(ctx) -> Figure | None:
+    """The learning-rate curve of every tuned cell (validation mean over seeds against the rate, one
+    panel per group, Fig. 3a's form) and the table of ``tuning``; None where no cell has two rates."""
+    cells = ctx.cells()
+    t = tuning(cells)
+    if t.empty or int(t["n_lr"].max()) < 2:
+        return None
+    groups = list(dict.fromkeys(t["group"]))
+    fig, axes = subplots(1, len(groups), figsize=(4.6 * len(groups), 4.6), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        for _, row in t[t["group"] == group].iterrows():
+            g = cells[cells["cell"].map(tuning_family) == row["family"]].sort_values("lr")
+            y = g["val_mean"] if "val_mean" in g and np.isfinite(g["val_mean"].to_numpy(dtype=float)).any() else g["mean"]
+            label = f"{row['variant']} {row['size']}" + ("" if row["bracketed"] else f" (best at {row['edge']} rate)")
+            ax.plot(g["lr"], y, marker="o", label=label)
+            if math.isfinite(row["akima_lr"]):
+                ax.axvline(row["akima_lr"], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_title(str(group))
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    axes[0][0].set_ylabel("validation metric, mean over seeds")
+    n_edge = int((~t["bracketed"]).sum())
+    table = t.drop(columns=["family"])
+    return Figure("lr_tuning", "Learning-rate tuning of every cell", (
+        f"Validation metric of each cell against its learning rate (mean over seeds); {n_edge} of {len(t)} tuned "
+        "cells have their best rate at an edge of the rates tried (not bracketed: the optimum may lie beyond). "
+        "Dotted: the Akima optimum, where three rates or more bracket it."), {"lr_tuning": table}, fig,
+        show_tables=["lr_tuning"])

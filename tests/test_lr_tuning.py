@@ -1,0 +1,54 @@
+"""Each cell's learning-rate tuning on the report page and in cells.csv: the rate its validation
+prefers, whether it is bracketed or at an edge, and the Akima optimum where three rates or more
+bracket it, checked against a direct computation (numpy argmin, scipy's makima interpolant)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.interpolate import Akima1DInterpolator
+
+from cemlab.report.figures.lr_tuning import COLUMNS, tuning, with_tuning
+
+
+def _cells(curves: dict[str, tuple[list[float], list[float], list[float]]]) -> pd.DataFrame:
+    rows = []
+    for variant, (lrs, val, test) in curves.items():
+        for lr, v, t in zip(lrs, val, test):
+            rows.append(dict(group="cem-attn", variant=variant, size="86m", lr=lr, val_mean=v, mean=t,
+                             cell=json.dumps({"variant": variant, "size": "86m", "lr": lr}, sort_keys=True)))
+    return pd.DataFrame(rows)
+
+
+def test_an_interior_best_is_bracketed_and_gets_its_akima_optimum_an_edge_does_not():
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3]
+    val = [200.0, 180.0, 176.0, 190.0]
+    test = [205.0, 184.0, 181.0, 196.0]
+    cells = _cells({"inside": (lrs, val, test), "edge": (lrs[:2], [200.0, 180.0], [205.0, 184.0]),
+                    "one": ([2e-3], [180.0], [184.0])})
+    t = tuning(cells).set_index("variant")
+    assert t.loc["inside", "bracketed"] and t.loc["inside", "best_lr"] == 4e-3 and t.loc["inside", "edge"] == ""
+    # the Akima optimum of the validation curve in log10(lr) (makima), the test curve read there
+    x = np.log10(lrs)
+    f = Akima1DInterpolator(x, val, method="makima")
+    grid = np.linspace(x[0], x[-1], 200001)
+    best = grid[np.argmin(f(grid))]
+    assert math.log10(t.loc["inside", "akima_lr"]) == pytest.approx(best, abs=1e-4)
+    g = Akima1DInterpolator(x, test, method="makima")
+    assert t.loc["inside", "akima_test"] == pytest.approx(float(g(math.log10(t.loc["inside", "akima_lr"]))), rel=1e-9)
+    assert not t.loc["edge", "bracketed"] and t.loc["edge", "edge"] == "highest" and math.isnan(t.loc["edge", "akima_lr"])
+    assert t.loc["one", "edge"] == "one rate" and not t.loc["one", "bracketed"]
+    # cells.csv: every rate of a cell carries its cell's tuning
+    w = with_tuning(cells)
+    assert set(COLUMNS) <= set(w.columns) and len(w) == len(cells)
+    assert (w[w["variant"] == "edge"]["edge"] == "highest").all() and (w[w["variant"] == "inside"]["n_lr"] == 4).all()
+
+
+def test_the_lowest_rate_is_an_edge_too_and_a_cell_without_validation_reads_its_test_metric():
+    cells = _cells({"low": ([1e-3, 2e-3, 4e-3], [math.nan] * 3, [150.0, 160.0, 170.0])})
+    (row,) = tuning(cells).to_dict("records")
+    assert row["best_lr"] == 1e-3 and row["edge"] == "lowest" and not row["bracketed"]
