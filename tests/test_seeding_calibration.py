@@ -52,7 +52,7 @@ from cemlab.report.stats.interim_look import LookLoop
 from cemlab.report.stats.sequential import ALPHA
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
 from cemlab.report.stats.decision import comparison_evidence, decide
-from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs
+from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs, paired_diffs_by_seed
 from cemlab.sweeps.sweepfile.load import load_sweep
 from sweep_support import REPO_SWEEPS
 
@@ -360,10 +360,11 @@ def shown_interval(values: dict[tuple, np.ndarray], cond: str, n: int):
     for c in CONDITIONS[cond]:
         series = [pd.Series(d) for d in _logs(values, c, n)]
         pos.append([(x, x) for x in series])
-    beyond = beyond_of(0.0, "below", MARGIN)
-    diffs = paired_diffs([[t for t, _ in p] for p in pos], (-1.0, 1.0), beyond)
-    return pairing.evidence_and_interval(diffs, pos, (-1.0, 1.0), (len(RATES), len(RATES)), 0.0, "below", MARGIN,
-                                         beyond=beyond)[1]
+    by_seed = paired_diffs_by_seed([[t for t, _ in p] for p in pos], (-1.0, 1.0), beyond_of(0.0, "below", MARGIN))
+    diffs = {c: np.array([d[s] for s in sorted(d)]) for c, d in by_seed.items()}
+    chosen = pairing.chosen_diffs(pos, by_seed)
+    return pairing.evidence_and_interval(diffs, chosen, (-1.0, 1.0), (len(RATES), len(RATES)), 0.0, "below",
+                                         MARGIN)[1]
 
 
 def test_the_marks_drawn_beside_an_open_verdict_hold_their_level_under_divergence():

@@ -316,20 +316,22 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     coefs = coefficients(f, len(rows))
     logs = [[data.seed_logs(c) for c in cs] for cs in cands]
     beyond = beyond_of(t, side, data.margin)
-    diffs_of = _arrays(paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond))
+    by_seed = paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond)
+    diffs_of = _arrays(by_seed)
     n_choices = tuple(len(cs) for cs in cands)
     ids = tuple(str(c.get("cell", "")) for cs in cands for c in cs)
     if not diffs_of:
         missing.append(f"{label}: no seed at which every compared cell has a value")
         return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
-    evidence, iv = evidence_and_interval(diffs_of, logs, coefs, n_choices, t, side, data.margin, beyond=beyond)
+    chosen = chosen_diffs(logs, by_seed)
+    evidence, iv = evidence_and_interval(diffs_of, chosen, coefs, n_choices, t, side, data.margin)
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
               "); effect shown: each choice on the median validation metric of the cell's other seeds"
               ) if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
                  cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
-                 seed_diffs=shown_diffs(logs, coefs, beyond),
+                 seed_diffs=shown_diffs(chosen),
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")),
                  diffs_of=diffs_of, test_coefs=coefs)
@@ -339,25 +341,22 @@ def _arrays(by_seed: dict[tuple, dict]) -> dict[tuple, np.ndarray]:
     return {combo: np.array([d[s] for s in sorted(d)], dtype=float) for combo, d in by_seed.items()}
 
 
-def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, n_choices, tol: float, side: str,
-                          margin: float, every_choice: bool = False,
-                          beyond: tuple[float, float] = (0.0, 0.0)) -> tuple[Evidence, Interval]:
+def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], chosen: list, coefs, n_choices, tol: float, side: str,
+                          margin: float, every_choice: bool = False) -> tuple[Evidence, Interval]:
     """A comparison's evidence from the per-seed differences of every choice (``diffs_of``: one
     candidate per position -> differences) and the interval shown: with candidates, the effect of each
-    seed's choice made on the other seeds' validation (``_loso_diffs`` over ``logs``: per position, per
-    candidate, its per-seed values and validation metric, entering the difference with ``coefs``) and
-    the 95% interval of the tuned effect over every choice (``_shown_interval``); else the t-interval
-    of the one choice. ``every_choice``: the claim must hold at every choice of every position (none
-    may be picked in its favour)."""
+    seed's choice made on the other seeds' validation (``chosen``, from ``chosen_diffs``) and the 95%
+    interval of the tuned effect over every choice (``_shown_interval``); else the t-interval of the
+    one choice. ``every_choice``: the claim must hold at every choice of every position (none may be
+    picked in its favour)."""
     tested = tuple(0.0 for _ in coefs) if every_choice else coefs
     evidence = comparison_evidence(diffs_of, tested, n_choices, tol, side, margin)
     if max(n_choices) > 1:
-        return evidence, _shown_interval(diffs_of, logs, coefs, tested, n_choices, beyond)
+        return evidence, _shown_interval(diffs_of, chosen, tested, n_choices)
     return evidence, t_interval(next(iter(diffs_of.values())))
 
 
-def _shown_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, tested, n_choices,
-                    beyond: tuple[float, float] = (0.0, 0.0)) -> Interval:
+def _shown_interval(diffs_of: dict[tuple, np.ndarray], chosen: list, tested, n_choices) -> Interval:
     """The effect shown for a comparison with candidates and its descriptive 95% mark. The effect: at
     each seed, every position takes the candidate with the lowest *median* log validation metric over
     all of that candidate's *other* seeds with an outcome (leave-one-seed-out; a worst outcome ranks
@@ -369,17 +368,18 @@ def _shown_interval(diffs_of: dict[tuple, np.ndarray], logs: list, coefs, tested
     allows; a t-interval of the chosen differences would not (the choices of neighbouring seeds share
     most of their seeds, so their differences are not independent). It describes; the verdict is the
     every-choice test's."""
-    shown = t_interval([d for _, d in _loso_diffs(logs, coefs, beyond)])
+    shown = t_interval([d for _, d in chosen])
     a = (1.0 - LEVEL) / 2
     low = every_choice_bound(diffs_of, tested, n_choices, a, upper=False)
     high = every_choice_bound(diffs_of, tested, n_choices, a, upper=True)
     return Interval(shown.effect, low, high, shown.n, shown.sd, shown.note)
 
 
-def shown_diffs(logs: list, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> tuple:
-    """The per-seed differences behind the effect shown, ``((seed, difference), ...)``, the seeds
-    at which every position has a value (one candidate per position: the plain paired differences)."""
-    return tuple((s, d) for s, d in _loso_diffs(logs, coefs, beyond) if math.isfinite(d))
+def shown_diffs(chosen: list) -> tuple:
+    """The per-seed differences behind the effect shown, ``((seed, difference), ...)``: those of
+    ``chosen_diffs`` at the seeds where the chosen cells have a value (one candidate per position: the
+    plain paired differences)."""
+    return tuple((s, d) for s, d in chosen if math.isfinite(d))
 
 
 def _median_other(t: pd.Series, v: pd.Series, s) -> float:
@@ -395,10 +395,11 @@ def _median_other(t: pd.Series, v: pd.Series, s) -> float:
     return float(np.median(other)) if len(other) else math.inf
 
 
-def _loso_diffs(logs: list, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> list[tuple[int, float]]:
-    """Per seed, the difference of the choice each of whose positions takes the candidate with the
-    lowest median validation metric over its other seeds (NaN where that choice lacks the seed)."""
-    by_seed = paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond)
+def chosen_diffs(logs: list, by_seed: dict[tuple, dict]) -> list[tuple[int, float]]:
+    """Per seed, the difference (from ``by_seed``: choice -> seed -> difference, as the tests score
+    it) of the choice each of whose positions takes the candidate with the lowest median validation
+    metric over its other seeds (``logs``: per position, per candidate, its per-seed test and
+    validation log metrics); NaN where that choice lacks the seed."""
     seeds = sorted(set.union(*(set(t.index) for pos in logs for t, _ in pos)))
     diffs = []
     for s in seeds:

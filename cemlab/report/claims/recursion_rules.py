@@ -24,7 +24,7 @@ import pandas as pd
 
 from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
-from cemlab.report.claims.pairing import evidence_and_interval, shown_diffs
+from cemlab.report.claims.pairing import chosen_diffs, evidence_and_interval, shown_diffs
 from cemlab.report.stats.significance import t_interval
 from cemlab.report.claims.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema
@@ -245,8 +245,9 @@ def rule_test_time_recursion(data: ClaimData):
             continue
         ratios = [np.log(more / at).sort_index() for at, more, _ in curves]  # per rate and seed: log(2T over T)
         diffs_of = {(j,): r.to_numpy() for j, r in enumerate(ratios)}
-        logs = [[(r, val) for r, (_, _, val) in zip(ratios, curves)]]
-        ev, iv = evidence_and_interval(diffs_of, logs, (1.0,), (len(curves),), 0.0, "below", data.margin,
+        chosen = chosen_diffs([[(r, val) for r, (_, _, val) in zip(ratios, curves)]],
+                              {(j,): dict(r.items()) for j, r in enumerate(ratios)})
+        ev, iv = evidence_and_interval(diffs_of, chosen, (1.0,), (len(curves),), 0.0, "below", data.margin,
                                        every_choice=True)
         a = np.concatenate([at.to_numpy(dtype=float) for at, _, _ in curves])
         b = np.concatenate([more.to_numpy(dtype=float) for _, more, _ in curves])
@@ -254,5 +255,5 @@ def rule_test_time_recursion(data: ClaimData):
                             iv, 0.0, "below", cond, regime_of([row]), margin=data.margin,
                             evidence=ev, choice=f"every rate tested ({len(curves)})" if len(curves) > 1 else "",
                             n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"]),
-                            diffs_of=diffs_of, test_coefs=(0.0,), seed_diffs=shown_diffs(logs, (1.0,))))
+                            diffs_of=diffs_of, test_coefs=(0.0,), seed_diffs=shown_diffs(chosen)))
     return checks, missing

@@ -76,11 +76,12 @@ def lr_tuning(ctx) -> Figure | None:
     t = tuning(cells)
     if t.empty or int(t["n_lr"].max()) < 2:
         return None
+    families = cells["cell"].map(tuning_family)
     groups = list(dict.fromkeys(t["group"]))
     fig, axes = subplots(1, len(groups), figsize=(4.6 * len(groups), 4.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for _, row in t[t["group"] == group].iterrows():
-            g = cells[cells["cell"].map(tuning_family) == row["family"]].sort_values("lr")
+            g = cells[families == row["family"]].sort_values("lr")
             y = g["val_mean"] if "val_mean" in g and np.isfinite(g["val_mean"].to_numpy(dtype=float)).any() else g["mean"]
             label = f"{row['variant']} {row['size']}" + ("" if row["bracketed"] else f" (best at {row['edge']} rate)")
             ax.plot(g["lr"], y, marker="o", label=label)

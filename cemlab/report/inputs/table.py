@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from cemlab.report.stats.divergence import worst_outcomes
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.tasks import format_eta, get_task, task_of
 from cemlab.tracking.runs import RunRecord, RunStore, pick_run
@@ -217,14 +218,16 @@ def _std(values: np.ndarray) -> float:
 def aggregate(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per cell (trials equal but for the seed), in grid order; see the module docstring."""
     out = []
+    # a finished run whose metric is not finite or no better than chance: a worst outcome (the verdicts'
+    # rule), no value of its cell's mean
+    exploded_all = pd.Series(worst_outcomes(trials) & (trials["status"] == schema.STATUS_FINISHED).to_numpy(),
+                             index=trials.index)
     for cell, g in trials.groupby("cell", sort=False):
         g = g.sort_values("order")
         first = g.iloc[0]
         values = g["value"].to_numpy(dtype=float)
         chance = g["chance"].to_numpy(dtype=float) if "chance" in g else np.full(len(g), np.nan)
-        finished = (g["status"] == schema.STATUS_FINISHED).to_numpy()
-        with np.errstate(invalid="ignore"):
-            exploded = finished & (~np.isfinite(values) | (np.isfinite(chance) & (values >= chance)))
+        exploded = exploded_all.loc[g.index].to_numpy()
         finite = values[np.isfinite(values) & ~exploded]
         counts = g["status"].value_counts().to_dict()
         row = {c: first[c] for c in CELL_COLUMNS}
