@@ -16,8 +16,11 @@ from cemlab.paper import SESOI
 from cemlab.report.stats.significance import LEVEL, NOT_ENOUGH, Interval, t_interval
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide
 from cemlab.report.stats.bounds import (Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
-                                        every_choice_bound, paired_diffs_by_seed)
+                                        paired_diffs_by_seed)
 from cemlab.report.inputs.table import selection_key
+from cemlab.report.claims.shown_effect import (  # noqa: F401 (chosen_diffs, shown_diffs: re-exported)
+    chosen_diffs, evidence_and_interval, shown_diffs)
+from cemlab.report.stats.bracketing import position_edges, untuned_sides
 from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable_cells
 
 
@@ -87,6 +90,12 @@ class Check:
     #: The per-seed differences behind the effect shown, ``((seed, difference), ...)`` (each
     #: position's choice on the other seeds' validation): what the ladder's trend reads.
     seed_diffs: tuple = ()
+    #: Per position, '' where its cell's learning-rate optimum is bracketed, else what a page says
+    #: of the cell at an edge (``bracketing.edge_text``); empty where nothing was tuned.
+    edges: tuple = ()
+    #: The sides no test could decide because a cell that could erase them is not bracketed
+    #: (``untuned_sides``): 'supported', 'contradicted', 'negligible'.
+    edge_blocks: tuple = ()
 
     def __post_init__(self):
         if not self.verdict:
@@ -140,10 +149,27 @@ class Check:
             return self.how
         return self.iv.note or "no interval"
 
+    @property
+    def bracketed(self) -> str:
+        """'yes' where every tuned cell of the comparison has a bracketed optimum; '' where nothing
+        was tuned; else the cells at an edge."""
+        if not self.edges:
+            return ""
+        return "; ".join(e for e in self.edges if e) or "yes"
+
+    def edge_note(self) -> str:
+        """Why a side could not be decided: the cells at an edge that could erase it, e.g. ``not
+        decisive (supported, negligible): llama 86m: best at its lowest rate 0.002 of 0.002, 0.004``."""
+        if not self.edge_blocks:
+            return ""
+        return f"not decisive ({', '.join(self.edge_blocks)}): {self.bracketed}"
+
     def describe(self) -> str:
         iv = self.iv
         second = f"; {LEVEL:.0%} interval [{self.fmt(iv.low)}, {self.fmt(iv.high)}]" if iv.finite else ""
-        return f"{self.text}: effect {self.fmt(iv.effect)}, {self.interval_text()}{second}, n={iv.n} [{self.verdict}]"
+        edge = f"; {self.edge_note()}" if self.edge_blocks else ""
+        return (f"{self.text}: effect {self.fmt(iv.effect)}, {self.interval_text()}{second}, n={iv.n}{edge} "
+                f"[{self.verdict}]")
 
 
 def check_of_diffs(label: str, text: str, diffs, tol: float = 0.0, side: str = "below", condition: str = "",
@@ -326,12 +352,14 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
     chosen = chosen_diffs(logs, by_seed)
     evidence, iv = evidence_and_interval(diffs_of, chosen, coefs, n_choices, t, side, data.margin)
+    edges = position_edges(cands, logs) if max(n_choices) > 1 else ()
+    evidence, blocks = untuned_sides(evidence, coefs, side, edges)
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
               "); effect shown: each choice on the median validation metric of the cell's other seeds"
               ) if max(n_choices) > 1 else ""
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
                  cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
-                 seed_diffs=shown_diffs(chosen),
+                 seed_diffs=shown_diffs(chosen), edges=tuple(edges), edge_blocks=blocks,
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")),
                  diffs_of=diffs_of, test_coefs=coefs)
@@ -339,73 +367,6 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
 
 def _arrays(by_seed: dict[tuple, dict]) -> dict[tuple, np.ndarray]:
     return {combo: np.array([d[s] for s in sorted(d)], dtype=float) for combo, d in by_seed.items()}
-
-
-def evidence_and_interval(diffs_of: dict[tuple, np.ndarray], chosen: list, coefs, n_choices, tol: float, side: str,
-                          margin: float, every_choice: bool = False) -> tuple[Evidence, Interval]:
-    """A comparison's evidence from the per-seed differences of every choice (``diffs_of``: one
-    candidate per position -> differences) and the interval shown: with candidates, the effect of each
-    seed's choice made on the other seeds' validation (``chosen``, from ``chosen_diffs``) and the 95%
-    interval of the tuned effect over every choice (``_shown_interval``); else the t-interval of the
-    one choice. ``every_choice``: the claim must hold at every choice of every position (none may be
-    picked in its favour)."""
-    tested = tuple(0.0 for _ in coefs) if every_choice else coefs
-    evidence = comparison_evidence(diffs_of, tested, n_choices, tol, side, margin)
-    if max(n_choices) > 1:
-        return evidence, _shown_interval(diffs_of, chosen, tested, n_choices)
-    return evidence, t_interval(next(iter(diffs_of.values())))
-
-
-def _shown_interval(diffs_of: dict[tuple, np.ndarray], chosen: list, tested, n_choices) -> Interval:
-    """The effect shown for a comparison with candidates and its descriptive 95% mark. The effect: at
-    each seed, every position takes the candidate with the lowest *median* log validation metric over
-    all of that candidate's *other* seeds with an outcome (leave-one-seed-out; a worst outcome ranks
-    last and moves the median no further than a bad finished run would), then the seed's difference
-    of that choice as the tests score it (``bounds.paired_diffs_by_seed``), averaged over seeds. The
-    mark: the every-choice bounds at one-sided 2.5% each (``bounds.every_choice_bound``), the 95%
-    confidence interval of the tuned effect that the tests decide on (the interval that decided is
-    the same construction at the tests' own levels), so it excludes 0 only as often as its level
-    allows; a t-interval of the chosen differences would not (the choices of neighbouring seeds share
-    most of their seeds, so their differences are not independent). It describes; the verdict is the
-    every-choice test's."""
-    shown = t_interval([d for _, d in chosen])
-    a = (1.0 - LEVEL) / 2
-    low = every_choice_bound(diffs_of, tested, n_choices, a, upper=False)
-    high = every_choice_bound(diffs_of, tested, n_choices, a, upper=True)
-    return Interval(shown.effect, low, high, shown.n, shown.sd, shown.note)
-
-
-def shown_diffs(chosen: list) -> tuple:
-    """The per-seed differences behind the effect shown, ``((seed, difference), ...)``: those of
-    ``chosen_diffs`` at the seeds where the chosen cells have a value (one candidate per position: the
-    plain paired differences)."""
-    return tuple((s, d) for s, d in chosen if math.isfinite(d))
-
-
-def _median_other(t: pd.Series, v: pd.Series, s) -> float:
-    """The median log validation metric of a candidate over its seeds other than ``s`` (a worst
-    outcome at +inf ranks last), or of its test metric where no validation was logged (older runs);
-    inf without any."""
-    def usable(x: pd.Series) -> np.ndarray:
-        x = x.drop(s, errors="ignore").to_numpy(dtype=float)
-        return x[~np.isnan(x)]
-    other = usable(v)
-    if not len(other):
-        other = usable(t)
-    return float(np.median(other)) if len(other) else math.inf
-
-
-def chosen_diffs(logs: list, by_seed: dict[tuple, dict]) -> list[tuple[int, float]]:
-    """Per seed, the difference (from ``by_seed``: choice -> seed -> difference, as the tests score
-    it) of the choice each of whose positions takes the candidate with the lowest median validation
-    metric over its other seeds (``logs``: per position, per candidate, its per-seed test and
-    validation log metrics); NaN where that choice lacks the seed."""
-    seeds = sorted(set.union(*(set(t.index) for pos in logs for t, _ in pos)))
-    diffs = []
-    for s in seeds:
-        combo = tuple(min(range(len(pos)), key=lambda j: _median_other(*pos[j], s)) for pos in logs)
-        diffs.append((int(s), float(by_seed.get(combo, {}).get(s, math.nan))))
-    return diffs
 
 
 #: Columns of comparisons.csv that say where a comparison was made (from its cells).

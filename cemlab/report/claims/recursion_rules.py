@@ -24,7 +24,7 @@ import pandas as pd
 
 from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
-from cemlab.report.claims.pairing import chosen_diffs, evidence_and_interval, shown_diffs
+from cemlab.report.claims.shown_effect import chosen_diffs, evidence_and_interval, shown_diffs
 from cemlab.report.stats.significance import t_interval
 from cemlab.report.claims.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema

@@ -124,12 +124,16 @@ def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 #: ``sd_log`` the sd of the paired log differences of the effect shown; ``seeds_for_80pct_power`` the
 #: seeds a one-sided test at ``alpha_supported`` over the choices that may be picked (``claim_level``)
 #: needs to detect the margin (or, for a threshold test, the distance to the threshold) with the sd
-#: of the choice that decides the claim's side (``Check.power_sd``).
+#: of the choice that decides the claim's side (``Check.power_sd``). ``bracketed``: 'yes' where every
+#: tuned cell's learning-rate optimum is bracketed, else the cells at an edge ('' where nothing was
+#: tuned); ``not_decisive``: the sides no test could decide because a cell that could erase them is
+#: at an edge (``stats.bracketing.untuned_sides``).
 COMPARISON_COLUMNS = ["id", "condition", "role", "comparison", *WHERE, "compared", "test", "side", "threshold",
                       "margin", "effect", "ci_low", "ci_high", "level", "alpha_low", "alpha_high", "decided_how",
                       "ci95_low", "ci95_high", "n", "sd_log", "seeds_for_80pct_power",
                       "p_supported", "p_contradicted", "p_negligible", "alpha_supported", "alpha_contradicted",
-                      "verdict", "primary", "decided", "choice", "n_choices", "diverged", "text", "seed_diffs"]
+                      "verdict", "primary", "decided", "choice", "n_choices", "diverged", "bracketed", "not_decisive",
+                      "text", "seed_diffs"]
 
 
 def seed_diffs_text(pairs) -> str:
@@ -169,5 +173,5 @@ def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                              alpha_supported=ch.alpha_claim, alpha_contradicted=ch.alpha_against,
                              verdict=ch.verdict, primary=ch is prim, decided=ch.label == v.decided_by,
                              choice=ch.choice, n_choices=" x ".join(map(str, ch.n_choices)), diverged=ch.diverged,
-                             text=ch.text, seed_diffs=seed_diffs_text(ch.seed_diffs)))
+                             bracketed=ch.bracketed, not_decisive=ch.edge_note(), text=ch.text, seed_diffs=seed_diffs_text(ch.seed_diffs)))
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)

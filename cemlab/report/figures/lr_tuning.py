@@ -17,34 +17,34 @@ import pandas as pd
 
 from cemlab.report.figures.plotting import Figure, subplots
 from cemlab.report.stats.akima import chosen_on_validation
-from cemlab.report.stats.interim_look import tuning_family
+from cemlab.report.stats.bracketing import edge_of, family_edges, tuning_family
 
 #: The columns ``tuning`` adds to every cell (the same on every rate of a cell).
 COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "akima_lr", "akima_test")
 
 
-def tuning(cells: pd.DataFrame) -> pd.DataFrame:
+def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per tuned cell (the cells equal but for the learning rate): the rates tried
-    (``lrs``), the rate with the lowest validation mean over seeds (``best_lr``; the test mean where
-    no validation was logged), whether it is interior (``bracketed``) or at the ``edge`` ('lowest' or
-    'highest' rate tried; with one rate, 'one rate'), and with three rates or more and a bracketed
-    best, the Akima optimum (``akima_lr``) with the test curve read there (``akima_test``)."""
+    (``lrs``), the best rate and whether it is interior (``bracketed``) or at the ``edge`` ('lowest'
+    or 'highest' rate tried; with one rate, 'one rate'), as ``stats.bracketing`` decides it from the
+    per-seed ``trials`` (each rate's mean log validation metric, a worst outcome ranked last: the rule
+    the bracketing looks and the verdicts read); without trials, on the cells' validation means.
+    With three rates or more and a bracketed best, the Akima optimum (``akima_lr``) with the test
+    curve read there (``akima_test``)."""
     if cells.empty or "lr" not in cells:
         return pd.DataFrame(columns=["family", "group", "variant", "size", "lrs", *COLUMNS])
+    edges = family_edges(trials).set_index("family") if trials is not None and len(trials) else None
     rows = []
     for fam, g in cells.groupby(cells["cell"].map(tuning_family), sort=False):
         g = g.sort_values("lr")
         lrs = g["lr"].to_numpy(dtype=float)
         val = g["val_mean"].to_numpy(dtype=float) if "val_mean" in g else np.full(len(g), np.nan)
         test = g["mean"].to_numpy(dtype=float)
-        key = val if np.isfinite(val).any() else test
-        if not np.isfinite(key).any():
-            best, edge, bracketed = math.nan, "no finished run", False
+        if edges is not None and fam in edges.index:
+            best, edge = edges.loc[fam, "best_lr"], edges.loc[fam, "edge"]
         else:
-            i = int(np.nanargmin(key))
-            best = float(lrs[i])
-            bracketed = 0 < i < len(lrs) - 1
-            edge = "" if bracketed else "one rate" if len(lrs) == 1 else "lowest" if i == 0 else "highest"
+            best, edge = edge_of(lrs, val if np.isfinite(val).any() else test)
+        bracketed = edge == ""
         akima_lr = akima_test = math.nan
         if bracketed and len(lrs) >= 3:
             opt = chosen_on_validation(lrs, val, test)
@@ -58,9 +58,9 @@ def tuning(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def with_tuning(cells: pd.DataFrame) -> pd.DataFrame:
+def with_tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFrame:
     """``cells`` with the ``COLUMNS`` of its tuned cell on every row (``tuning``)."""
-    t = tuning(cells)
+    t = tuning(cells, trials)
     if t.empty:
         return cells
     keyed = cells.assign(_family=cells["cell"].map(tuning_family))
@@ -73,7 +73,7 @@ def lr_tuning(ctx) -> Figure | None:
     """The learning-rate curve of every tuned cell (validation mean over seeds against the rate, one
     panel per group, Fig. 3a's form) and the table of ``tuning``; None where no cell has two rates."""
     cells = ctx.cells()
-    t = tuning(cells)
+    t = tuning(cells, ctx.trials())
     if t.empty or int(t["n_lr"].max()) < 2:
         return None
     families = cells["cell"].map(tuning_family)

@@ -234,7 +234,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     claims_df = claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = claim_files(verdicts, out_dir, written, sections)
     trials_file = write_csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
-    cells_file = write_csv(with_tuning(cells).drop(columns=["cell", "order"]), out_dir, "cells", written)
+    cells_file = write_csv(with_tuning(cells, trials).drop(columns=["cell", "order"]), out_dir, "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = write_csv(not_done, out_dir, "missing", written)

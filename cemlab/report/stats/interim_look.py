@@ -21,6 +21,7 @@ from typing import Callable
 
 import pandas as pd
 
+from cemlab.report.stats.bracketing import tuning_family
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, SUPPORTED
 
 
@@ -42,13 +43,29 @@ class Look:
 
 
 def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None) -> list:
-    """The sweep's trials at ``scale`` with every seed of its last planned look (its own grid when
-    it plans one look): the trials the looks may add, named and hashed as the file's own."""
+    """The sweep's trials at ``scale`` with every seed of its last planned look and every learning
+    rate its bracketing looks can reach (``SweepSpec.tuning_rates``; its own grid when it plans
+    neither): the trials the looks may add, named and hashed as the file's own."""
     looks = spec.looks(scale, trials)
-    if len(looks) == 1:
+    extra = []
+    if len(looks) > 1:
+        extra.append(f"seed=[{','.join(str(s) for s in looks[-1])}]")
+    rates = reachable_rates(spec, scale, trials)
+    if rates:
+        extra.append(f"lr=[{','.join(f'{r:g}' for r in rates)}]")
+    if not extra:
         return list(trials)
-    seeds = f"seed=[{','.join(str(s) for s in looks[-1])}]"
-    return spec.expand(scale, overrides=[*(overrides or []), seeds])
+    return spec.expand(scale, overrides=[*(overrides or []), *extra])
+
+
+def reachable_rates(spec, scale: str, trials: list) -> list[float]:
+    """Every rate the sweep's bracketing looks can give a cell at ``scale`` where they can add one
+    beyond the grid's (``SweepSpec.tuning_rates``); [] where they cannot."""
+    if not trials or not getattr(spec, "tuning", None) or not spec.bracket_steps(scale):
+        return []
+    rates = spec.tuning_rates(scale, trials)
+    grid = {float(t.axes.get("lr", t.config.train.lr)) for t in trials}
+    return rates if set(rates) - grid else []
 
 
 def cell_of(trial) -> str:
@@ -63,11 +80,11 @@ def seed_of(trial) -> int:
 
 
 def seeded_grid(grids, sweep: str, scale: str, store) -> list:
-    """The trials the report reads for ``sweep``: its grid, plus the seeds its looks added (those
-    with a run in ``store``), in grid order."""
+    """The trials the report reads for ``sweep``: its grid, plus the seeds its looks added and the
+    rates its bracketing looks added (those with a run in ``store``), in grid order."""
     planned = grids.trials(sweep, scale)
     spec = grids.spec(sweep)
-    if getattr(spec, "seeding", None) is None or not planned:
+    if (getattr(spec, "seeding", None) is None and getattr(spec, "tuning", None) is None) or not planned:
         return planned
     try:
         full = full_grid(spec, scale, planned, grids.overrides)
@@ -193,23 +210,15 @@ def replay(claims: list, trials_of: Callable[[str], pd.DataFrame], scale: str, s
     return loop
 
 
-def tuning_family(cell: str) -> str:
-    """A cell id without its learning rate: the cells a tuned comparison chooses its rate among."""
-    try:
-        axes = json.loads(cell)
-    except ValueError:
-        return cell
-    axes.pop("lr", None)
-    return json.dumps(axes, sort_keys=True, default=str)
-
-
-def next_trials(full: list, cells: list[str], seeds: list[int]) -> list:
+def next_trials(full: list, cells: list[str], seeds: list[int], have: set[str] | None = None) -> list:
     """The trials of ``full`` (``full_grid``) with one of ``seeds`` in ``cells`` and in the cells
     equal to them but for the learning rate (a tuned comparison tests every rate of a cell, so every
     rate gets the seeds; ``Check.cell_ids`` lists them already, this keeps it so for any rule), in
-    grid order."""
+    grid order; ``have``: the cells (table ids) that exist, the grid's and those a bracketing look
+    added (``full`` lists every rate a bracketing look could have added)."""
     want, new = {tuning_family(c) for c in cells}, set(int(s) for s in seeds)
-    return [t for t in full if seed_of(t) in new and tuning_family(cell_of(t)) in want]
+    return [t for t in full if seed_of(t) in new and tuning_family(cell_of(t)) in want
+            and (have is None or cell_of(t) in have)]
 
 
 def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:

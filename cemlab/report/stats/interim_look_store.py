@@ -6,37 +6,76 @@ from __future__ import annotations
 
 from cemlab.report.pages.build import ReportContext
 from cemlab.report.claims.catalog import claims_for
-from cemlab.report.stats.interim_look import Look, full_grid, next_trials, replay
+from cemlab.report.stats.bracketing import HIGHEST, LOWEST, family_edges, tuning_family
+from cemlab.report.stats.interim_look import Look, cell_of, full_grid, next_trials, replay, seed_of
 
 
 def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float | list[float]) -> Look:
     """Look ``index`` of ``sweep`` from the runs in ``store`` (``cemlab.tracking.runs.RunStore``),
     its trials read as the report reads them, the looks before it replayed (the last one made when
     one of them left nothing open)."""
-    ctx = ReportContext(sweep, scale, store, grids)
-    spec = grids.spec(sweep)
-    looks = spec.looks(scale, grids.trials(sweep, scale))
-    return replay(claims_for(spec.claims), ctx.trials, scale, sweep, looks, alpha, ctx.history, upto=index + 1,
-                  sensitivity=False).made[-1]
+    return _look_and_cells(ReportContext(sweep, scale, store, grids), index, alpha)[0]
+
+
+def _look_and_cells(ctx: ReportContext, index: int, alpha: float | list[float]) -> tuple[Look, set[str]]:
+    """Look ``index`` on ``ctx``'s store and the cells (table ids) its sweep has runs of."""
+    spec = ctx.grids.spec(ctx.sweep)
+    looks = spec.looks(ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale))
+    look = replay(claims_for(spec.claims), ctx.trials, ctx.scale, ctx.sweep, looks, alpha, ctx.history,
+                  upto=index + 1, sensitivity=False).made[-1]
+    trials = ctx.trials()
+    return look, set(trials["cell"]) if len(trials) else set()
+
+
+def _context(inv, overrides: list[str] | None) -> ReportContext:
+    """The report's view of a running sweep's store (``inv``: its ``Invocation``)."""
+    from cemlab.report.inputs.grids import SweepGrids
+    from cemlab.tracking.runs import RunStore
+
+    grids = SweepGrids(overrides)
+    name = grids.add_file(inv.spec.path) if inv.spec.path is not None else inv.spec.name
+    return ReportContext(name, inv.scale, RunStore(inv.uri, client=inv.client), grids)
 
 
 def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[dict | None, list]:
     """Look ``j`` of a running seeded sweep (``cemlab.sweeps.stages.seeding``; ``inv``: its
     ``Invocation``) judged from its store: the look as a dict and the trials of the next seeds for
-    its open cells ([] at the last look); (None, []) when an earlier look left nothing open."""
-    from cemlab.report.inputs.grids import SweepGrids
-    from cemlab.tracking.runs import RunStore
-
+    its open cells, at every rate each has (the grid's and those its bracketing looks added; [] at
+    the last look); (None, []) when an earlier look left nothing open."""
     spec = inv.spec
     looks = spec.looks(inv.scale, trials)
-    grids = SweepGrids(overrides)
-    name = grids.add_file(spec.path) if spec.path is not None else spec.name
-    look = look_from_store(name, inv.scale, RunStore(inv.uri, client=inv.client), grids, j,
-                           spec.look_alphas(inv.scale, trials))
+    look, have = _look_and_cells(_context(inv, overrides), j, spec.look_alphas(inv.scale, trials))
     if look.index != j:
         return None, []
     last = j == len(looks) - 1
     todo = [] if last else next_trials(full_grid(spec, inv.scale, trials, overrides), look.open_cells,
-                                       looks[j + 1][len(looks[j]):])
+                                       looks[j + 1][len(looks[j]):], have)
     look.added = len(todo)
     return look.as_dict(), todo
+
+
+def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> tuple[dict | None, list]:
+    """Bracketing step ``step`` of a running sweep (``cemlab.sweeps.stages.bracketing``) judged from
+    its store on the grid's own seeds (look 0's): every cell whose best rate is an end of the rates
+    it has (``bracketing.family_edges``) gets the rate beyond that end (``SweepSpec.next_rate``: the
+    grid's spacing, within the file's bounds and steps) for those seeds, as ordinary trials of the
+    sweep file (named and hashed as if it listed that rate). Returns the step as a dict (each cell's
+    rates, best rate, edge and the rate added) and the trials to run; ([] when every cell is
+    bracketed or can go no further)."""
+    spec, scale = inv.spec, inv.scale
+    ctx = _context(inv, overrides)
+    seeds = [int(s) for s in spec.looks(scale, trials)[0]]
+    t = ctx.trials()
+    t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
+    rows, wanted = [], {}
+    for r in family_edges(t).itertuples():
+        nxt = spec.next_rate(scale, trials, list(r.lrs), r.edge) if r.edge in (LOWEST, HIGHEST) else None
+        rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",
+                         added_lr=nxt))
+        if nxt is not None:
+            wanted.setdefault(float(nxt), set()).add(r.family)
+    todo = []
+    for rate, families in wanted.items():
+        todo += [x for x in spec.expand(scale, overrides=[*(overrides or []), f"lr=[{rate:g}]"])
+                 if seed_of(x) in seeds and tuning_family(cell_of(x)) in families]
+    return dict(step=step, seeds=seeds, cells=rows, added=len(todo)), todo

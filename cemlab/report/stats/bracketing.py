@@ -1,0 +1,148 @@
+"""Whether a cell's learning-rate optimum is *bracketed*: its best rate, on the validation metric,
+lies strictly inside the rates it was tried at. One definition, read in three places: the sweep's
+bracketing looks (``interim_look_store.sweep_bracket``: a cell best at an edge gets the rate beyond
+it), the verdicts (``pairing.compare``: a verdict stands only where the cells that could erase it
+are bracketed) and the report's tuning table (``figures.lr_tuning``).
+
+A rate's score is the mean over the cell's seeds of the log validation metric (the log of the
+geometric mean; the test metric where no validation was logged), a worst outcome at +inf
+(``divergence.outcomes``): a rate at which any seed diverged is worse than every rate at which all
+finished, so a divergence beyond the best rate brackets that end. The best rate is the lowest
+score; it is bracketed when it is neither the lowest nor the highest rate tried
+(docs/verdicts.md, "Bracketing").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from cemlab.report.stats.divergence import outcomes
+
+#: ``edge`` values: the best rate is the lowest / highest tried, the cell has one rate, or no rate
+#: has an outcome; "" means bracketed.
+LOWEST, HIGHEST, ONE_RATE, NO_RUN = "lowest", "highest", "one rate", "no finished run"
+
+
+def tuning_family(cell: str) -> str:
+    """A cell id without its learning rate: the cells a tuned comparison chooses its rate among."""
+    try:
+        axes = json.loads(cell)
+    except ValueError:
+        return cell
+    axes.pop("lr", None)
+    return json.dumps(axes, sort_keys=True, default=str)
+
+
+def rate_score(test_logs, val_logs) -> float:
+    """A rate's score from its seeds' log metrics (arrays; +inf a worst outcome, NaN no value): the
+    mean log validation metric, the mean log test metric where no validation was logged; NaN
+    without any value."""
+    for x in (np.asarray(val_logs, dtype=float), np.asarray(test_logs, dtype=float)):
+        x = x[~np.isnan(x)]
+        if len(x):
+            return math.inf if np.isinf(x).any() else float(x.mean())
+    return math.nan
+
+
+def edge_of(lrs, scores) -> tuple[float, str]:
+    """``(best rate, edge)`` of a cell tried at ``lrs`` with per-rate ``scores`` (``rate_score``):
+    edge '' where the best rate is interior (bracketed), else ``LOWEST`` / ``HIGHEST`` / ``ONE_RATE``
+    / ``NO_RUN``. A tie for the best goes to the lower rate."""
+    lrs = np.asarray(lrs, dtype=float)
+    s = np.asarray(scores, dtype=float)
+    order = np.argsort(lrs, kind="stable")
+    lrs, s = lrs[order], np.where(np.isnan(s[order]), math.inf, s[order])
+    if not len(lrs) or not np.isfinite(s).any():
+        return math.nan, NO_RUN
+    i = int(np.argmin(s))
+    if len(lrs) == 1:
+        return float(lrs[0]), ONE_RATE
+    return float(lrs[i]), LOWEST if i == 0 else HIGHEST if i == len(lrs) - 1 else ""
+
+
+def family_edges(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per tuning family of ``trials`` (the report's trial table; ``tuning_family`` of its ``cell``): the rates it has (``lrs``, those with an outcome at some seed), their scores, the
+    best rate and its edge (``edge_of``), and the family's seeds. Failed runs have no value."""
+    cols = ["family", "lrs", "scores", "best_lr", "edge", "seeds"]
+    if trials.empty:
+        return pd.DataFrame(columns=cols)
+    t = outcomes(trials)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = t.assign(_test=np.log(t["value"].astype(float)),
+                     _val=np.log(t["val"].astype(float)) if "val" in t else math.nan,
+                     _family=t["cell"].map(tuning_family))
+    rows = []
+    for fam, g in t.groupby("_family", sort=False):
+        lrs, scores = [], []
+        for lr, r in g.groupby(g["lr"].astype(float), sort=True):
+            score = rate_score(r["_test"], r["_val"])
+            if not math.isnan(score):
+                lrs.append(float(lr))
+                scores.append(score)
+        best, edge = edge_of(lrs, scores)
+        rows.append(dict(family=fam, lrs=lrs, scores=scores, best_lr=best, edge=edge,
+                         seeds=sorted(int(s) for s in g["seed"].dropna().unique())))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def edge_text(variant: str, lrs, best: float, edge: str) -> str:
+    """What a page says of a cell that is not bracketed, e.g. ``cem-attn T2 dplr eta=1: best at its
+    highest rate 0.004 of 0.002, 0.004``."""
+    rates = ", ".join(f"{x:g}" for x in sorted(lrs))
+    if edge in (LOWEST, HIGHEST):
+        return f"{variant}: best at its {edge} rate {best:g} of {rates}"
+    return f"{variant}: {edge}" + (f" ({rates})" if rates else "")
+
+
+def position_edges(cands: list, logs: list) -> list[str]:
+    """Per position of a tuned comparison, '' where every tuning family among its candidates (a cell
+    at each of its learning rates) has a bracketed optimum on the seeds read, else the cells at an
+    edge (``edge_of`` on each rate's ``rate_score``; ``edge_text``). A cell tried at one rate only
+    was not tuned and has nothing to bracket (a position that picks among cells, e.g. of several
+    preconditioners, each at one rate)."""
+    out = []
+    for cs, pos in zip(cands, logs):
+        fams: dict[str, list] = {}
+        for c, (t, v) in zip(cs, pos):
+            fams.setdefault(tuning_family(str(c.get("cell", ""))), []).append((float(c.get("lr", math.nan)),
+                                                                               rate_score(t, v), c))
+        notes = []
+        for items in fams.values():
+            lrs = [lr for lr, _, _ in items]
+            best, edge = edge_of(lrs, [sc for _, sc, _ in items])
+            if edge and edge != ONE_RATE:   # a cell tried at one rate was not tuned: nothing to bracket
+                c = items[0][2]
+                notes.append(edge_text(" ".join(str(c.get(k, "")) for k in ("variant", "size") if c.get(k, "")),
+                                       lrs, best, edge))
+        out.append("; ".join(notes))
+    return out
+
+
+def untuned_sides(evidence, coefs, side: str, edges) -> tuple:
+    """The evidence with every side voided (p = 1) that a cell at an edge of its rates could erase,
+    and the sides voided. A verdict that a cell is worse stands only if the losing cell is bracketed
+    (the winner under-tuned only widens the gap; the loser under-tuned can close it): for an effect
+    ``sum_i c_i log m_i`` decided below the tolerance the cells with c_i < 0 lose, above it those
+    with c_i > 0; ``negligible`` (and both sides of an equivalence) needs every cell bracketed
+    (docs/verdicts.md, "Bracketing")."""
+    if not edges or not any(edges) or evidence is None:
+        return evidence, ()
+
+    def blocked(sign: int) -> bool:   # a cell of this coefficient sign (0: any) is not bracketed
+        return any(e and (c * sign > 0 if sign else c != 0) for c, e in zip(coefs, edges))
+
+    if side == "within":
+        claim = against = blocked(0)
+    else:
+        s = -1 if side == "below" else 1
+        claim, against = blocked(s), blocked(-s)
+    negligible = blocked(0)
+    blocks = tuple(w for w, b in (("supported", claim), ("contradicted", against), ("negligible", negligible)) if b)
+    return replace(evidence, p_claim=1.0 if claim else evidence.p_claim,
+                   p_against=1.0 if against else evidence.p_against,
+                   p_negligible=1.0 if negligible else evidence.p_negligible), blocks
