@@ -52,3 +52,31 @@ def test_the_lowest_rate_is_an_edge_too_and_a_cell_without_validation_reads_its_
     cells = _cells({"low": ([1e-3, 2e-3, 4e-3], [math.nan] * 3, [150.0, 160.0, 170.0])})
     (row,) = tuning(cells).to_dict("records")
     assert row["best_lr"] == 1e-3 and row["edge"] == "lowest" and not row["bracketed"]
+
+
+def test_the_ladder_follows_each_cells_optimum_across_rungs():
+    """The ladder page's optimum table: per cell and rung, the best rate on the validation means (an
+    old cells.csv without the tuning columns) or as the rung's cells.csv records it, with the edge;
+    checked against the rates read off by hand."""
+    from types import SimpleNamespace
+
+    from cemlab.report.figures.ladder_optima import optima_figure, optima_table
+
+    def cells(vals: dict, tuned: bool = False) -> pd.DataFrame:
+        rows = [dict(group="g", variant="v", size="86m", lr=lr, val_mean=v, mean=v) for lr, v in vals.items()]
+        df = pd.DataFrame(rows)
+        if tuned:   # as a new rung's cells.csv carries it
+            best = min(vals, key=vals.get)
+            lrs = sorted(vals)
+            df = df.assign(best_lr=best, bracketed=lrs[0] < best < lrs[-1], edge="", akima_lr=math.nan,
+                           akima_test=math.nan)
+        return df
+
+    rungs = [SimpleNamespace(rung=1.25, scale="r1", cells=cells({2e-3: 30.0, 4e-3: 29.0})),
+             SimpleNamespace(rung=5.0, scale="r5", cells=cells({1e-3: 31.0, 2e-3: 28.0, 4e-3: 28.5}, tuned=True))]
+    t = optima_table(rungs)
+    assert list(t["rung"]) == [1.25, 5.0]
+    assert t.loc[0, "best_lr"] == 4e-3 and not t.loc[0, "bracketed"] and t.loc[0, "edge"] == "highest"
+    assert t.loc[1, "best_lr"] == 2e-3 and t.loc[1, "bracketed"] and t.loc[1, "lrs"] == "0.001 0.002 0.004"
+    fig = optima_figure(t)
+    assert fig is not None and "1 of 2 cell-rungs" in fig.caption

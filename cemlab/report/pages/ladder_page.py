@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ import pandas as pd
 from cemlab.report.pages.build import ReportContext, make_report, publish_problem, reports_root
 from cemlab.report.pages.writers import remove_stale, save_figure, write_csv, write_file
 from cemlab.report.inputs.grids import SweepGrids
+from cemlab.report.figures.ladder_optima import optima_figure, optima_table
 from cemlab.report.figures.ladder_figures import relative_effect  # it also registers the page's forest and trend
 from cemlab.report.registry import ladder_figures_for
 from cemlab.report.pages.render import Page, Section, render_html, render_md
@@ -67,6 +68,8 @@ class Rung:
     comparisons: pd.DataFrame
     claims: pd.DataFrame
     source: str = "none"
+    #: The rung's cells.csv (each cell's tuning: best rate, bracketed, Akima optimum).
+    cells: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def has_runs(self) -> bool:
@@ -127,7 +130,8 @@ def read_rungs(sweep: str, store: RunStore, grids: SweepGrids, out: str | Path |
         epochs = tokens / float(have.iloc[0]) if len(have) and have.iloc[0] > 0 else math.nan
         out_rungs.append(Rung(r, scale, float(tokens), float(steps), epochs, trials.assign(rung=r, rung_scale=scale),
                               _read(folder, "comparisons") if source != "none" else pd.DataFrame(),
-                              _read(folder, "claims") if source != "none" else pd.DataFrame(), source))
+                              _read(folder, "claims") if source != "none" else pd.DataFrame(), source,
+                              _read(folder, "cells") if source != "none" else pd.DataFrame()))
     return out_rungs
 
 
@@ -380,7 +384,7 @@ def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Pa
                             "pair it belongs to), and comparisons share cells and seeds (a claim's comparisons share "
                             "their reference), so the intervals are narrower than the evidence warrants.",
                             None, [files["accuracy"]], [accuracy_display(acc)]))
-    for builder in ladder_figures_for(sweep):
+    for builder in [*ladder_figures_for(sweep), lambda _df: optima_figure(optima_table(rungs))]:
         f = builder(df)
         if f is None:
             continue
