@@ -107,7 +107,8 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
     (``cemlab.report.stats.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code); ``bracketer``:
-    judges the bracketing steps of a sweep with ``tuning`` (``cemlab.report.stats.interim_look_store.sweep_bracket``)."""
+    judges the bracketing steps of a sweep with ``tuning``
+    (``cemlab.report.stats.interim_look_store.sweep_bracket``)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
         return _run_ladder(args, looker, ladder_after, bracketer)
     return _run_scale(args, args.scale, after, looker, bracketer)
@@ -174,7 +175,8 @@ def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None) 
     code = 0
     for scale in scales:
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
-        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer)  # each rung's report is built with the ladder's
+        # each rung's report is built with the ladder's
+        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer)
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break

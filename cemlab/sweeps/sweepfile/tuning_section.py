@@ -5,17 +5,13 @@ and its grid (``bracket_steps``, ``rate_ratio``, ``tuning_rates``, ``next_rate``
 here; :func:`check_tuning` refuses, when the file is read, a scale that brackets an lr axis that
 cannot be extended (fewer than 2 rates, uneven on the log scale, outside the bounds); the sweep's
 stage that adds the rates is ``cemlab.sweeps.stages.bracketing``, and ``cemlab plan`` counts what
-it may add (:func:`family_extra`).
+it may add (:func:`family_extra`). The helpers take the ``SweepSpec`` as ``spec``, untyped here
+(``cemlab.sweeps.sweepfile.load`` imports this module).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cemlab.sweeps.sweepfile.schema import ScaleSpec, SweepError, Trial, lr_ratio
-
-if TYPE_CHECKING:
-    from cemlab.sweeps.sweepfile.load import SweepSpec
 
 #: Edges of a family's rates that a bracketing step extends (``SweepSpec.next_rate``).
 EDGES = ("lowest", "highest")
@@ -42,7 +38,7 @@ def beyond(rates: list[float], lrs: list[float], edge: str) -> list[float]:
     return sorted(r for r in rates if r > max(lrs) * (1 + REL))
 
 
-def family_extra(spec: "SweepSpec", scale: str, trials: list[Trial]) -> dict[tuple, int]:
+def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     """Family -> how many rates bracketing may add to it at most: its reachable rates beyond its lower
     end or beyond its upper end, whichever are more (a family extends one end only: once its best rate
     is at the low end, adding lower rates cannot make its highest rate best). {} without bracketing."""
@@ -55,7 +51,7 @@ def family_extra(spec: "SweepSpec", scale: str, trials: list[Trial]) -> dict[tup
     return {f: max(len(beyond(rates, lrs, e)) for e in EDGES) for f, lrs in own.items()}
 
 
-def check_tuning(spec: "SweepSpec", scales: dict[str, ScaleSpec]) -> None:
+def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
     """``tuning.max_steps``: known scales; at every scale that brackets (its own steps or its ``like``
     scale's, ladder rungs included), an lr axis of at least 2 rates, evenly spaced on the log scale,
     inside ``tuning.bounds``."""
@@ -88,7 +84,7 @@ def check_tuning(spec: "SweepSpec", scales: dict[str, ScaleSpec]) -> None:
                              f"tuning.bounds [{low:g}, {high:g}]; widen the bounds or move the rates inside them")
 
 
-def check_grid(spec: "SweepSpec", scale: str, trials: list[Trial]) -> float:
+def check_grid(spec, scale: str, trials: list[Trial]) -> float:
     """The ratio of ``trials``' rates, or ``SweepError`` when they cannot be bracketed (an lr axis
     given on the command line that :func:`check_tuning` did not see)."""
     lrs = grid_rates(trials)
