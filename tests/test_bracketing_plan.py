@@ -308,3 +308,35 @@ def test_no_bracketing_hands_the_runner_no_judge_and_its_resume_command_keeps_th
     assert main(["sweep", "recursion_ablation", "--no-report"]) == 130
     assert got[0]["bracketer"] is None and callable(got[1]["bracketer"]) and callable(got[0]["looker"])
     assert "--no-bracketing" in got[0]["command"].split() and "--no-bracketing" not in got[1]["command"].split()
+
+
+def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatch, repo_sweeps):
+    """``_run_trials``: grid -> bracketing steps -> seed looks, each handed its judge and the overrides
+    (the guards and the live table stood in for: nothing runs)."""
+    import contextlib
+
+    import cemlab.sweeps.runner as runner
+
+    order = []
+
+    class Watch(contextlib.nullcontext):
+        lost = None
+
+        def __init__(self, uri):
+            super().__init__()
+
+    monkeypatch.setattr(runner, "StoreWatch", Watch)
+    monkeypatch.setattr(runner, "SigtermAsInterrupt", contextlib.nullcontext)
+    monkeypatch.setattr(runner.pg, "ProgressDisplay", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(runner.trial_actions, "decide_grid", lambda inv, trials: trials)
+    monkeypatch.setattr(runner.execute, "run_grid", lambda inv, decided: order.append(("grid", len(decided))))
+    monkeypatch.setattr(runner.bracketing, "add_rates",
+                        lambda inv, trials, overrides, judge: order.append(("brackets", overrides, judge)))
+    monkeypatch.setattr(runner.seeding, "add_seeds",
+                        lambda inv, trials, overrides, judge: order.append(("seeds", overrides, judge)))
+    spec = load_sweep("recursion_ablation")
+    inv = SimpleNamespace(spec=spec, uri="sqlite:///x.db", progress=None, overrides=["train.val_interval=10"])
+    bracketer, looker = object(), object()
+    assert runner._run_trials(inv, spec.expand("tiny"), None, False, 30.0, looker, bracketer) == (False, None)
+    assert order == [("grid", 54), ("brackets", ["train.val_interval=10"], bracketer),
+                     ("seeds", ["train.val_interval=10"], looker)]
