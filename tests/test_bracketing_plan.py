@@ -134,12 +134,27 @@ def test_the_main_jobs_rates_at_tiny(repo_sweeps):
     assert set(family_extra(spec, "tiny", grid).values()) == {1} and len(family_extra(spec, "tiny", grid)) == 9
 
 
-def test_a_command_line_lr_axis_that_cannot_be_bracketed_is_refused(repo_sweeps):
+def test_a_command_line_lr_axis_that_cannot_be_bracketed_brackets_nothing_and_says_so(repo_sweeps, capsys):
+    """One rate, uneven rates or rates outside the bounds from the command line: no step (as a seed
+    axis from the command line adds no seeds), the plan says why; an even axis is bracketed."""
+    from cemlab.cli import main
+    from cemlab.sweeps.plan import plan_sweep
+
     spec = load_sweep("recursion_ablation")
+    for lrs, why in (("[2.0e-3]", "fewer than 2 or not evenly spaced"), ("[1.0e-3,2.0e-3,8.0e-3]", "not evenly"),
+                     ("[1.6e-2,3.2e-2]", "not all inside tuning.bounds [0.0005, 0.016]")):
+        grid = spec.expand("tiny", overrides=[f"lr={lrs}"])
+        assert spec.bracket_steps("tiny") == 1 and spec.bracket_steps("tiny", grid) == 0
+        assert spec.tuning_rates("tiny", grid) == sorted({t.axes["lr"] for t in grid})
+        assert spec.next_rate("tiny", grid, [max(t.axes["lr"] for t in grid)], "highest") is None
+        plan = plan_sweep(spec, "tiny", read_store=False, overrides=[f"lr={lrs}"])
+        assert plan.bracketing() == {} and why in plan.bracketing_note
     with pytest.raises(SweepError, match="not evenly spaced"):
-        spec.tuning_rates("tiny", spec.expand("tiny", overrides=["lr=[1.0e-3,2.0e-3,8.0e-3]"]))
-    with pytest.raises(SweepError, match="tuning.bounds"):
-        spec.tuning_rates("tiny", spec.expand("tiny", overrides=["lr=[1.6e-2,3.2e-2]"]))
+        spec.rate_ratio("tiny", spec.expand("tiny", overrides=["lr=[1.0e-3,2.0e-3,8.0e-3]"]))
+    assert main(["plan", "recursion_ablation", "--no-store", "lr=[2.0e-3]"]) == 0
+    assert "Bracketing: the grid's rates [0.002] are fewer than 2" in " ".join(capsys.readouterr().out.split())
+    even = spec.expand("tiny", overrides=["lr=[1.0e-3,2.0e-3]"])
+    assert spec.tuning_rates("tiny", even) == [0.0005, 0.001, 0.002, 0.004]
 
 
 def test_a_rate_added_by_override_is_the_trial_of_a_file_listing_it(sweep_dir):
@@ -290,7 +305,9 @@ def test_add_rates_does_nothing_without_steps_and_warns_without_a_judge(sweep_di
     add_rates(_inv(tuned, "smoke"), tuned.expand("smoke"), None, judge)  # no steps at smoke
     with caplog.at_level(logging.WARNING, logger="cemlab.sweeps"):
         add_rates(_inv(tuned), tuned.expand("tiny"), None, None)
+        add_rates(_inv(tuned), tuned.expand("tiny", overrides=["lr=[2.0e-3]"]), ["lr=[2.0e-3]"], judge)
     assert "no judge was handed in (cemlab sweep --no-bracketing)" in caplog.text and ran == []
+    assert "declares tuning at tiny, but the grid's rates [0.002] are fewer than 2" in caplog.text
 
 
 def test_no_bracketing_hands_the_runner_no_judge_and_its_resume_command_keeps_the_flag(monkeypatch, repo_sweeps):

@@ -41,7 +41,7 @@ from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
-from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of
+from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of, unbracketable
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.runs import RunStore, pick_run
@@ -113,6 +113,7 @@ class Plan:
     alphas: list[float] = field(default_factory=list)     # seeding: the two-sided level of each look
     split_note: str = ""                                  # seeding: why the looks take the even split, if so
     brackets: dict[str, Any] = field(default_factory=dict)  # tuning: the bracketing steps (bracket_plan)
+    bracketing_note: str = ""  # tuning: why this grid brackets nothing although the scale would (unbracketable)
 
     @property
     def max_trials(self) -> int:
@@ -344,7 +345,8 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           data_prep=prep, looks=spec.looks(scale, trials),
                           seeding_note=seeds_given_note(spec, scale, trials),
                           gpu_time=gpu_time_estimate(scale_rows, mfu), alphas=spec.look_alphas(scale, trials),
-                          split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials)))
+                          split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials),
+                          bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else ""))
     return plans
 
 
@@ -353,7 +355,7 @@ def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, 
     steps per end, the grid's ratio, the bounds, every rate it can reach, the grid's seeds, each
     step's cells and trials at most (a family whose reachable rates beyond its worse end are fewer
     than the steps stops earlier), and per cell its grid rates and the rates it may add."""
-    steps = spec.bracket_steps(scale)
+    steps = spec.bracket_steps(scale, trials)
     if not steps or not trials:
         return {}
     extra = family_extra(spec, scale, trials)

@@ -101,8 +101,6 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
     trials = spec.expand(scale, overrides=overrides)
-    if bracketer is not None:
-        spec.tuning_rates(scale, trials)  # an lr axis from the command line that cannot be bracketed: refused now
     limit_from_env(1.0)  # a $CEMLAB_WORKER_MEMORY_MB that is not a number: refused here, not in every trial
     preflight.check_before_ray(spec, trials)
     faults = faults_from_env()

@@ -208,7 +208,7 @@ def _plan_json(plan) -> dict:
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
         "data_prep": plan.data_prep, "bracketing": plan.bracketing(), "seeding": plan.seeding(),
-        "seeding_note": plan.seeding_note, "min_trials": len(plan.rows), "max_trials": plan.max_trials,
+        "seeding_note": plan.seeding_note, "bracketing_note": plan.bracketing_note, "min_trials": len(plan.rows), "max_trials": plan.max_trials,
         "gpu_time": plan.gpu_time,
     }
 
@@ -235,6 +235,8 @@ def _print_plan(plan, console) -> None:
     brackets = plan.bracketing()
     if brackets:
         console.print(_bracketing_line(brackets), markup=False)
+    if plan.bracketing_note:
+        console.print(f"Bracketing: {plan.bracketing_note}", markup=False)
     seeding = plan.seeding()
     if seeding:
         looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))} at alpha {lk['alpha']:.4g} "

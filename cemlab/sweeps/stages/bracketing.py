@@ -30,6 +30,7 @@ from cemlab.sweeps.stages import execute, trial_actions
 from cemlab.sweeps.stages.invocation import Invocation
 from cemlab.sweeps.stages.seeding import TAG_CHARS
 from cemlab.sweeps.sweepfile.schema import Trial
+from cemlab.sweeps.sweepfile.tuning_section import unbracketable
 
 log = logging.getLogger("cemlab.sweeps")
 
@@ -45,10 +46,13 @@ def add_rates(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
               bracketer: Bracketer | None = None) -> None:
     """The bracketing steps of ``inv``'s sweep after its grid ``trials`` ran (module docstring);
     nothing where the scale brackets nothing. Command-line seeds do not turn it off (the added
-    rates take the grid's seeds); ``cemlab sweep --no-bracketing`` does, handing in no judge."""
+    rates take the grid's seeds); an lr axis from the command line that cannot be bracketed does
+    (``SweepSpec.bracket_steps``), and so does ``cemlab sweep --no-bracketing``, handing in no judge."""
     spec = inv.spec
-    steps = spec.bracket_steps(inv.scale)
+    steps = spec.bracket_steps(inv.scale, trials)
     if steps == 0:
+        if spec.bracket_steps(inv.scale):
+            log.warning("%s declares tuning at %s, but %s", spec.name, inv.scale, unbracketable(spec, trials))
         return
     if bracketer is None:   # cemlab sweep --no-bracketing, or a caller that hands in no judge
         log.warning("%s declares tuning, but no judge was handed in (cemlab sweep --no-bracketing): the grid's "

@@ -230,13 +230,17 @@ class SweepSpec(StrictSpec):
         like = self.all_scales().get(scale)
         return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
 
-    def bracket_steps(self, scale: str) -> int:
+    def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
         """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's); 0
-        without ``tuning``."""
+        without ``tuning``, and 0 for grid ``trials`` (when given) whose rates cannot be bracketed
+        (an lr axis from the command line: ``tuning_section.unbracketable``)."""
         if self.tuning is None or self.search == "optuna":
             return 0
         like = self.all_scales().get(scale)
-        return self.tuning.steps(scale, like.like if like is not None else None)
+        steps = self.tuning.steps(scale, like.like if like is not None else None)
+        if steps and trials is not None and tuning_section.unbracketable(self, trials):
+            return 0
+        return steps
 
     def rate_ratio(self, scale: str, trials: list["Trial"]) -> float:
         """The spacing of the grid ``trials``' learning rates (their sorted distinct rates at a constant
@@ -257,9 +261,9 @@ class SweepSpec(StrictSpec):
         """Every learning rate bracketing can reach at ``scale`` from the grid ``trials``, increasing:
         the grid's rates and up to ``bracket_steps`` rates beyond each end (low / ratio**k, high *
         ratio**k, each to 3 significant digits, ``schema.round_lr``), those inside ``tuning.bounds``.
-        The grid's rates alone where the scale brackets nothing."""
+        The grid's rates alone where the scale, or this grid, brackets nothing (:meth:`bracket_steps`)."""
         lrs = tuning_section.grid_rates(trials)
-        steps = self.bracket_steps(scale)
+        steps = self.bracket_steps(scale, trials)
         if not steps:
             return lrs
         return self.tuning.rates(lrs, self.rate_ratio(scale, trials), steps)

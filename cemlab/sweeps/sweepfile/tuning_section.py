@@ -42,7 +42,7 @@ def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     """Family -> how many rates bracketing may add to it at most: its reachable rates beyond its lower
     end or beyond its upper end, whichever are more (a family extends one end only: once its best rate
     is at the low end, adding lower rates cannot make its highest rate best). {} without bracketing."""
-    if not spec.bracket_steps(scale) or not trials:
+    if not spec.bracket_steps(scale, trials) or not trials:
         return {}
     rates = spec.tuning_rates(scale, trials)
     own: dict[tuple, list[float]] = {}
@@ -82,6 +82,23 @@ def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
         if outside:
             raise SweepError(f"{spec.source}: {key}: the lr axis ({where}) at {name} has {outside} outside "
                              f"tuning.bounds [{low:g}, {high:g}]; widen the bounds or move the rates inside them")
+
+
+def unbracketable(spec, trials: list[Trial]) -> str:
+    """Why the grid ``trials`` cannot be bracketed ('' when they can): their rates are fewer than 2, not
+    evenly spaced on the log scale or outside ``tuning.bounds``. Only an lr axis given on the command line
+    can be (the file's own is checked when it is read, :func:`check_tuning`); such a grid brackets nothing,
+    as a seed axis from the command line adds no seeds, and ``cemlab plan`` says so."""
+    lrs = grid_rates(trials)
+    if not trials or spec.tuning is None:
+        return ""
+    if lr_ratio(lrs) is None:
+        return (f"the grid's rates {lrs} are fewer than 2 or not evenly spaced on the log scale (lr from the command "
+                f"line?): no rate is added beyond them")
+    low, high = spec.tuning.bounds
+    if any(not low <= x <= high for x in lrs):
+        return f"the grid's rates {lrs} are not all inside tuning.bounds [{low:g}, {high:g}]: no rate is added"
+    return ""
 
 
 def check_grid(spec, scale: str, trials: list[Trial]) -> float:
