@@ -89,6 +89,13 @@ def _sweep_look(*args):
     return sweep_look(*args)
 
 
+def _sweep_bracket(*args):
+    """The report's judge of a tuned sweep's bracketing steps (imported when a step is judged)."""
+    from cemlab.report.stats.interim_look_store import sweep_bracket
+
+    return sweep_bracket(*args)
+
+
 def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
                                                                                  args.sweep), looker=_sweep_look,
-                              ladder_after=report_after_ladder))
+                              ladder_after=report_after_ladder, bracketer=_sweep_bracket))
     return int(module.run(args) or 0)
 
 

@@ -17,9 +17,10 @@ user types:
 * ``train``: ``cemlab train configs/default.yaml`` with a fresh runs folder, so the corpus is
   tokenised as on a first run.
 
-* ``stages``: ``cemlab sweep recursion_ablation --scale tiny seed=[0] --no-seeding`` (18 trials: no
-  seeds added) with a fresh runs folder, run by this interpreter on this checkout; its wall time broken into stages from the
-  timestamps the sweep writes (``cemlab.timing``: ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
+* ``stages``: ``cemlab sweep recursion_ablation --scale tiny seed=[0] --no-seeding --no-bracketing`` (18
+  trials: no seeds or rates added) with a fresh runs folder, run by this interpreter on this checkout; its wall
+  time broken into stages from the timestamps the sweep writes (``cemlab.timing``:
+  ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
   and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
   README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
 
@@ -127,11 +128,12 @@ def measure(row: str, keep: Path | None = None) -> dict:
 def stages_command(scale: str = "tiny", all_seeds: bool = False, grid: bool = False,
                    overrides: list[str] | None = None) -> list[str]:
     """The one-seed sweep, its grid only (default); the main job as ``make sweep`` runs it
-    (``all_seeds``); or the main job's grid of every seed without the seeds its looks add (``grid``).
-    ``overrides``: more ``key=value`` for every trial (e.g. ``train.tokens=655360``: longer trials)."""
+    (``all_seeds``); or the main job's grid of every seed without the seeds its looks add or the rates
+    its bracketing adds (``grid``). ``overrides``: more ``key=value`` for every trial (e.g.
+    ``train.tokens=655360``: longer trials)."""
     seeds = [] if all_seeds or grid else ["seed=[0]"]
     return ["sweep", "recursion_ablation", "--scale", scale, *seeds, *(overrides or []),
-            *([] if all_seeds else ["--no-seeding"]), "--plain"]
+            *([] if all_seeds else ["--no-seeding", "--no-bracketing"]), "--plain"]
 
 
 def measure_stages(command: list[str]) -> dict:
@@ -231,9 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, metavar="DIR", help="cli: also time this checkout, interleaved")
     parser.add_argument("--rounds", type=int, default=5, help="cli: rounds (default 5)")
     parser.add_argument("--all-seeds", action="store_true",
-                        help="stages: the main job as make sweep runs it (every seed, and the seeds its looks add) instead of seed=[0] --no-seeding")
+                        help="stages: the main job as make sweep runs it (every seed, the rates its bracketing adds and "
+                             "the seeds its looks add) instead of seed=[0] --no-seeding --no-bracketing")
     parser.add_argument("--grid", action="store_true",
-                        help="stages: the main job's grid (every seed of its file) without the seeds its looks add")
+                        help="stages: the main job's grid (every seed and rate of its file) without the seeds its "
+                             "looks add or the rates its bracketing adds")
     parser.add_argument("--scale", default="tiny", help="stages: the sweep's scale (default tiny)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="stages: an override for every trial (repeatable), e.g. train.tokens=655360")

@@ -91,7 +91,8 @@ class RungPlan:
                 "max_trials": self.max_trials, "flops": self.flops, "max_flops": self.max_flops,
                 "epochs": None if math.isnan(self.epochs) else self.epochs, "train_tokens": self.train_tokens,
                 "slots": self.slots, "seconds": self.seconds(), "max_seconds": self.seconds(most=True),
-                "looks": self.plan.looks, "seeding": self.plan.seeding(), "done": self.done()}
+                "looks": self.plan.looks, "seeding": self.plan.seeding(), "bracketing": self.plan.bracketing(),
+                "done": self.done()}
 
 
 @dataclass

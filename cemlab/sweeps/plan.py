@@ -10,7 +10,9 @@ of the newest run with the trial's config hash in the MLflow store, from any swe
 
 A sweep with ``seeding:`` lists its grid's own seeds as rows; the plan adds its planned looks (the
 seeds each reads, the level each judges at) and the trials it runs at most, if every cell stayed
-open to the last look (``Plan.seeding``).
+open to the last look (``Plan.seeding``). A sweep with ``tuning:`` adds its bracketing steps, which
+run before the seed looks (``Plan.bracketing``): at most, every cell (family) takes every rate it can
+reach beyond its worse end at the grid's seeds, then every seed of the last look at all its rates.
 
 ``search: optuna`` sweeps: a row is a grid cell whose learning rate Optuna samples ``samples``
 times, so its tokens and FLOPs count ``samples`` runs (per row: one run's; the totals and GPU-hours
@@ -38,7 +40,8 @@ from cemlab.models.config import ModelConfig
 from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.sweeps.sweepfile.schema import Trial
-from cemlab.sweeps.sweepfile.load import SweepSpec, load_sweep
+from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
+from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of, unbracketable
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.tracking.runs import RunStore, pick_run
@@ -109,13 +112,24 @@ class Plan:
     gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
     alphas: list[float] = field(default_factory=list)     # seeding: the two-sided level of each look
     split_note: str = ""                                  # seeding: why the looks take the even split, if so
+    brackets: dict[str, Any] = field(default_factory=dict)  # tuning: the bracketing steps (bracket_plan)
+    bracketing_note: str = ""  # tuning: why this grid brackets nothing although the scale would (unbracketable)
 
     @property
     def max_trials(self) -> int:
-        """Trials if every cell stayed open to the last look (``seeding``); the grid's otherwise."""
-        if len(self.looks) < 2 or not self.looks[0]:
+        """Trials if every cell took every rate it can reach beyond its worse end (``tuning``) and then
+        stayed open to the last look (``seeding``) at all its rates; the grid's without either."""
+        extra = sum(f["extra"] for f in self.brackets.get("cells", []))
+        if not self.looks or not self.looks[0]:
             return len(self.rows)
-        return len(self.rows) // len(self.looks[0]) * len(self.looks[-1])
+        return (len(self.rows) // len(self.looks[0]) + extra) * len(self.looks[-1])
+
+    def bracketing(self) -> dict:
+        """The bracketing steps of a ``tuning`` sweep ({} without): steps per end, ratio, bounds, the
+        rates it can reach, the trials each step adds at most, and the plan's trials at least and at most."""
+        if not self.brackets:
+            return {}
+        return {**self.brackets, "min_trials": len(self.rows), "max_trials": self.max_trials}
 
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
@@ -331,5 +345,30 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           data_prep=prep, looks=spec.looks(scale, trials),
                           seeding_note=seeds_given_note(spec, scale, trials),
                           gpu_time=gpu_time_estimate(scale_rows, mfu), alphas=spec.look_alphas(scale, trials),
-                          split_note=spec.split_note(scale, trials)))
+                          split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials),
+                          bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else ""))
     return plans
+
+
+def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, Any]:
+    """The bracketing of ``trials`` at ``scale`` (``tuning``; {} where the scale brackets nothing):
+    steps per end, the grid's ratio, the bounds, every rate it can reach, the grid's seeds, each
+    step's cells and trials at most (a family whose reachable rates beyond its worse end are fewer
+    than the steps stops earlier), and per cell its grid rates and the rates it may add."""
+    steps = spec.bracket_steps(scale, trials)
+    if not steps or not trials:
+        return {}
+    extra = family_extra(spec, scale, trials)
+    seeds = len(grid_seeds(trials))
+    cells: dict[tuple, dict] = {}
+    for t in trials:
+        a = t.axes
+        c = cells.setdefault(family_of(t), {"cell": f"{a.get('size', '')} {a.get('variant', '')}".strip(), "lr": [],
+                                            "extra": extra[family_of(t)]})
+        if a["lr"] not in c["lr"]:
+            c["lr"].append(a["lr"])
+    per_step = [sum(1 for e in extra.values() if e > k) for k in range(steps)]
+    return {"max_steps": steps, "ratio": spec.rate_ratio(scale, trials), "bounds": list(spec.tuning.bounds),
+            "rates": spec.tuning_rates(scale, trials), "seeds": seeds,
+            "steps": [{"step": k, "cells": n, "max_trials": n * seeds} for k, n in enumerate(per_step) if n],
+            "cells": list(cells.values())}

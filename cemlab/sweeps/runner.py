@@ -14,8 +14,10 @@ goes down them once:
    (``cemlab.sweeps.stages.trial_actions``);
 4. **execute** the trials that need running on Ray Tune, one Tuner for a grid or one per searched
    cell, and turn each Tune result into the trial's outcome (``cemlab.sweeps.stages.execute``; inside a
-   trial: ``cemlab.sweeps.trial.trainable``); a sweep with ``seeding:`` then judges its claims at
-   each planned look and runs more seeds of the cells still open, through the same two stages
+   trial: ``cemlab.sweeps.trial.trainable``); a sweep with ``tuning:`` then gives each cell whose
+   best learning rate is an end of its rates the rate beyond it, step by step
+   (``cemlab.sweeps.stages.bracketing``), and a sweep with ``seeding:`` then judges its claims at
+   each planned look and runs more seeds of the cells still open, both through the same two stages
    (``cemlab.sweeps.stages.seeding``);
 5. **record** the outcomes: check them against the store, finish the parent run, write
    ``<runs>/logs/<sweep>-<scale>/summary.json`` (``cemlab.sweeps.stages.record.finish``);
@@ -57,7 +59,7 @@ from rich.console import Console
 
 from cemlab import timing
 from cemlab.paths import runs_dir, sweep_log_dir
-from cemlab.sweeps.stages import execute, preflight, record, seeding, trial_actions
+from cemlab.sweeps.stages import bracketing, execute, preflight, record, seeding, trial_actions
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult
@@ -79,13 +81,16 @@ log = logging.getLogger("cemlab.sweeps")
 def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1, cpus: int | None = None,
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
               interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
-              looker: "seeding.Looker | None" = None, stop_ray_later: bool = False) -> SweepResult:
+              looker: "seeding.Looker | None" = None, stop_ray_later: bool = False,
+              bracketer: "bracketing.Bracketer | None" = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
     (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
     with ``seeding`` (``cemlab.report.stats.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
+    ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
+    (``cemlab.report.stats.interim_look_store.sweep_bracket``; None: the grid's rates only);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
     and the caller calls :func:`wait_ray_stopped` once it has done what follows (``cemlab sweep``
     builds the report meanwhile: Ray's shutdown waits on its processes and uses little CPU)."""
@@ -117,7 +122,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         inv.overrides = list(overrides or [])
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         with timing.stage("trials"):
-            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker)
+            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker, bracketer)
         if interrupted or lost:
             _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
@@ -217,7 +222,8 @@ def ray_abandoned() -> bool:
 
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
-                interval: float, looker: "seeding.Looker | None" = None) -> tuple[bool, str | None]:
+                interval: float, looker: "seeding.Looker | None" = None,
+                bracketer: "bracketing.Bracketer | None" = None) -> tuple[bool, str | None]:
     """Decide and execute every trial under the progress table and the guards. Returns whether
     Ctrl-C / SIGTERM interrupted them, and why the store was lost (None: it was not)."""
     interrupted = False
@@ -230,6 +236,7 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
                         execute.run_searches(inv, trial_actions.decide_searches(inv, trials))
                     else:
                         execute.run_grid(inv, trial_actions.decide_grid(inv, trials))
+                        bracketing.add_rates(inv, trials, inv.overrides, bracketer)  # rates beyond a best edge
                         seeding.add_seeds(inv, trials, inv.overrides, looker)  # more seeds where a verdict is open
             except Exception as e:  # a store call of the driver failed: is the store gone?
                 if not watch.confirm_lost(e):

@@ -207,7 +207,8 @@ def _plan_json(plan) -> dict:
         "paper_flops": plan.paper_flops, "mfu": plan.mfu, "gpu_hours_mfu": plan.gpu_hours_mfu,
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
-        "data_prep": plan.data_prep, "seeding": plan.seeding(), "seeding_note": plan.seeding_note,
+        "data_prep": plan.data_prep, "bracketing": plan.bracketing(), "seeding": plan.seeding(),
+        "seeding_note": plan.seeding_note, "bracketing_note": plan.bracketing_note, "min_trials": len(plan.rows), "max_trials": plan.max_trials,
         "gpu_time": plan.gpu_time,
     }
 
@@ -222,13 +223,20 @@ def _print_plan(plan, console) -> None:
     unit = get_task(plan.rows[0].trial.task).unit if plan.rows else "tokens"
     searched = plan.searched
     what = f"{len(plan.rows)} grid cells, learning rate searched by Optuna" if searched else f"{len(plan.rows)} trials"
-    console.print(f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}", markup=False)
+    most = "" if searched or plan.max_trials == len(plan.rows) else \
+        f" ({len(plan.rows)}-{plan.max_trials} trials with the added rates and seeds)"
+    console.print(f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}{most}", markup=False)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(plan.counts().items()))
     every = f" for every sample ({UPPER_BOUND})" if searched else ""
     console.print(f"Total: {_si(plan.total_tokens)} {unit}, {_sci(plan.total_flops)} training FLOPs{every}; {counts}")
     console.print(f"Store: {plan.store or 'not read'}")
     if plan.gpu_time:
         console.print(_gpu_time_line(plan.gpu_time), soft_wrap=True)
+    brackets = plan.bracketing()
+    if brackets:
+        console.print(_bracketing_line(brackets), markup=False)
+    if plan.bracketing_note:
+        console.print(f"Bracketing: {plan.bracketing_note}", markup=False)
     seeding = plan.seeding()
     if seeding:
         looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))} at alpha {lk['alpha']:.4g} "
@@ -263,6 +271,16 @@ def _print_plan(plan, console) -> None:
         cells += ([str(r.samples)] if searched else []) + [_si(r.tokens), _sci(r.flops), _status(r)]
         table.add_row(*cells)
     console.print(table)
+
+
+def _bracketing_line(b: dict) -> str:
+    """``Plan.bracketing`` for people: steps per end, ratio and bounds, each step's trials at most."""
+    n = b["max_steps"]
+    steps = "; ".join(f"step {s['step']} adds up to {s['max_trials']} trials ({s['cells']} cells x {b['seeds']} seeds)"
+                      for s in b["steps"]) or "no rate beyond the grid's ends lies within the bounds"
+    return (f"Bracketing: up to {n} step{'s' if n > 1 else ''} per end (lr x{b['ratio']:.3g} or /{b['ratio']:.3g} "
+            f"within [{b['bounds'][0]:g}, {b['bounds'][1]:g}]), before the seed looks, for the cells whose best "
+            f"rate is an end of theirs: {steps}; {b['min_trials']} trials at least, {b['max_trials']} at most")
 
 
 def _duration(s: float) -> str:

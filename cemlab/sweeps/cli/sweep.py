@@ -1,8 +1,8 @@
 """``cemlab sweep SWEEP --scale S [key=value ...]``: run a sweep's grid with Ray Tune, every trial in MLflow.
 
 See ``cemlab.sweeps.runner`` for what happens. The sweep's report at the end is built by the
-command (``cemlab.cli`` hands it in as ``after``, and the judge of a seeded sweep's looks as ``looker``: the
-sweep layer never imports the report).
+command (``cemlab.cli`` hands it in as ``after``, the judge of a seeded sweep's looks as ``looker`` and the
+judge of a tuned sweep's bracketing steps as ``bracketer``: the sweep layer never imports the report).
 
 Exit codes: 0 every trial has a result (finished, diverged, stopped early by ASHA, or already in
 the store); 1 at least one trial failed after its retries (the others ran; the failures and their
@@ -47,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-seeding", action="store_true",
                         help="run the grid's own seeds only, even where the sweep file gives a seed budget (no seeds "
                              "added; the report still judges at the planned looks' levels, which is stricter)")
+    parser.add_argument("--no-bracketing", action="store_true",
+                        help="run the grid's learning rates only, even where the sweep file's tuning: brackets them "
+                             "(no rate added beyond a cell's best edge; the report then says which cells are not "
+                             "bracketed)")
     parser.add_argument("--plain", action="store_true",
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,
@@ -97,18 +101,21 @@ def _mark_interrupted(args: argparse.Namespace, scale: str) -> int:
 
 
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
-        looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None) -> int:
+        looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None,
+        bracketer: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
     (``cemlab.report.stats.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
-    the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code)."""
+    the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code); ``bracketer``:
+    judges the bracketing steps of a sweep with ``tuning``
+    (``cemlab.report.stats.interim_look_store.sweep_bracket``)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
-        return _run_ladder(args, looker, ladder_after)
-    return _run_scale(args, args.scale, after, looker)
+        return _run_ladder(args, looker, ladder_after, bracketer)
+    return _run_scale(args, args.scale, after, looker, bracketer)
 
 
 def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResult, Console], None] | None",
-               looker: Callable | None) -> int:
+               looker: Callable | None, bracketer: Callable | None = None) -> int:
     """The sweep at ``scale``: ``--scale``, or one rung of ``--ladder`` / ``--rung``, which is
     resumed by rerunning the command as it was given (``resume_command(args)``)."""
     from rich.console import Console
@@ -129,7 +136,8 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
         result = run_sweep(args.sweep, scale, overrides=args.overrides, retries=args.retries, cpus=args.cpus,
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
                            interval=args.interval, command=resume_command(args),
-                           looker=None if args.no_seeding else looker, stop_ray_later=True)
+                           looker=None if args.no_seeding else looker, stop_ray_later=True,
+                           bracketer=None if getattr(args, "no_bracketing", False) else bracketer)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)  # while Ray stops
     except (SweepError, StoreError, ServerError, ValueError) as e:
@@ -146,7 +154,7 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
     return result.exit_code
 
 
-def _run_ladder(args: argparse.Namespace, looker, ladder_after) -> int:
+def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None) -> int:
     """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
     sweep at the rung's scale (``cemlab.sweeps.sweepfile.ladder_section``), run as ``cemlab sweep`` runs a scale,
     every rung checked (warm-up, epochs) before the first trial; then the across-the-ladder report,
@@ -167,7 +175,8 @@ def _run_ladder(args: argparse.Namespace, looker, ladder_after) -> int:
     code = 0
     for scale in scales:
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
-        rc = _run_scale(args, scale, after=None, looker=looker)  # each rung's report is built with the ladder's
+        # each rung's report is built with the ladder's
+        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer)
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break

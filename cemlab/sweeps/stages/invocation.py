@@ -85,6 +85,7 @@ class SweepResult:
     counts_checked: bool = False         # the counts were checked against the store after the sweep
     command: str = ""                    # the command line that reruns (resumes) this sweep
     looks: list[dict] = field(default_factory=list)   # seeding: the looks made (cemlab.sweeps.stages.seeding)
+    brackets: list[dict] = field(default_factory=list)   # tuning: the bracketing steps made (stages.bracketing)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -136,6 +137,7 @@ class Invocation:
     watch: Any = None                 # the store's watch while trials run (cemlab.sweeps.stages.guards.StoreWatch)
     overrides: list[str] = field(default_factory=list)   # the command line's key=value
     looks: list[dict] = field(default_factory=list)      # seeding: each look made (cemlab.sweeps.stages.seeding)
+    brackets: list[dict] = field(default_factory=list)   # tuning: each bracketing step (stages.bracketing)
 
     def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> TrialJob:
         return TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,

@@ -267,7 +267,8 @@ def finish(state: Invocation, interrupted: bool, t0: float, store_error: str | N
     result = SweepResult(state.spec.name, state.scale, state.uri, state.experiment_id, state.parent_run_id,
                          state.parent_reopened, outcomes, state.searches, reused, interrupted=interrupted,
                          seconds=time.time() - t0, store_error=store_error, concurrent_with=waited_on,
-                         counts_checked=checked, looks=list(state.looks))
+                         counts_checked=checked, looks=list(state.looks),
+                         brackets=list(state.brackets))
     if store_error is None:
         try:
             _finish_parent_run(state, result)
@@ -319,6 +320,7 @@ def _write_summary(log_dir: Path, result: SweepResult) -> None:
                    for o in result.outcomes],
         "searches": [s.__dict__ for s in result.searches],
         "looks": result.looks,
+        "brackets": result.brackets,
     }
     # One file per parent run, and summary.json (the latest), each replaced atomically: a
     # concurrent sweep of the same name never leaves a mix of two.

@@ -32,6 +32,9 @@ Sweep file schema (every mapping forbids unknown keys)::
       batch: 3                      # seeds added to each open cell at a look
       alpha_split: {tiny: [0.01, 0.04]}   # optional, per scale: each look's two-sided level, summing
                                     # to 0.05 (default: 0.05 / looks)
+    tuning:                         # optional: rates added beyond a cell's best edge (bracketing)
+      max_steps: {tiny: 1}          # per scale: steps per end; a scale not named brackets nothing
+      bounds: [5.0e-4, 1.6e-2]      # absolute lr bounds, inclusive
     ladder:                         # optional: rungs of training length (cemlab.sweeps.sweepfile.ladder_section)
       scale: workstation            # every rung is this scale's size, trained for the rung's tokens
       size: 86m
@@ -84,7 +87,9 @@ from cemlab.sweeps.sweepfile.files import scales_path_for, check_scale_overrides
 from cemlab.sweeps.sweepfile.ladder_section import Ladder, check_ladder, rung_scales
 from cemlab.sweeps.sweepfile.layers import leaves, merge_dicts, nest, template_names
 from cemlab.sweeps.sweepfile.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar,
-                                       ScaleSpec, SearchKind, Seeding, SweepError, Trial, Variant, StrictSpec)
+                                       ScaleSpec, SearchKind, Seeding, SweepError, Trial, Tuning, Variant, StrictSpec,
+                                       lr_ratio)
+from cemlab.sweeps.sweepfile import tuning_section
 from cemlab.tasks import get_task
 
 
@@ -104,6 +109,7 @@ class SweepSpec(StrictSpec):
     search: SearchKind = Field(default="grid", description="grid, or optuna (learning rate searched per cell).")
     optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
     seeding: Seeding | None = Field(default=None, description="Seeds added where a claim's verdict is open.")
+    tuning: Tuning | None = Field(default=None, description="Learning rates added beyond a cell's best edge.")
     ladder: Ladder | None = Field(default=None, description="Rungs of training length (cemlab sweep --ladder).")
 
     _path: Path | None = PrivateAttr(default=None)
@@ -154,6 +160,9 @@ class SweepSpec(StrictSpec):
             if not self.claims:
                 raise ValueError("seeding: adds seeds where a claim's verdict is still open, and this sweep lists no "
                                  "claims: list the claims it judges (claims: [...]) or remove seeding")
+        if self.tuning is not None and self.search == "optuna":
+            raise ValueError("tuning: extends a grid's lr axis beyond its ends; a search: optuna sweep samples its "
+                             "learning rate in optuna.lr instead: remove tuning (or use search: grid)")
         if get_task(self.task).sized and self.axes.size is None:
             raise ValueError("axes.size is missing: a language-model sweep lists its sizes, e.g. size: [86m, 108m]")
         if not get_task(self.task).sized and self.axes.size is not None:
@@ -220,6 +229,51 @@ class SweepSpec(StrictSpec):
             return ""
         like = self.all_scales().get(scale)
         return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
+
+    def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
+        """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's); 0
+        without ``tuning``, and 0 for grid ``trials`` (when given) whose rates cannot be bracketed
+        (an lr axis from the command line: ``tuning_section.unbracketable``)."""
+        if self.tuning is None or self.search == "optuna":
+            return 0
+        like = self.all_scales().get(scale)
+        steps = self.tuning.steps(scale, like.like if like is not None else None)
+        if steps and trials is not None and tuning_section.unbracketable(self, trials):
+            return 0
+        return steps
+
+    def rate_ratio(self, scale: str, trials: list["Trial"]) -> float:
+        """The spacing of the grid ``trials``' learning rates (their sorted distinct rates at a constant
+        ratio, within 1e-6 relative): what a bracketing step multiplies or divides by. ``SweepError``
+        when they have none (fewer than 2 rates, uneven) or, at a scale that brackets, lie outside
+        ``tuning.bounds`` (a file's own axis is refused when it is read; an lr axis from the command
+        line here)."""
+        if self.bracket_steps(scale):
+            return tuning_section.check_grid(self, scale, trials)
+        ratio = lr_ratio(tuning_section.grid_rates(trials))
+        if ratio is None:
+            raise SweepError(f"{self.source}: the learning rates of the grid at {scale} "
+                             f"{tuning_section.grid_rates(trials)} are fewer than 2 or not evenly spaced on the log "
+                             f"scale: they have no ratio")
+        return ratio
+
+    def tuning_rates(self, scale: str, trials: list["Trial"]) -> list[float]:
+        """Every learning rate bracketing can reach at ``scale`` from the grid ``trials``, increasing:
+        the grid's rates and up to ``bracket_steps`` rates beyond each end (low / ratio**k, high *
+        ratio**k, each to 3 significant digits, ``schema.round_lr``), those inside ``tuning.bounds``.
+        The grid's rates alone where the scale, or this grid, brackets nothing (:meth:`bracket_steps`)."""
+        lrs = tuning_section.grid_rates(trials)
+        steps = self.bracket_steps(scale, trials)
+        if not steps:
+            return lrs
+        return self.tuning.rates(lrs, self.rate_ratio(scale, trials), steps)
+
+    def next_rate(self, scale: str, trials: list["Trial"], lrs: list[float], edge: str) -> float | None:
+        """The rate beyond ``edge`` ('lowest' or 'highest') of a family that has the rates ``lrs``:
+        the nearest of :meth:`tuning_rates` below ``min(lrs)`` or above ``max(lrs)``; None where there
+        is none (the bounds or the scale's ``max_steps`` reached, or no bracketing)."""
+        nxt = tuning_section.beyond(self.tuning_rates(scale, trials), lrs, edge)
+        return nxt[0] if nxt else None
 
     def axis_names(self) -> set[str]:
         names = set(self.top_axes())
@@ -290,6 +344,7 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
     _check_seeding(spec, scales)
     if spec.ladder is not None:
         _add_rungs(spec, scales)
+    tuning_section.check_tuning(spec, {**scales, **spec._rungs})
     return spec
 
 

@@ -314,6 +314,64 @@ class Seeding(StrictSpec):
                 f"looks: each judges at the even split, alpha / {k}")
 
 
+class Tuning(StrictSpec):
+    """``tuning:``: learning rates added beyond a grid's ends (*bracketing*). The grid's ``lr`` axis
+    is each cell's first rates; after the grid's own seeds ran, a cell (a *family*: the trials equal
+    but for lr and seed) whose best rate is an end of the rates it has gets the next rate beyond that
+    end, at the grid's spacing (x ratio or / ratio), for the grid's seeds; repeated, one step at a
+    time, until its best rate is interior, the rate beyond lies outside ``bounds`` or the scale's
+    ``max_steps`` are spent. Then the seed looks of ``seeding:`` run. A scale not named (nor the
+    scale it is ``like``) brackets nothing."""
+
+    max_steps: dict[str, int] = Field(description="Bracketing steps per end at most, per scale name, e.g. {tiny: 1}.")
+    bounds: tuple[float, float] = Field(description="Absolute learning-rate bounds [low, high], inclusive.")
+
+    @field_validator("max_steps")
+    @classmethod
+    def _max_steps(cls, v: dict[str, int]) -> dict[str, int]:
+        if not v:
+            raise ValueError("name at least one scale, e.g. max_steps: {tiny: 1}, or remove the tuning block")
+        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 0}
+        if bad:
+            raise ValueError(f"max_steps must be whole numbers >= 0 per scale (bracketing steps per end), got {bad}; "
+                             f"e.g. max_steps: {{tiny: 1}}")
+        return v
+
+    @field_validator("bounds")
+    @classmethod
+    def _bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < v[0] < v[1] <= MAX_LR:
+            raise ValueError(f"bounds must be [low, high] with 0 < low < high <= {MAX_LR:g} (train.lr's limit), "
+                             f"got {list(v)}; e.g. bounds: [5.0e-4, 1.6e-2]")
+        return v
+
+    def steps(self, scale: str, like: str | None = None) -> int:
+        """Bracketing steps per end at ``scale`` (or at the scale it is ``like``, when it names none); 0 if neither."""
+        return self.max_steps.get(scale, self.max_steps.get(like, 0) if like else 0)
+
+    def rates(self, lrs: list[float], ratio: float, steps: int) -> list[float]:
+        """The grid's rates ``lrs`` and up to ``steps`` rates beyond each end at ``ratio`` (low / ratio**k,
+        high * ratio**k, to 3 significant digits), those inside ``bounds``, in increasing order."""
+        low, high = min(lrs), max(lrs)
+        out = set(lrs)
+        for k in range(1, steps + 1):
+            out.update(r for r in (round_lr(low / ratio ** k), round_lr(high * ratio ** k))
+                       if self.bounds[0] <= r <= self.bounds[1])
+        return sorted(out)
+
+
+def lr_ratio(lrs: list[float], rel: float = 1e-6) -> float | None:
+    """The constant ratio between consecutive distinct rates of ``lrs`` (evenly spaced on the log
+    scale, within ``rel``); None for fewer than 2 rates or an uneven spacing."""
+    rates = sorted(set(lrs))
+    if len(rates) < 2:
+        return None
+    ratio = (rates[-1] / rates[0]) ** (1 / (len(rates) - 1))
+    if any(not math.isclose(b / a, ratio, rel_tol=rel) for a, b in zip(rates, rates[1:])):
+        return None
+    return ratio
+
+
 def round_lr(lr: float) -> float:
     """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
     return float(f"{lr:.3g}")

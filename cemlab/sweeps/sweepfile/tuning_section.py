@@ -1,0 +1,117 @@
+"""The ``tuning:`` section of a sweep file: learning rates added beyond a grid's ends (bracketing).
+
+The section itself is ``cemlab.sweeps.sweepfile.schema.Tuning``; ``SweepSpec`` answers for a scale
+and its grid (``bracket_steps``, ``rate_ratio``, ``tuning_rates``, ``next_rate``) with the helpers
+here; :func:`check_tuning` refuses, when the file is read, a scale that brackets an lr axis that
+cannot be extended (fewer than 2 rates, uneven on the log scale, outside the bounds); the sweep's
+stage that adds the rates is ``cemlab.sweeps.stages.bracketing``, and ``cemlab plan`` counts what
+it may add (:func:`family_extra`). The helpers take the ``SweepSpec`` as ``spec``, untyped here
+(``cemlab.sweeps.sweepfile.load`` imports this module).
+"""
+
+from __future__ import annotations
+
+from cemlab.sweeps.sweepfile.schema import ScaleSpec, SweepError, Trial, lr_ratio
+
+#: Edges of a family's rates that a bracketing step extends (``SweepSpec.next_rate``).
+EDGES = ("lowest", "highest")
+#: Relative tolerance when rates (3 significant digits) are compared.
+REL = 1e-9
+
+
+def family_of(trial: Trial) -> tuple:
+    """A trial's tuning family: its grid coordinates but lr and seed (a cell whose rate is chosen)."""
+    return tuple(sorted((k, str(v)) for k, v in trial.axes.items() if k not in ("lr", "seed")))
+
+
+def grid_rates(trials: list[Trial]) -> list[float]:
+    """The distinct learning rates of ``trials``, increasing."""
+    return sorted({float(t.axes["lr"]) for t in trials if t.axes.get("lr") is not None})
+
+
+def beyond(rates: list[float], lrs: list[float], edge: str) -> list[float]:
+    """The rates of ``rates`` beyond ``edge`` ('lowest' or 'highest') of ``lrs``, nearest first."""
+    if edge not in EDGES:
+        raise ValueError(f"edge={edge!r}: give one of {', '.join(EDGES)}")
+    if edge == "lowest":
+        return sorted((r for r in rates if r < min(lrs) * (1 - REL)), reverse=True)
+    return sorted(r for r in rates if r > max(lrs) * (1 + REL))
+
+
+def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
+    """Family -> how many rates bracketing may add to it at most: its reachable rates beyond its lower
+    end or beyond its upper end, whichever are more (a family extends one end only: once its best rate
+    is at the low end, adding lower rates cannot make its highest rate best). {} without bracketing."""
+    if not spec.bracket_steps(scale, trials) or not trials:
+        return {}
+    rates = spec.tuning_rates(scale, trials)
+    own: dict[tuple, list[float]] = {}
+    for t in trials:
+        own.setdefault(family_of(t), []).append(float(t.axes["lr"]))
+    return {f: max(len(beyond(rates, lrs, e)) for e in EDGES) for f, lrs in own.items()}
+
+
+def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
+    """``tuning.max_steps``: known scales; at every scale that brackets (its own steps or its ``like``
+    scale's, ladder rungs included), an lr axis of at least 2 rates, evenly spaced on the log scale,
+    inside ``tuning.bounds``."""
+    tuning = spec.tuning
+    if tuning is None:
+        return
+    for name in tuning.max_steps:
+        if name not in scales:
+            raise SweepError(f"{spec.source}: tuning.max_steps.{name}: unknown scale; choose one of {sorted(scales)}")
+    for name, scale in scales.items():
+        steps = tuning.steps(name, scale.like)
+        if not steps:
+            continue
+        key = f"tuning.max_steps.{name if name in tuning.max_steps else scale.like}"
+        own = spec.scales.get(name, spec.scales.get(scale.like, {}) if scale.like else {})
+        where = f"scales.{name}.lr" if "lr" in own else "axes.lr"
+        lrs = [float(x) for x in own.get("lr", spec.axes.lr or [])]
+        if len(lrs) < 2:
+            raise SweepError(f"{spec.source}: {key}: {steps} bracketing step(s) at {name}, but its lr axis ({where}) "
+                             f"has {len(lrs)} rate(s): bracketing extends a grid of at least 2 rates at their "
+                             f"spacing; give {where} 2 or more rates, e.g. [2.0e-3, 4.0e-3], or set {key}: 0")
+        if lr_ratio(lrs) is None:
+            raise SweepError(f"{spec.source}: {key}: {steps} bracketing step(s) at {name}, but its lr axis ({where}) "
+                             f"{lrs} is not evenly spaced on the log scale, so it has no ratio to extend at; give "
+                             f"rates at a constant ratio (e.g. [1.0e-3, 2.0e-3, 4.0e-3]) or set {key}: 0")
+        low, high = tuning.bounds
+        outside = [x for x in lrs if not low <= x <= high]
+        if outside:
+            raise SweepError(f"{spec.source}: {key}: the lr axis ({where}) at {name} has {outside} outside "
+                             f"tuning.bounds [{low:g}, {high:g}]; widen the bounds or move the rates inside them")
+
+
+def unbracketable(spec, trials: list[Trial]) -> str:
+    """Why the grid ``trials`` cannot be bracketed ('' when they can): their rates are fewer than 2, not
+    evenly spaced on the log scale or outside ``tuning.bounds``. Only an lr axis given on the command line
+    can be (the file's own is checked when it is read, :func:`check_tuning`); such a grid brackets nothing,
+    as a seed axis from the command line adds no seeds, and ``cemlab plan`` says so."""
+    lrs = grid_rates(trials)
+    if not trials or spec.tuning is None:
+        return ""
+    if lr_ratio(lrs) is None:
+        return (f"the grid's rates {lrs} are fewer than 2 or not evenly spaced on the log scale (lr from the command "
+                f"line?): no rate is added beyond them")
+    low, high = spec.tuning.bounds
+    if any(not low <= x <= high for x in lrs):
+        return f"the grid's rates {lrs} are not all inside tuning.bounds [{low:g}, {high:g}]: no rate is added"
+    return ""
+
+
+def check_grid(spec, scale: str, trials: list[Trial]) -> float:
+    """The ratio of ``trials``' rates, or ``SweepError`` when they cannot be bracketed (an lr axis
+    given on the command line that :func:`check_tuning` did not see)."""
+    lrs = grid_rates(trials)
+    ratio = lr_ratio(lrs)
+    if ratio is None:
+        raise SweepError(f"{spec.source}: tuning.max_steps: {scale} brackets the learning rate, but the grid's rates "
+                         f"{lrs} are fewer than 2 or not evenly spaced on the log scale; give lr=[...] at a constant "
+                         f"ratio, or pass --no-bracketing")
+    low, high = spec.tuning.bounds
+    if any(not low <= x <= high for x in lrs):
+        raise SweepError(f"{spec.source}: tuning.bounds: the grid's rates {lrs} at {scale} are not all inside "
+                         f"[{low:g}, {high:g}]; give rates inside the bounds, or pass --no-bracketing")
+    return ratio

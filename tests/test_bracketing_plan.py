@@ -1,0 +1,359 @@
+"""Learning rates added beyond a cell's best edge (bracketing), on the sweep's side: the ``tuning``
+key of a sweep file, the rates a scale can reach, the trials a step adds (the file's own, hashed
+alike), what ``cemlab plan`` counts and prints, and the stage that makes the steps in order.
+
+The judging of a step is the report's (``cemlab.report.stats.interim_look_store.sweep_bracket``);
+here a stand-in judge drives the stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cemlab.sweeps.sweepfile.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import SweepError, Tuning, lr_ratio, round_lr
+from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of
+
+from sweep_support import REPO_SWEEPS
+
+HEAD = """\
+figure: "Fig X"
+claims: [t2-beats-t1]
+axes: {size: [86m], lr: [2.0e-3, 4.0e-3], seed: [0, 1, 2]}
+variants:
+  - {group: cem-attn, label: "cem-attn T{T}", set: {model.attention: cem, model.attn_steps: "{T}"}, axes: {T: [1, 2]}}
+"""
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "sweeps"
+    d.mkdir()
+    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def repo_sweeps(monkeypatch):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+
+
+def write(d: Path, name: str, text: str) -> Path:
+    p = d / f"{name}.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# The key: every mistake named with its field and its fix, when the file is read
+# ---------------------------------------------------------------------------------------------
+
+TUNING = "tuning: {max_steps: {tiny: 1}, bounds: [5.0e-4, 1.6e-2]}\n"
+BAD = {
+    "negative_steps": (HEAD + "tuning: {max_steps: {tiny: -1}, bounds: [5.0e-4, 1.6e-2]}\n",
+                       ["tuning.max_steps", ">= 0", "max_steps: {tiny: 1}"]),
+    "empty_steps": (HEAD + "tuning: {max_steps: {}, bounds: [5.0e-4, 1.6e-2]}\n", ["tuning.max_steps", "remove"]),
+    "reversed_bounds": (HEAD + "tuning: {max_steps: {tiny: 1}, bounds: [1.6e-2, 5.0e-4]}\n",
+                        ["tuning.bounds", "0 < low < high", "[5.0e-4, 1.6e-2]"]),
+    "no_bounds": (HEAD + "tuning: {max_steps: {tiny: 1}}\n", ["tuning.bounds", "required key is missing"]),
+    "unknown_key": (HEAD + "tuning: {max_step: {tiny: 1}, bounds: [5.0e-4, 1.6e-2]}\n", ["tuning", "max_step"]),
+    "unknown_scale": (HEAD + "tuning: {max_steps: {tiyn: 1}, bounds: [5.0e-4, 1.6e-2]}\n",
+                      ["tuning.max_steps.tiyn", "unknown scale", "tiny"]),
+    "uneven": (HEAD.replace("lr: [2.0e-3, 4.0e-3]", "lr: [1.0e-3, 2.0e-3, 8.0e-3]") + TUNING,
+               ["tuning.max_steps.tiny", "axes.lr", "not evenly spaced on the log scale", "set tuning.max_steps.tiny: 0"]),
+    "one_rate": (HEAD.replace("lr: [2.0e-3, 4.0e-3]", "lr: [2.0e-3]") + TUNING,
+                 ["tuning.max_steps.tiny", "axes.lr", "1 rate(s)", "2 or more rates"]),
+    "scale_axis": (HEAD + "scales: {tiny: {lr: [2.0e-3, 3.0e-3, 8.0e-3]}}\n" + TUNING,
+                   ["tuning.max_steps.tiny", "scales.tiny.lr", "not evenly spaced"]),
+    "outside_bounds": (HEAD + "tuning: {max_steps: {tiny: 1}, bounds: [3.0e-3, 1.6e-2]}\n",
+                       ["tuning.max_steps.tiny", "[0.002]", "outside tuning.bounds", "widen the bounds"]),
+    "optuna": ("figure: x\naxes: {size: [86m]}\nvariants: [{group: llama, label: llama}]\n"
+               "search: optuna\noptuna: {lr: [1.0e-3, 4.0e-3], samples: 2}\n" + TUNING,
+               ["tuning", "search: optuna", "remove tuning"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_tuning_key_fails_naming_the_field_and_the_fix(sweep_dir, case):
+    text, expected = BAD[case]
+    path = write(sweep_dir, case, text)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    msg = str(info.value)
+    assert str(path) in msg, msg
+    for fragment in expected:
+        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+
+
+def test_an_lr_axis_is_checked_only_where_the_scale_brackets(sweep_dir):
+    """smoke is not named (nor like a named scale): one rate there is fine; tiny-prose is like tiny."""
+    spec = load_sweep(write(sweep_dir, "ok", HEAD + "scales: {smoke: {lr: [2.0e-3]}}\n" + TUNING))
+    assert spec.bracket_steps("smoke") == 0 and spec.bracket_steps("tiny") == 1
+    assert spec.bracket_steps("tiny-prose") == 1                           # like: tiny
+    assert spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]     # no bracketing: the grid's rates
+    assert load_sweep(write(sweep_dir, "plain", HEAD)).bracket_steps("tiny") == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The rates a scale can reach
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rates_are_rounded_to_three_digits_and_spacing_is_checked():
+    assert round_lr(2e-3 / 2) == 0.001 and round_lr(4e-3 * 2) == 0.008 and round_lr(1e-3) == 1e-3
+    assert lr_ratio([2e-3, 4e-3]) == pytest.approx(2.0) and lr_ratio([1e-3, 2e-3, 4e-3]) == pytest.approx(2.0)
+    assert lr_ratio([2e-3]) is None and lr_ratio([1e-3, 2e-3, 8e-3]) is None
+    t = Tuning(max_steps={"tiny": 2}, bounds=(5e-4, 1.6e-2))
+    assert t.rates([2e-3, 4e-3], 2.0, 2) == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # bounds inclusive
+    assert t.rates([2e-3, 4e-3], 2.0, 3) == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # none beyond them
+    assert t.steps("tiny") == 2 and t.steps("smoke") == 0 and t.steps("tiny-prose", "tiny") == 2
+
+
+def test_the_main_jobs_rates_at_tiny(repo_sweeps):
+    spec = load_sweep("recursion_ablation")
+    grid = spec.expand("tiny")
+    assert spec.bracket_steps("tiny") == 1 and spec.rate_ratio("tiny", grid) == pytest.approx(2.0)
+    assert spec.tuning_rates("tiny", grid) == [0.001, 0.002, 0.004, 0.008]
+    assert spec.next_rate("tiny", grid, [0.002, 0.004], "lowest") == 0.001
+    assert spec.next_rate("tiny", grid, [0.002, 0.004], "highest") == 0.008
+    assert spec.next_rate("tiny", grid, [0.001, 0.002, 0.004], "lowest") is None      # max_steps spent
+    assert spec.next_rate("tiny", grid, [0.002, 0.004, 0.008], "highest") is None
+    with pytest.raises(ValueError, match="lowest, highest"):
+        spec.next_rate("tiny", grid, [0.002, 0.004], "low")
+    # the ladder's rungs are scales of their own: they bracket nothing
+    assert all(spec.bracket_steps(rung) == 0 for rung in spec.rungs())
+    assert spec.bracket_steps("smoke") == 0 and spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]
+    assert set(family_extra(spec, "tiny", grid).values()) == {1} and len(family_extra(spec, "tiny", grid)) == 9
+
+
+def test_a_command_line_lr_axis_that_cannot_be_bracketed_brackets_nothing_and_says_so(repo_sweeps, capsys):
+    """One rate, uneven rates or rates outside the bounds from the command line: no step (as a seed
+    axis from the command line adds no seeds), the plan says why; an even axis is bracketed."""
+    from cemlab.cli import main
+    from cemlab.sweeps.plan import plan_sweep
+
+    spec = load_sweep("recursion_ablation")
+    for lrs, why in (("[2.0e-3]", "fewer than 2 or not evenly spaced"), ("[1.0e-3,2.0e-3,8.0e-3]", "not evenly"),
+                     ("[1.6e-2,3.2e-2]", "not all inside tuning.bounds [0.0005, 0.016]")):
+        grid = spec.expand("tiny", overrides=[f"lr={lrs}"])
+        assert spec.bracket_steps("tiny") == 1 and spec.bracket_steps("tiny", grid) == 0
+        assert spec.tuning_rates("tiny", grid) == sorted({t.axes["lr"] for t in grid})
+        assert spec.next_rate("tiny", grid, [max(t.axes["lr"] for t in grid)], "highest") is None
+        plan = plan_sweep(spec, "tiny", read_store=False, overrides=[f"lr={lrs}"])
+        assert plan.bracketing() == {} and why in plan.bracketing_note
+    with pytest.raises(SweepError, match="not evenly spaced"):
+        spec.rate_ratio("tiny", spec.expand("tiny", overrides=["lr=[1.0e-3,2.0e-3,8.0e-3]"]))
+    assert main(["plan", "recursion_ablation", "--no-store", "lr=[2.0e-3]"]) == 0
+    assert "Bracketing: the grid's rates [0.002] are fewer than 2" in " ".join(capsys.readouterr().out.split())
+    even = spec.expand("tiny", overrides=["lr=[1.0e-3,2.0e-3]"])
+    assert spec.tuning_rates("tiny", even) == [0.0005, 0.001, 0.002, 0.004]
+
+
+def test_a_rate_added_by_override_is_the_trial_of_a_file_listing_it(sweep_dir):
+    """What a step adds (the grid expanded with ``lr=[RATE]``, filtered to the family and the grid's
+    seeds) has the id and config hash the trial has in a file that lists the rate."""
+    two = load_sweep(write(sweep_dir, "two", HEAD + TUNING))
+    three = load_sweep(write(sweep_dir, "three", HEAD.replace("lr: [2.0e-3, 4.0e-3]", "lr: [1.0e-3, 2.0e-3, 4.0e-3]")))
+    grid = two.expand("tiny")
+    rate = two.next_rate("tiny", grid, [0.002, 0.004], "lowest")
+    family = family_of(grid[0])
+    added = [t for t in two.expand("tiny", overrides=[f"lr=[{rate!r}]"]) if family_of(t) == family]
+    assert rate == 0.001 and len(added) == 3 and {t.axes["seed"] for t in added} == {0, 1, 2}
+    listed = {t.trial_id: t.config_hash for t in three.expand("tiny")}
+    assert {t.trial_id: t.config_hash for t in added}.items() <= listed.items()
+    assert all(t.trial_id.startswith("86m__cem-attn_T1__lr1e-3__s") for t in added)
+    assert not any(t.seeds_given for t in added)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_main_jobs_plan_counts_the_bracketing_step_before_the_seed_look(repo_sweeps, capsys):
+    from cemlab.cli import main
+    from cemlab.sweeps.cli.plan import _plan_json
+    from cemlab.sweeps.plan import plan_sweep
+
+    plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
+    b = plan.bracketing()
+    assert len(plan.rows) == 54 and plan.max_trials == 54 + 27 + 9 * 3 * 5 == 216
+    assert b["min_trials"] == 54 and b["max_trials"] == 216 and b["rates"] == [0.001, 0.002, 0.004, 0.008]
+    assert b["steps"] == [{"step": 0, "cells": 9, "max_trials": 27}] and b["seeds"] == 3
+    assert len(b["cells"]) == 9 and all(c["extra"] == 1 and c["lr"] == [0.002, 0.004] for c in b["cells"])
+    assert plan.seeding()["max_trials"] == 216
+    j = _plan_json(plan)
+    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 216)
+    assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the seed looks, for the "
+            "cells whose best rate is an end of theirs: step 0 adds up to 27 trials (9 cells x 3 seeds); 54 trials at "
+            "least, 216 at most")
+    assert line in out and out.index("Bracketing:") < out.index("Seeding:")
+    assert "at scale tiny: 54 trials (54-216 trials with the added rates and seeds)" in out
+    # a scale that brackets nothing: the plan as before
+    smoke = plan_sweep("recursion_ablation", "smoke", read_store=False)
+    assert smoke.bracketing() == {} and smoke.max_trials == len(smoke.rows)
+
+
+def test_a_family_extends_one_end_and_the_bounds_cap_the_steps(sweep_dir):
+    """max_steps 3 within [1e-3, 1.6e-2] from [2e-3, 4e-3]: one rate below (1e-3), two above (8e-3,
+    1.6e-2): each family may add 2 at most (its worse side), in two steps; with command-line seeds
+    the step adds those seeds."""
+    from cemlab.sweeps.plan import plan_sweep
+
+    path = write(sweep_dir, "capped", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-3, 1.6e-2]}\n")
+    plan = plan_sweep(path.as_posix(), "tiny", read_store=False)
+    b = plan.bracketing()
+    assert b["rates"] == [0.001, 0.002, 0.004, 0.008, 0.016]
+    assert [s["max_trials"] for s in b["steps"]] == [6, 6] and plan.max_trials == 12 + 2 * 2 * 3
+    one = plan_sweep(path.as_posix(), "tiny", read_store=False, overrides=["seed=[0]"])
+    assert one.max_trials == 4 + 2 * 2 * 1 and [s["max_trials"] for s in one.bracketing()["steps"]] == [2, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+# ---------------------------------------------------------------------------------------------
+
+
+class _Client:
+    def __init__(self):
+        self.tags = {}
+
+    def set_tag(self, run_id, key, value):
+        self.tags[(run_id, key)] = value
+
+
+def _inv(spec, scale="tiny"):
+    return SimpleNamespace(spec=spec, scale=scale, client=_Client(), parent_run_id="p", brackets=[])
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The trials each ``run_grid`` call was handed (``decide_grid`` passes its trials through)."""
+    from cemlab.sweeps.stages import bracketing
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(bracketing.trial_actions, "decide_grid", lambda inv, todo: list(todo))
+    monkeypatch.setattr(bracketing.execute, "run_grid", lambda inv, decided: calls.append([t.trial_id for t in decided]))
+    return calls
+
+
+def test_add_rates_makes_the_steps_in_order_and_stops_when_nothing_is_added(sweep_dir, ran):
+    from cemlab.sweeps.stages.bracketing import BRACKETS_TAG, add_rates
+
+    spec = load_sweep(write(sweep_dir, "three_steps", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-4, 1.6e-2]}\n"))
+    grid = spec.expand("tiny")
+    asked = []
+
+    def judge(inv, trials, overrides, step):
+        asked.append((step, overrides))
+        rate = spec.next_rate("tiny", trials, [0.002 / 2 ** step, 0.004], "lowest")
+        todo = [t for t in spec.expand("tiny", overrides=[*(overrides or []), f"lr=[{rate!r}]"])
+                if family_of(t) == family_of(trials[0])] if step == 0 else []
+        return {"step": step, "lr": rate, "families": [list(family_of(trials[0]))] if todo else []}, todo
+
+    inv = _inv(spec)
+    add_rates(inv, grid, ["train.val_interval=10"], judge)
+    assert asked == [(0, ["train.val_interval=10"]), (1, ["train.val_interval=10"])]   # step 2 never judged
+    assert [b["step"] for b in inv.brackets] == [0, 1] and [b["lr"] for b in inv.brackets] == [0.001, 0.0005]
+    assert ran == [[f"86m__cem-attn_T1__lr1e-3__s{s}" for s in (0, 1, 2)]]
+    assert json.loads(inv.client.tags[("p", BRACKETS_TAG)]) == json.loads(json.dumps(inv.brackets))
+
+
+def test_add_rates_stops_at_a_step_with_nothing_to_judge_and_at_max_steps(sweep_dir, ran):
+    from cemlab.sweeps.stages.bracketing import add_rates
+
+    spec = load_sweep(write(sweep_dir, "two_steps", HEAD + "tuning: {max_steps: {tiny: 2}, bounds: [1.0e-4, 1.6e-2]}\n"))
+    grid = spec.expand("tiny")
+    steps = []
+
+    def nothing(inv, trials, overrides, step):
+        steps.append(step)
+        return None, []
+
+    inv = _inv(spec)
+    add_rates(inv, grid, None, nothing)
+    assert steps == [0] and inv.brackets == [] and ran == [] and inv.client.tags == {}
+
+    def always(inv, trials, overrides, step):
+        steps.append(step)
+        return {"step": step}, grid[:1]
+
+    steps.clear()
+    add_rates(inv, grid, None, always)
+    assert steps == [0, 1] and len(ran) == 2       # max_steps: 2
+
+
+def test_add_rates_does_nothing_without_steps_and_warns_without_a_judge(sweep_dir, ran, caplog):
+    from cemlab.sweeps.stages.bracketing import add_rates
+
+    def judge(*args):
+        raise AssertionError(f"a step was judged: {args[3]}")
+
+    plain = load_sweep(write(sweep_dir, "plain", HEAD))
+    add_rates(_inv(plain), plain.expand("tiny"), None, judge)            # no tuning
+    tuned = load_sweep(write(sweep_dir, "tuned", HEAD + TUNING))
+    add_rates(_inv(tuned, "smoke"), tuned.expand("smoke"), None, judge)  # no steps at smoke
+    with caplog.at_level(logging.WARNING, logger="cemlab.sweeps"):
+        add_rates(_inv(tuned), tuned.expand("tiny"), None, None)
+        add_rates(_inv(tuned), tuned.expand("tiny", overrides=["lr=[2.0e-3]"]), ["lr=[2.0e-3]"], judge)
+    assert "no judge was handed in (cemlab sweep --no-bracketing)" in caplog.text and ran == []
+    assert "declares tuning at tiny, but the grid's rates [0.002] are fewer than 2" in caplog.text
+
+
+def test_no_bracketing_hands_the_runner_no_judge_and_its_resume_command_keeps_the_flag(monkeypatch, repo_sweeps):
+    import cemlab.sweeps.runner as runner
+    from cemlab.cli import main
+
+    got = []
+
+    def fake_run_sweep(*args, **kwargs):
+        got.append(kwargs)
+        raise KeyboardInterrupt   # stop before anything runs
+
+    monkeypatch.setattr(runner, "run_sweep", fake_run_sweep)
+    assert main(["sweep", "recursion_ablation", "--no-bracketing", "--no-report"]) == 130
+    assert main(["sweep", "recursion_ablation", "--no-report"]) == 130
+    assert got[0]["bracketer"] is None and callable(got[1]["bracketer"]) and callable(got[0]["looker"])
+    assert "--no-bracketing" in got[0]["command"].split() and "--no-bracketing" not in got[1]["command"].split()
+
+
+def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatch, repo_sweeps):
+    """``_run_trials``: grid -> bracketing steps -> seed looks, each handed its judge and the overrides
+    (the guards and the live table stood in for: nothing runs)."""
+    import contextlib
+
+    import cemlab.sweeps.runner as runner
+
+    order = []
+
+    class Watch(contextlib.nullcontext):
+        lost = None
+
+        def __init__(self, uri):
+            super().__init__()
+
+    monkeypatch.setattr(runner, "StoreWatch", Watch)
+    monkeypatch.setattr(runner, "SigtermAsInterrupt", contextlib.nullcontext)
+    monkeypatch.setattr(runner.pg, "ProgressDisplay", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(runner.trial_actions, "decide_grid", lambda inv, trials: trials)
+    monkeypatch.setattr(runner.execute, "run_grid", lambda inv, decided: order.append(("grid", len(decided))))
+    monkeypatch.setattr(runner.bracketing, "add_rates",
+                        lambda inv, trials, overrides, judge: order.append(("brackets", overrides, judge)))
+    monkeypatch.setattr(runner.seeding, "add_seeds",
+                        lambda inv, trials, overrides, judge: order.append(("seeds", overrides, judge)))
+    spec = load_sweep("recursion_ablation")
+    inv = SimpleNamespace(spec=spec, uri="sqlite:///x.db", progress=None, overrides=["train.val_interval=10"])
+    bracketer, looker = object(), object()
+    assert runner._run_trials(inv, spec.expand("tiny"), None, False, 30.0, looker, bracketer) == (False, None)
+    assert order == [("grid", 54), ("brackets", ["train.val_interval=10"], bracketer),
+                     ("seeds", ["train.val_interval=10"], looker)]
