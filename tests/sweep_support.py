@@ -70,11 +70,12 @@ def run(name: str, cache: Path, report: bool = True, **kw):
     from rich.console import Console
 
     from cemlab.cli import report_after_sweep
-    from cemlab.report.stats.interim_look_store import sweep_look
+    from cemlab.report.stats.interim_look_store import sweep_bracket, sweep_look
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress
     kw.setdefault("looker", sweep_look)  # the judge of a seeded sweep's looks, as cemlab sweep hands it in
+    kw.setdefault("bracketer", sweep_bracket)  # the judge of its bracketing looks, likewise
     result = run_sweep(name, "smoke", cache_dir=cache, console=console, live=False, **kw)
     if report:
         report_after_sweep(result, console, kw.get("overrides"))

@@ -128,8 +128,8 @@ def test_the_main_jobs_rates_at_tiny(repo_sweeps):
     assert spec.next_rate("tiny", grid, [0.002, 0.004, 0.008], "highest") is None
     with pytest.raises(ValueError, match="lowest, highest"):
         spec.next_rate("tiny", grid, [0.002, 0.004], "low")
-    # the ladder's rungs are scales of their own: they bracket nothing
-    assert all(spec.bracket_steps(rung) == 0 for rung in spec.rungs())
+    # the ladder's rungs bracket as the ladder's base scale (workstation) does
+    assert all(spec.bracket_steps(rung) == 1 for rung in spec.rungs())
     assert spec.bracket_steps("smoke") == 0 and spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]
     assert set(family_extra(spec, "tiny", grid).values()) == {1} and len(family_extra(spec, "tiny", grid)) == 9
 

@@ -61,7 +61,7 @@ def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None
 def reachable_rates(spec, scale: str, trials: list) -> list[float]:
     """Every rate the sweep's bracketing looks can give a cell at ``scale`` where they can add one
     beyond the grid's (``SweepSpec.tuning_rates``); [] where they cannot."""
-    if not trials or not getattr(spec, "tuning", None) or not spec.bracket_steps(scale):
+    if not trials or not getattr(spec, "tuning", None) or not spec.bracket_steps(scale, trials):
         return []
     rates = spec.tuning_rates(scale, trials)
     grid = {float(t.axes.get("lr", t.config.train.lr)) for t in trials}

@@ -231,13 +231,17 @@ class SweepSpec(StrictSpec):
         return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
 
     def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
-        """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's); 0
+        """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's, a
+        ladder rung's its ladder's base scale's); 0
         without ``tuning``, and 0 for grid ``trials`` (when given) whose rates cannot be bracketed
         (an lr axis from the command line: ``tuning_section.unbracketable``)."""
         if self.tuning is None or self.search == "optuna":
             return 0
-        like = self.all_scales().get(scale)
-        steps = self.tuning.steps(scale, like.like if like is not None else None)
+        sc = self.all_scales().get(scale)
+        like = sc.like if sc is not None else None
+        if like is None and sc is not None and sc.rung is not None and self.ladder is not None:
+            like = self.ladder.scale   # a ladder rung brackets as its base scale does
+        steps = self.tuning.steps(scale, like)
         if steps and trials is not None and tuning_section.unbracketable(self, trials):
             return 0
         return steps
