@@ -170,3 +170,20 @@ def test_labels_add_the_axes_that_vary_and_the_name_does_not_say():
     assert len(set(labels.values())) == len(trials)
     assert labels[trials[0].trial_id] == "86m cem-attn T1 dplr lr=2e-3 s0 eta=0.5"
     assert labels[trials[-1].trial_id] == "108m cem-attn T2 dplr eta=1/T lr=1.5e-3 s1"
+
+
+def test_the_end_names_each_bracketing_step_and_seed_look_in_order():
+    from types import SimpleNamespace
+
+    from cemlab.sweeps.stages.progress_view import looks_made
+
+    result = SimpleNamespace(
+        brackets=[{"step": 0, "cells": [{"added_lr": 1e-3}, {"added_lr": None}, {"added_lr": 8e-3}], "added": 6}],
+        looks=[{"index": 0, "seeds": [0, 1, 2], "open_claims": ["t2-beats-t1 [eta=1]"], "open_cells": ["a", "b"],
+                "added": 30},
+               {"index": 1, "seeds": list(range(8)), "open_claims": [], "open_cells": 0, "added": 0}])
+    assert looks_made(result) == [
+        "bracketing step 0: 2 of 3 cells best at an edge got the rate beyond it (6 trials)",
+        "look 0 on seeds 0,1,2: 1 claim condition(s) open, 2 cell(s) got 30 trials",
+        "look 1 on seeds 0,1,2,3,4,5,6,7: 0 claim condition(s) open, 0 cell(s) got 0 trials"]
+    assert looks_made(SimpleNamespace(brackets=[], looks=[])) == []

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from cemlab.links import COMMAND, PATH, print_link
 from cemlab.sweeps.look_levels import seeds_given_note
+from cemlab.sweeps.stages.progress_view import looks_made
 from cemlab.sweeps.trial import tune_report as tr
 from cemlab.sweeps.stages.progress_view import Column, choose_rows, fit_columns, fit_height, trial_labels
 from cemlab.sweeps.plan import plan_trial
@@ -471,6 +472,8 @@ def print_end(result, console: Console) -> None:
     checked = " (checked against the store)" if result.counts_checked else ""
     console.print(f"Sweep {result.sweep} at scale {result.scale}: {counts or 'no trials'}{checked} in "
                   f"{_duration(result.seconds)}", highlight=False)
+    for line in looks_made(result):
+        console.print(f"  {line}", highlight=False, markup=False)
     for o in result.failed:
         console.print(f"  {o.status}: {o.trial.trial_id}: {o.error or 'see its log'}", highlight=False, markup=False)
         print_link("          log:", o.log_path, PATH, console=console)

@@ -131,3 +131,23 @@ def fit_height(console: Console, build: Callable[[int], Group], n_rows: int, hei
         if lines <= height or limit == 0:
             return group
         limit = max(0, limit - (lines - height))
+
+
+def looks_made(result) -> list[str]:
+    """One line per bracketing step and seed look the sweep made (``SweepResult.brackets``,
+    ``SweepResult.looks``), in the order they ran, e.g. ``bracketing step 0: 3 of 9 cells best at an
+    edge got the rate beyond it (3 trials)``."""
+    lines = []
+    for b in getattr(result, "brackets", None) or []:
+        cells = b.get("cells", [])
+        n = len(cells) if isinstance(cells, list) else int(cells)
+        moved = sum(1 for c in cells if c.get("added_lr") is not None) if isinstance(cells, list) else "?"
+        lines.append(f"bracketing step {b.get('step', '?')}: {moved} of {n} cells best at an edge got the rate "
+                     f"beyond it ({b.get('added', 0)} trials)")
+    for lk in getattr(result, "looks", None) or []:
+        cells = lk.get("open_cells", [])
+        n = len(cells) if isinstance(cells, list) else int(cells)
+        lines.append(f"look {lk.get('index', '?')} on seeds {','.join(map(str, lk.get('seeds', [])))}: "
+                     f"{len(lk.get('open_claims', []))} claim condition(s) open, {n} cell(s) got "
+                     f"{lk.get('added', 0)} trials")
+    return lines
