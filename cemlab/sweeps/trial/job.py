@@ -201,7 +201,7 @@ def faults_from_env() -> dict[str, dict[str, int]]:
     text = os.environ.get(FAULTS_ENV)
     if not text:
         return {}
-    keys = {"times", "at_report", "nan_at_step", "leak_mb"}
+    keys = {"times", "at_report", "nan_at_step", "leak_mb", "hold_s"}
     try:
         spec = json.loads(text)
         out = {str(k): {f: int(x) for f, x in v.items()} for k, v in spec.items()}
@@ -211,4 +211,5 @@ def faults_from_env() -> dict[str, dict[str, int]]:
     except (ValueError, AttributeError, TypeError) as e:
         raise ValueError(f"{FAULTS_ENV}={text!r} is not valid ({e}): expected JSON like "
                          '{"<trial id pattern>": {"times": 1, "at_report": 2}} or {"<pattern>": {"nan_at_step": 5}} '
-                         'or {"<pattern>": {"leak_mb": 3000, "times": 1, "at_report": 1}}') from e
+                         'or {"<pattern>": {"leak_mb": 3000, "times": 1, "at_report": 1}} '
+                         'or {"<pattern>": {"hold_s": 30, "at_report": 1}}') from e

@@ -39,7 +39,8 @@ id (a glob pattern) to ``{"times": N, "at_report": K}``: the K-th report of an a
 ``{"nan_at_step": S}``: the training loss of step S is NaN (the training module's own hook,
 ``CEMLAB_INJECT_NAN_STEP``, set for that trial's process only), so the trial diverges; or to
 ``{"leak_mb": M, "times": N, "at_report": K}``: the K-th report of the first N attempts leaks M MiB
-that the process keeps, for the worker's memory limit to act on. The driver
+that the process keeps, for the worker's memory limit to act on; or to ``{"hold_s": S, "at_report":
+K}``: the K-th report sleeps S seconds, so the trial stays running cheaply. The driver
 fills it from the environment variable ``CEMLAB_SWEEP_FAULTS`` (JSON); attempts are counted in
 files under ``<runs>/logs/<sweep>-<scale>/faults/``.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,7 +70,12 @@ class Reporter:
 
     def _maybe_fail(self) -> None:
         """The fault hook at this report: raise ``InjectedFault``, or with ``leak_mb`` leak that
-        many MiB (kept by this module for the rest of the process, as a leaking library keeps it)."""
+        many MiB (kept by this module for the rest of the process, as a leaking library keeps it), or
+        with ``hold_s`` sleep that many seconds (the trial stays running, cheaply)."""
+        if self.fault and "hold_s" in self.fault and self.calls == int(self.fault.get("at_report", 1)):
+            log.info("%s: held %s s at report %d (injected)", self.trial.trial_id, self.fault["hold_s"], self.calls)
+            time.sleep(float(self.fault["hold_s"]))   # a trial that stays running (a test of concurrent drivers)
+            return
         if (not self.fault or not {"times", "leak_mb"} & self.fault.keys()
                 or self.calls != int(self.fault.get("at_report", 1))):
             return
