@@ -46,8 +46,9 @@ from cemlab.report.stats.bounds import smallest_p
 
 
 METHOD = ("paired t-test over seeds on the log scale; every choice tested; intersection-union for 'all', Holm for "
-          "'any' and contradictions; a diverged run counts at the metric's chance value; the interval shown is the one "
-          "that decided, at its level (docs/verdicts.md)")
+          "'any' and contradictions; a diverged run is its cell's worst outcome; a side stands only where the cells "
+          "that could erase it have a bracketed learning-rate optimum; the interval shown is the one that decided, "
+          "at its level (docs/verdicts.md)")
 
 
 @dataclass

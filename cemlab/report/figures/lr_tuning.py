@@ -27,7 +27,7 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFr
     """One row per tuned cell (the cells equal but for the learning rate): the rates tried
     (``lrs``), the best rate and whether it is interior (``bracketed``) or at the ``edge`` ('lowest'
     or 'highest' rate tried; with one rate, 'one rate'), as ``stats.bracketing`` decides it from the
-    per-seed ``trials`` (each rate's mean log validation metric, a worst outcome ranked last: the rule
+    per-seed ``trials`` (each rate's median log validation metric over seeds, a worst outcome ranked last: the rule
     the bracketing looks and the verdicts read); without trials, on the cells' validation means.
     With three rates or more and a bracketed best, the Akima optimum (``akima_lr``) with the test
     curve read there (``akima_test``)."""

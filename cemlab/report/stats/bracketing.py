@@ -4,12 +4,15 @@ bracketing looks (``interim_look_store.sweep_bracket``: a cell best at an edge g
 it), the verdicts (``pairing.compare``: a verdict stands only where the cells that could erase it
 are bracketed) and the report's tuning table (``figures.lr_tuning``).
 
-A rate's score is the mean over the cell's seeds of the log validation metric (the log of the
-geometric mean; the test metric where no validation was logged), a worst outcome at +inf
-(``divergence.outcomes``): a rate at which any seed diverged is worse than every rate at which all
-finished, so a divergence beyond the best rate brackets that end. The best rate is the lowest
-score; it is bracketed when it is neither the lowest nor the highest rate tried
-(docs/verdicts.md, "Bracketing").
+A rate's score is the median over the cell's seeds of the log validation metric (the test metric
+where no validation was logged), a worst outcome at +inf ranked last (``divergence.outcomes``): the
+statistic the effect shown chooses each seed's rate by (``claims.shown_effect``). A rate at which
+half the seeds or more diverged scores +inf, worse than every rate whose runs mostly finished, so a
+divergence beyond the best rate brackets that end; a divergence on a minority of the seeds moves the
+score no further than a bad finished run would, so a variant's own occasional divergence at its best
+rate cannot push its best to an edge, out of bracketing, and its comparison out of a decision. The
+best rate is the lowest score; it is bracketed when it is neither the lowest nor the highest rate
+tried (docs/verdicts.md, "Bracketing").
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ def tuning_family(cell: str) -> str:
 
 def rate_score(test_logs, val_logs) -> float:
     """A rate's score from its seeds' log metrics (arrays; +inf a worst outcome, NaN no value): the
-    mean log validation metric, the mean log test metric where no validation was logged; NaN
+    median log validation metric, the median log test metric where no validation was logged; NaN
     without any value."""
     for x in (np.asarray(val_logs, dtype=float), np.asarray(test_logs, dtype=float)):
-        x = x[~np.isnan(x)]
+        x = np.sort(x[~np.isnan(x)])
         if len(x):
-            return math.inf if np.isinf(x).any() else float(x.mean())
+            n = len(x)
+            return float(x[n // 2]) if n % 2 else float(x[n // 2 - 1] / 2 + x[n // 2] / 2)
     return math.nan
 
 
