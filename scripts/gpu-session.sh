@@ -24,10 +24,12 @@
 #   bench    cemlab bench kernels at 86m, batch 8 x 2048, bf16, compiled: Llama, CEM attention on
 #            flex, full CEM T=2
 #   main     cemlab sweep recursion_ablation --scale gpu $MAIN_AXES (the main job's grid: 9 cells x
-#            2 rates x 3 seeds = 54 trials) in <state>/runs; then main.md (scripts/gpu-results.py:
+#            2 rates x 3 seeds = 54 trials, --no-bracketing: the grid the 5-minute target is set
+#            for) in <state>/runs; then main.md (scripts/gpu-results.py:
 #            the stage table with the training share, every trial's time, tokens/s and MFU)
-#   sizes    the same grid over $SIZES_AXES (86m and 108m: 108 trials) in the same runs folder:
-#            main's finished trials are reused, its unfinished ones resumed; the sweep's report
+#   sizes    the same grid over $SIZES_AXES (86m and 108m: 108 trials, and with the file's
+#            bracketing step up to 54 more, so that its verdicts can be decisive) in the same runs
+#            folder: main's finished trials are reused, its unfinished ones resumed; the sweep's report
 #            (per-size verdicts and flips), sizes.md
 #   tests    pytest tests/test_gpu_paths.py tests/test_attention_kernels.py
 #   sweep    the compile cache's check: $SWEEP_AXES seed 0 then seed 1 in <state>/runs-cache;
@@ -53,7 +55,7 @@ state=${GPU_SESSION_STATE:-/tmp/cemlab-gpu-session}
 budget=570
 dry=0
 out=${OUT:-}
-main_axes=${MAIN_AXES:-"size=[86m] precond=[dplr] lr=[2.0e-3,4.0e-3]"}
+main_axes=${MAIN_AXES:-"size=[86m] precond=[dplr] lr=[2.0e-3,4.0e-3] --no-bracketing"}
 sizes_axes=${SIZES_AXES:-"size=[86m,108m] precond=[dplr] lr=[2.0e-3,4.0e-3]"}
 sweep_axes=${SWEEP_AXES:-"size=[86m] precond=[dplr] T=[2] eta=[1] lr=[2.0e-3]"}
 stand_in=(${GPU_SESSION_STAND_IN:+"$GPU_SESSION_STAND_IN"})

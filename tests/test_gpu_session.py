@@ -194,11 +194,15 @@ def test_gpu_session_runs_the_main_jobs_grid_then_the_same_over_two_sizes(tmp_pa
 
     lines = _planned(_session("--dry-run", "main", "sizes", "--budget", "2000", out=tmp_path, state=tmp_path / "s"))
     spec = load_sweep("recursion_ablation")
-    grids = {}
+    grids, flags = {}, {}
     for step in ("main", "sizes"):
         line = next(ln for ln in lines if ln.startswith(f"- {step} ("))
-        grids[step] = spec.expand("gpu", overrides=shlex.split(line.split("--scale gpu ")[1].split(" --plain")[0]))
+        words = shlex.split(line.split("--scale gpu ")[1].split(" --plain")[0])
+        grids[step] = spec.expand("gpu", overrides=[w for w in words if not w.startswith("--")])
+        flags[step] = [w for w in words if w.startswith("--")]
     main, sizes = grids["main"], grids["sizes"]
+    # the 54-trial grid the 5-minute target is set for; the two-size run brackets (its verdicts need it)
+    assert flags == {"main": ["--no-bracketing"], "sizes": []}
     cells = {re.sub(r"__lr[^_]+__s\d+$", "", t.trial_id) for t in main}
     assert len(main) == 54 and len(cells) == 9   # the main job: 9 cells x 2 rates x 3 seeds
     assert {t.axes["lr"] for t in main} == {2e-3, 4e-3} and {t.axes["seed"] for t in main} == {0, 1, 2}
