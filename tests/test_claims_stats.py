@@ -562,10 +562,12 @@ def test_a_negligible_verdict_needs_every_cell_bracketed():
     both = _check(_curve_grid(1.0, BRACKETED, BRACKETED, noise=0.002))
     assert both.verdict == NEGLIGIBLE, both.describe()
     # the cell at an edge also voids the side on which it would be the loser (T=1: supported)
-    for t1_rates, t2_rates, named, side in ((AT_HIGHEST, BRACKETED, 1, SUPPORTED), (BRACKETED, AT_LOWEST, 2, CONTRADICTED)):
+    cases = ((AT_HIGHEST, BRACKETED, 1, SUPPORTED), (BRACKETED, AT_LOWEST, 2, CONTRADICTED))
+    for t1_rates, t2_rates, named, side in cases:
         ch = _check(_curve_grid(1.0, t1_rates, t2_rates, noise=0.002))
         assert ch.verdict == INCONCLUSIVE and ch.edge_blocks == (side, NEGLIGIBLE), ch.describe()
-        assert f"cem-attn T{named} dplr eta=1 86m: best at its" in ch.edge_note() and f"T{3 - named} " not in ch.edge_note()
+        note = ch.edge_note()
+        assert f"cem-attn T{named} dplr eta=1 86m: best at its" in note and f"T{3 - named} " not in note
 
 
 def test_divergence_beyond_the_best_rate_brackets_that_end():
