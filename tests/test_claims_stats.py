@@ -3,8 +3,9 @@
 The interval is checked against scipy's one-sample t-test interval of the paired log differences (an
 independent computation); the verdicts against data with a true effect, a null effect and one seed,
 and against the cases a reviewer found: zero spread, a diverged cell, a missing comparison, the side
-of the reference, Holm and intersection-union, and every choice tested instead of a choice on the
-seeds that judge. Error rates are held by simulation in tests/test_verdict_calibration.py.
+of the reference, Holm and intersection-union, every choice tested instead of a choice on the
+seeds that judge, and the edge rule (a verdict stands only where the cells that could erase it have a
+bracketed learning-rate optimum). Error rates are held by simulation in tests/test_verdict_calibration.py.
 """
 
 from __future__ import annotations
@@ -333,15 +334,22 @@ def test_one_diverged_seed_at_the_better_rate_does_not_decide_between_identical_
         assert ch.verdict not in (SUPPORTED, CONTRADICTED), (diverged_T, ch.describe())
 
 
+#: The learning-rate curve of ``_grid8``: 4e-3 is 5% better than 2e-3, and the rates either side of
+#: them (1e-3, 8e-3) are worse than both, so that each cell's optimum is bracketed (an optimum at an
+#: edge of a cell's rates leaves a verdict it could erase undecided: docs/verdicts.md, "Bracketing").
+GRID8_CURVE = ((1e-3, 1.08), (2e-3, 1.0), (4e-3, 0.95), (8e-3, 1.04))
+
+
 def _grid8(t2_factor: float, rng_seed: int = 50) -> dict:
-    """T=1 and T=2 (eta=1, dplr) at 2e-3 and 4e-3 over 8 seeds: a seed effect shared by every cell,
-    a run's own noise of 1.8% (a paired difference's sd about 2.5%), the higher rate 5% better, and
-    T=2 ``t2_factor`` times T=1 at both rates."""
+    """T=1 and T=2 (eta=1, dplr) at 1e-3, 2e-3, 4e-3 and 8e-3 over 8 seeds: a seed effect shared by
+    every cell, a run's own noise of 1.8% (a paired difference's sd about 2.5%), the curve
+    ``GRID8_CURVE`` (best at 4e-3, 5% better than 2e-3: a bracketed optimum), and T=2 ``t2_factor``
+    times T=1 at every rate."""
     rng = np.random.default_rng(rng_seed)
     base = 150.0 * np.exp(rng.normal(0.0, 0.03, 8))
     out = {}
     for T, f in ((1, 1.0), (2, t2_factor)):
-        for lr, g in ((2e-3, 1.0), (4e-3, 0.95)):
+        for lr, g in GRID8_CURVE:
             out[(T, "1", "dplr", lr)] = list(base * f * g * np.exp(rng.normal(0.0, 0.018, 8)))
     return out
 
@@ -349,7 +357,8 @@ def _grid8(t2_factor: float, rng_seed: int = 50) -> dict:
 def test_a_worse_variant_does_not_escape_contradiction_by_diverging():
     """The review's construction: T=2 5% worse than T=1 at both rates and all 8 seeds is contradicted;
     it must stay contradicted when one of its runs at 4e-3 diverges, and when all of them do (a
-    divergence of the variant can only count against it). With the chance value (a log ratio of 2.6,
+    divergence of the variant can only count against it; T=2's optimum moves to 2e-3, still bracketed
+    by 1e-3 and 4e-3). With the chance value (a log ratio of 2.6,
     about 100 sd) one divergence had put that choice's t statistic near 1: 'inconclusive (p 0.29)'."""
     grid = _grid8(1.05)
     (ch,) = _verdicts(grid)["same per-step eta=1"].checks
@@ -363,6 +372,7 @@ def test_a_worse_variant_does_not_escape_contradiction_by_diverging():
     every[(2, "1", "dplr", 4e-3)] = [math.nan] * 8
     (ch8,) = _verdicts(every)["same per-step eta=1"].checks
     assert ch8.verdict == CONTRADICTED, ch8.describe()
+    assert all(c.bracketed == "yes" and not c.edge_blocks for c in (ch, ch1, ch8))
     # no support appears for T=2 anywhere along the way, and the interval that decided stays above 0
     for c in (ch, ch1, ch8):
         assert c.evidence.p_claim > 0.5 and c.bounds.low > 0
@@ -448,16 +458,27 @@ def test_the_reference_side_does_not_change_the_effect():
     assert (np.mean(b / a) - 1, np.mean(a / b) - 1) == pytest.approx((0.1, 0.0476190), abs=1e-6)
 
 
+#: The rates of ``_lr_grid``: the grid's 2e-3 and 4e-3, and the rate either side of them.
+LR_GRID_RATES = (1e-3, 2e-3, 4e-3, 8e-3)
+
+
 def _lr_grid():
-    """T=1 and T=2 at two learning rates, with seed noise. Validation prefers lr 4e-3 for both; at
-    2e-3 T=2 looks best on test (a choice on test would pick it)."""
+    """T=1 and T=2 at four learning rates, with seed noise. Validation prefers lr 4e-3 for both, the
+    rates either side of it worse (each optimum bracketed); at 2e-3 T=2 looks best on test (a choice
+    on test would pick it)."""
     t1 = [30.0, 31.0, 29.5, 30.2]
     n = (1.0, 1.004, 0.997, 1.002)
-    test = {(1, "1", "dplr", 2e-3): _noisy(t1, [1.02 * x for x in n]), (1, "1", "dplr", 4e-3): t1,
+    test = {(1, "1", "dplr", 1e-3): _noisy(t1, [1.06 * x for x in n[::-1]]),
+            (1, "1", "dplr", 2e-3): _noisy(t1, [1.02 * x for x in n]), (1, "1", "dplr", 4e-3): t1,
+            (1, "1", "dplr", 8e-3): _noisy(t1, [1.04 * x for x in n]),
+            (2, "1", "dplr", 1e-3): _noisy(t1, [1.08 * x for x in n]),
             (2, "1", "dplr", 2e-3): _noisy(t1, [0.90 / x for x in n]),
-            (2, "1", "dplr", 4e-3): _noisy(t1, [1.03 * x for x in n[::-1]])}
-    val = {(1, "1", "dplr", 2e-3): [x * 1.05 for x in t1], (1, "1", "dplr", 4e-3): t1,
-           (2, "1", "dplr", 2e-3): [x * 1.10 for x in t1], (2, "1", "dplr", 4e-3): [x * 1.04 for x in t1]}
+            (2, "1", "dplr", 4e-3): _noisy(t1, [1.03 * x for x in n[::-1]]),
+            (2, "1", "dplr", 8e-3): _noisy(t1, [1.06 * x for x in n[::-1]])}
+    val = {(1, "1", "dplr", 1e-3): [x * 1.09 for x in t1], (1, "1", "dplr", 2e-3): [x * 1.05 for x in t1],
+           (1, "1", "dplr", 4e-3): t1, (1, "1", "dplr", 8e-3): [x * 1.06 for x in t1],
+           (2, "1", "dplr", 1e-3): [x * 1.15 for x in t1], (2, "1", "dplr", 2e-3): [x * 1.10 for x in t1],
+           (2, "1", "dplr", 4e-3): [x * 1.04 for x in t1], (2, "1", "dplr", 8e-3): [x * 1.08 for x in t1]}
     return test, val
 
 
@@ -465,17 +486,127 @@ def test_every_choice_is_tested_and_the_effect_shown_is_chosen_on_other_seeds():
     test, val = _lr_grid()
     v = _verdicts(test, val=val)["same per-step eta=1"]
     (ch,) = v.checks
-    assert ch.n_choices == (2, 2) and "every choice tested" in ch.choice
+    k = len(LR_GRID_RATES)
+    assert ch.n_choices == (k, k) and "every choice tested" in ch.choice
+    assert ch.bracketed == "yes" and not ch.edge_blocks   # both optima at 4e-3 on validation, inside the rates
     # shown: each seed's rates chosen on the other seeds' validation -> both at 4e-3, T=2 ~3% worse
     assert v.effect == pytest.approx(0.03, abs=0.01)
-    # decided: T=2 (the favoured side) may take either rate (Bonferroni over 2), T=1 must be beaten at
-    # both: T=2 at 2e-3 beats T=1 at both rates on test, so the claim reads supported, whatever the
+    # decided: T=2 (the favoured side) may take any rate (Bonferroni over 4), T=1 must be beaten at
+    # every rate: T=2 at 2e-3 beats T=1 at all four on test, so the claim reads supported, whatever the
     # validation metric says: a choice on validation is never what decides
     d = {lr2: [np.log(np.array(test[(2, "1", "dplr", lr2)]) / np.array(test[(1, "1", "dplr", lr1)]))
-               for lr1 in (2e-3, 4e-3)] for lr2 in (2e-3, 4e-3)}
+               for lr1 in LR_GRID_RATES] for lr2 in LR_GRID_RATES}
     p_best = min(max(sps.ttest_1samp(x, 0.0, alternative="less").pvalue for x in d[lr2]) for lr2 in d)
-    assert ch.evidence.p_claim == pytest.approx(min(1.0, 2 * p_best), rel=1e-9)
-    assert v.verdict == (SUPPORTED if 2 * p_best <= 0.025 else INCONCLUSIVE)
+    assert ch.evidence.p_claim == pytest.approx(min(1.0, k * p_best), rel=1e-9)
+    assert v.verdict == (SUPPORTED if k * p_best <= 0.025 else INCONCLUSIVE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bracketing: a verdict stands only where the cells that could erase it have a bracketed optimum
+# ----------------------------------------------------------------------------------------------
+
+#: A learning-rate curve with its optimum at 2e-3: the factor on the perplexity at each rate.
+CURVE_AT_2E3 = {1e-3: 1.06, 2e-3: 1.0, 4e-3: 1.03, 8e-3: 1.08}
+BRACKETED = (1e-3, 2e-3, 4e-3)      # 2e-3 inside: bracketed
+AT_HIGHEST = (1e-3, 2e-3)           # best at its highest rate
+AT_LOWEST = (2e-3, 4e-3)            # best at its lowest rate
+
+
+def _curve_grid(t2_factor: float, t1_rates, t2_rates, noise: float = 0.01, rng_seed: int = 60) -> dict:
+    """T=1 and T=2 (eta=1, dplr) over 6 seeds, each at its own rates, on the curve ``CURVE_AT_2E3``
+    (a seed effect shared by every cell, a run's own noise of ``noise``), T=2 ``t2_factor`` times T=1."""
+    rng = np.random.default_rng(rng_seed)
+    base = 150.0 * np.exp(rng.normal(0.0, 0.03, 6))
+    out = {}
+    for T, f, rates in ((1, 1.0, t1_rates), (2, t2_factor, t2_rates)):
+        for lr in rates:
+            out[(T, "1", "dplr", lr)] = list(base * f * CURVE_AT_2E3[lr] * np.exp(rng.normal(0.0, noise, 6)))
+    return out
+
+
+def _check(grid, val=None):
+    (ch,) = _verdicts(grid, val=val)["same per-step eta=1"].checks
+    return ch
+
+
+@pytest.mark.parametrize("factor, word, loser", [(1.10, CONTRADICTED, 2), (0.90, SUPPORTED, 1)])
+def test_a_verdict_that_a_cell_is_worse_stands_only_if_the_losing_cell_is_bracketed(factor, word, loser):
+    """T=2 10% worse (contradicted: the loser is T=2, coefficient +1 on the side 'below') or 10% better
+    (supported: the loser is T=1): decisive with both optima bracketed; inconclusive, the loser named in
+    ``not_decisive``, when the loser is best at an edge of its rates (a rate beyond could close the
+    gap); unchanged when only the winner is at an edge (its better rate beyond only widens the gap)."""
+    winner = 3 - loser
+    both = _check(_curve_grid(factor, BRACKETED, BRACKETED))
+    assert both.verdict == word and both.bracketed == "yes" and not both.edge_blocks, both.describe()
+    for edge, rates in (("highest", AT_HIGHEST), ("lowest", AT_LOWEST)):
+        at = {loser: rates, winner: BRACKETED}
+        ch = _check(_curve_grid(factor, at[1], at[2]))
+        assert ch.verdict == INCONCLUSIVE, ch.describe()
+        assert word in ch.edge_blocks and "negligible" in ch.edge_blocks
+        rate = max(rates) if edge == "highest" else min(rates)
+        assert f"cem-attn T{loser} dplr eta=1 86m: best at its {edge} rate {rate:g}" in ch.edge_note(), ch.edge_note()
+        assert f"T{winner} " not in ch.edge_note()
+        # the test itself still finds the effect: only the edge rule voids it
+        assert ch.bounds is not None and (ch.iv.low > 0 if word == CONTRADICTED else ch.iv.high < 0)
+        at = {winner: rates, loser: BRACKETED}
+        ch = _check(_curve_grid(factor, at[1], at[2]))
+        assert ch.verdict == word, ch.describe()
+        assert word not in ch.edge_blocks and "negligible" in ch.edge_blocks
+        assert f"cem-attn T{winner} dplr eta=1 86m: best at its {edge} rate" in ch.edge_note()
+
+
+def test_a_negligible_verdict_needs_every_cell_bracketed():
+    """T=2 as good as T=1 (a run's noise 0.2%, well inside the 1% smallest effect of interest):
+    negligible with both optima bracketed; inconclusive, naming the cell, when either is at an edge
+    (a rate beyond could move either cell's tuned value out of the margin)."""
+    both = _check(_curve_grid(1.0, BRACKETED, BRACKETED, noise=0.002))
+    assert both.verdict == NEGLIGIBLE, both.describe()
+    # the cell at an edge also voids the side on which it would be the loser (T=1: supported)
+    cases = ((AT_HIGHEST, BRACKETED, 1, SUPPORTED), (BRACKETED, AT_LOWEST, 2, CONTRADICTED))
+    for t1_rates, t2_rates, named, side in cases:
+        ch = _check(_curve_grid(1.0, t1_rates, t2_rates, noise=0.002))
+        assert ch.verdict == INCONCLUSIVE and ch.edge_blocks == (side, NEGLIGIBLE), ch.describe()
+        note = ch.edge_note()
+        assert f"cem-attn T{named} dplr eta=1 86m: best at its" in note and f"T{3 - named} " not in note
+
+
+def test_divergence_beyond_the_best_rate_brackets_that_end():
+    """T=2 at 2e-3, 4e-3 and 8e-3, every run at 8e-3 diverged, its validation best at 4e-3: a rate at
+    which a seed diverged is worse than every rate at which all finished, so the optimum is inside
+    (bracketed) and T=2's contradiction stands; without the 8e-3 runs it is best at its highest rate
+    and the contradiction is not decisive. The per-rate scores against a hand computation of the mean
+    log validation metric."""
+    from cemlab.report.stats.bracketing import family_edges
+
+    curve = {2e-3: 1.04, 4e-3: 1.0, 8e-3: math.nan}
+    t1 = [30.0, 31.0, 29.5, 30.2, 30.6, 29.8]
+    n = (1.0, 1.004, 0.997, 1.002, 0.999, 1.001)
+    test, val = {}, {}
+    for lr, g in curve.items():
+        test[(2, "1", "dplr", lr)] = [x * 1.10 * g * m for x, m in zip(t1, n)]
+        val[(2, "1", "dplr", lr)] = [x * 1.10 * g * m * 1.01 for x, m in zip(t1, n[::-1])]
+    for lr, g in ((1e-3, 1.05), (2e-3, 1.0), (4e-3, 1.02)):   # T=1 bracketed: best at 2e-3
+        test[(1, "1", "dplr", lr)] = [x * g * m for x, m in zip(t1, n[::-1])]
+        val[(1, "1", "dplr", lr)] = [x * g * m * 1.01 for x, m in zip(t1, n)]
+    ch = _check(test, val)
+    assert ch.verdict == CONTRADICTED and ch.bracketed == "yes" and not ch.edge_blocks, ch.describe()
+    assert "6 diverged (the worst outcome) of 6 seeds" in ch.diverged
+
+    # the scores by hand: the mean over seeds of the log validation perplexity, +inf where a seed diverged
+    hand = {lr: (math.inf if any(math.isnan(x) for x in v) else float(np.mean(np.log(v))))
+            for (T, _, _, lr), v in val.items() if T == 2}
+    best = min(hand, key=hand.get)
+    assert best == 4e-3 and min(hand) < best < max(hand)
+    edges = family_edges(_trials(test, val))
+    (row,) = [r for r in edges.itertuples() if json.loads(r.family)["T"] == 2]
+    assert row.lrs == sorted(hand) and row.best_lr == best and row.edge == ""
+    assert row.scores == pytest.approx([hand[lr] for lr in sorted(hand)], rel=1e-12)
+
+    # the same without the diverged rate: best at its highest rate, the contradiction not decisive
+    cut = {k: v for k, v in test.items() if k != (2, "1", "dplr", 8e-3)}
+    ch2 = _check(cut, {k: v for k, v in val.items() if k in cut})
+    assert ch2.verdict == INCONCLUSIVE and "contradicted" in ch2.edge_blocks, ch2.describe()
+    assert "cem-attn T2 dplr eta=1 86m: best at its highest rate 0.004 of 0.002, 0.004" in ch2.edge_note()
 
 
 def test_shared_verdict_is_a_sensitivity_check_at_every_rate():
@@ -483,7 +614,7 @@ def test_shared_verdict_is_a_sensitivity_check_at_every_rate():
     v = _verdicts(test, val=val)["same per-step eta=1"]
     # at 2e-3 T=2 is 10% better, at 4e-3 3% worse: the shared verdicts disagree and say so per rate
     assert "lr 0.002: supported" in v.verdict_shared_lr and "lr 0.004: contradicted" in v.verdict_shared_lr
-    assert v.shared_lr == "0.002 0.004" and v.role == "primary"
+    assert v.shared_lr == " ".join(f"{r:g}" for r in LR_GRID_RATES) and v.role == "primary"
     one = _verdicts({(1, "1"): [30.0, 31.0, 29.5], (2, "1"): [29.0, 30.5, 28.7]})["same per-step eta=1"]
     assert one.verdict_shared_lr.startswith("n/a: one learning rate")
 
