@@ -204,13 +204,15 @@ class ClaimData:
     any other sweep reads as one without runs. ``lr_mode``: ``tuned`` (every learning rate of a cell
     is a candidate) or ``shared`` (every cell at the one rate ``lr``). ``margin``: the claim's
     smallest effect of interest, a relative change kept as log(1 + margin), the scale of the effects
-    (``relative_margin=False``: already on the effect's scale, as the learning-rate claim's log2 ratio)."""
+    (``relative_margin=False``: already on the effect's scale, as the learning-rate claim's log2 ratio).
+    ``edge_seeds``: the seeds each cell's bracketing is read on (``bracketing.position_edges``)."""
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
                  margin: float = SESOI, lr_mode: str = "tuned", own: tuple[str, ...] = (),
-                 alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True):
+                 alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True,
+                 edge_seeds: list[int] | None = None):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
@@ -222,6 +224,9 @@ class ClaimData:
         self.lr = lr
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
         self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
+        #: The seeds each cell's bracketing is read on (a seeded sweep: its first look's, the ones its
+        #: bracketing look read); None: every seed read (``bracketing.position_edges``).
+        self.edge_seeds = edge_seeds
 
     def sweep(self, i: int = 0) -> str:
         """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
@@ -352,7 +357,7 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
     chosen = chosen_diffs(logs, by_seed)
     evidence, iv = evidence_and_interval(diffs_of, chosen, coefs, n_choices, t, side, data.margin)
-    edges = position_edges(cands, logs) if max(n_choices) > 1 else ()
+    edges = position_edges(cands, logs, data.edge_seeds) if max(n_choices) > 1 else ()
     evidence, blocks = untuned_sides(evidence, coefs, side, edges)
     choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
               "); effect shown: each choice on the median validation metric of the cell's other seeds"

@@ -187,7 +187,7 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              trials_of: Callable[[str], pd.DataFrame] | None = None,
              history: Callable[[str, str], list] | None = None,
              sweeps: dict[str, list[str]] | None = None, alpha: float = ALPHA,
-             sensitivity: bool = True) -> list[Verdict]:
+             sensitivity: bool = True, edge_seeds: list[int] | None = None) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.catalog.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim and condition, the claim's primary condition first
     marked ``primary``, the others ``sensitivity``. A claim reads the sweeps its entry names
@@ -207,7 +207,7 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 
         def data_of(mode="tuned", lr=math.nan):
             return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, mode, own, alpha, lr,
-                             relative_margin=getattr(c, "relative_margin", True))
+                             relative_margin=getattr(c, "relative_margin", True), edge_seeds=edge_seeds)
 
         first = data_of()
         checks, missing = c.evaluate(first)

@@ -103,16 +103,21 @@ def edge_text(variant: str, lrs, best: float, edge: str) -> str:
     return f"{variant}: {edge}" + (f" ({rates})" if rates else "")
 
 
-def position_edges(cands: list, logs: list) -> list[str]:
+def position_edges(cands: list, logs: list, seeds=None) -> list[str]:
     """Per position of a tuned comparison, '' where every tuning family among its candidates (a cell
     at each of its learning rates) has a bracketed optimum on the seeds read, else the cells at an
     edge (``edge_of`` on each rate's ``rate_score``; ``edge_text``). A cell tried at one rate only
     was not tuned and has nothing to bracket (a position that picks among cells, e.g. of several
-    preconditioners, each at one rate)."""
+    preconditioners, each at one rate). ``seeds``: read each cell's edge on these seeds only (the ones
+    its sweep's bracketing look read, so that a seed added later, a divergence among them included,
+    cannot move a cell to an edge after the look that could still have extended it); None: all."""
+    keep = None if seeds is None else {int(x) for x in seeds}
     out = []
     for cs, pos in zip(cands, logs):
         fams: dict[str, list] = {}
         for c, (t, v) in zip(cs, pos):
+            if keep is not None:
+                t, v = t[t.index.isin(keep)], v[v.index.isin(keep)]
             fams.setdefault(tuning_family(str(c.get("cell", ""))), []).append((float(c.get("lr", math.nan)),
                                                                                rate_score(t, v), c))
         notes = []

@@ -169,14 +169,16 @@ class LookLoop:
 
     def look(self, j: int, trials_of: Callable[[str], pd.DataFrame]) -> Look:
         """Look ``j`` on ``trials_of`` (every sweep's trials; restricted here to the look's seeds), at
-        its level ``alphas[j]``: a comparison decided here keeps this look's level and interval."""
+        its level ``alphas[j]``: a comparison decided here keeps this look's level and interval. Each
+        cell's bracketing is read on look 0's seeds, the ones the sweep's bracketing look read."""
         from cemlab.report.claims.verdicts import evaluate
 
         seeds = self.looks[j]
         cells_of, trials_at = at_seeds(trials_of, seeds)
         self.verdicts = [self._freeze(v) for v in evaluate(self.claims, cells_of, self.scale, trials_at,
                                                             self.history, alpha=self.alphas[j],
-                                                            sensitivity=self.sensitivity)]
+                                                            sensitivity=self.sensitivity,
+                                                            edge_seeds=self.looks[0])]
         open_claims, cells = open_cells(self.verdicts, self.sweep)
         look = Look(j, list(seeds), self.alphas[j], open_claims, cells)
         self.made.append(look)
