@@ -357,3 +357,18 @@ def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatc
     assert runner._run_trials(inv, spec.expand("tiny"), None, False, 30.0, looker, bracketer) == (False, None)
     assert order == [("grid", 54), ("brackets", ["train.val_interval=10"], bracketer),
                      ("seeds", ["train.val_interval=10"], looker)]
+
+
+def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_sweeps):
+    """`cemlab plan recursion_ablation --ladder` prints one line per rung with its looks in the order
+    they run: a rung's plan is its scale's (plan_sweep), bracketing as the ladder's base scale does."""
+    from cemlab.sweeps.cli.plan import _rung_looks
+    from cemlab.sweeps.plan import plan_sweep
+
+    top = plan_sweep("recursion_ablation", "workstation-tpp20", read_store=False)
+    assert len(top.rows) == 42 and top.max_trials == 42 + 21   # 7 cells x 3 seeds at the rate beyond
+    assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.016]: step 0 up to 21 trials): "
+                                "42-63 trials")
+    cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
+    assert cheap.index("bracketing") < cheap.index("seed looks (look 0: 3 seeds; look 1: 8 seeds)")
+    assert cheap.endswith("54-216 trials")

@@ -162,6 +162,25 @@ def _print_ladder(lp, console) -> None:
             table.add_row("at most", "", "", "", "", "", str(r.max_trials), _sci(r.max_flops),
                           duration(r.seconds(most=True)), "", style="dim")
     console.print(table)
+    for r in lp.rungs:
+        if line := _rung_looks(r.plan):
+            console.print(f"Rung {r.rung:g}: {line}", markup=False)
+
+
+def _rung_looks(plan) -> str:
+    """A rung's looks in order, for people: its bracketing steps (each step's trials at most), then its
+    seed looks (seeds of each), and its trials at least and at most; '' where it plans neither."""
+    parts = []
+    if b := plan.bracketing():
+        steps = ", ".join(f"step {s['step']} up to {s['max_trials']} trials" for s in b["steps"])
+        parts.append(f"bracketing (lr x{b['ratio']:.3g} or /{b['ratio']:.3g} within [{b['bounds'][0]:g}, "
+                     f"{b['bounds'][1]:g}]: {steps or 'nothing within the bounds'})")
+    if sd := plan.seeding():
+        parts.append("seed looks (" + "; ".join(f"look {lk['look']}: {len(lk['seeds'])} seeds"
+                                                for lk in sd["looks"]) + ")")
+    if not parts:
+        return ""
+    return " then ".join(parts) + f": {len(plan.rows)}-{plan.max_trials} trials"
 
 
 def _list_sweeps(scale: str, console) -> int:
