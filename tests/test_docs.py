@@ -106,9 +106,13 @@ def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_th
     assert m, "the README's paragraph on the main job no longer counts its models"
     n, n_cells, n_lrs, n_seeds = map(int, m.groups())
     assert (n, n_cells, n_lrs, n_seeds) == (len(trials), len(cells), len(lrs), len(seeds))
+    from cemlab.sweeps.plan import plan_sweep
+
+    # at most: every cell bracketed by a rate beyond its edge, then open to the last seed look
+    most = plan_sweep("recursion_ablation", "tiny", read_store=False).max_trials
     spec = load_sweep("recursion_ablation")
-    looks = spec.looks("tiny", trials)  # seeds added where a verdict is open: at most the last look's seeds
-    most = len(trials) // len(looks[0]) * len(looks[-1])
+    looks = spec.looks("tiny", trials)
+    assert most == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * len(looks[-1])
     assert f"at scale tiny: <{len(trials)} to {most}> finished" in text
     assert f"(at most {most} models;" in text
 

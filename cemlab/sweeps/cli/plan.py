@@ -130,9 +130,9 @@ def _plan_ladder(args: argparse.Namespace, console) -> int:
 
 
 def _print_ladder(lp, console) -> None:
-    """The ladder's summary, then one row per rung (below a rung whose cells may add seeds, its
-    trials, FLOPs and time if every cell stayed open to the last look): borderless columns that fit
-    80 characters and fold, not cut, on a narrower terminal."""
+    """The ladder's summary and each rung's looks in order, then one row per rung (below a rung whose
+    cells may add rates or seeds, its trials, FLOPs and time if every cell stayed open to the last
+    look): borderless columns that fit 80 characters and fold, not cut, on a narrower terminal."""
     from rich import box
     from rich.table import Table
 
@@ -161,10 +161,10 @@ def _print_ladder(lp, console) -> None:
         if r.max_trials != r.trials:
             table.add_row("at most", "", "", "", "", "", str(r.max_trials), _sci(r.max_flops),
                           duration(r.seconds(most=True)), "", style="dim")
-    console.print(table)
-    for r in lp.rungs:
+    for r in lp.rungs:   # each rung's looks in order, with the summary: before the table
         if line := _rung_looks(r.plan):
             console.print(f"Rung {r.rung:g}: {line}", markup=False)
+    console.print(table)
 
 
 def _rung_looks(plan) -> str:
