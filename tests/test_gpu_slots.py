@@ -208,7 +208,8 @@ def test_the_callback_logs_gpu_metrics_on_cuda(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: SimpleNamespace(total_memory=80 * 2**30))
     monkeypatch.setattr(timing, "_trial_start", None)
     monkeypatch.setattr(timing, "process_start", lambda: 1000.0)
     monkeypatch.setattr("cemlab.train.callbacks.time.time", lambda: 1100.0)   # 100 s of slot time

@@ -12,9 +12,10 @@ the trial's slot time). :func:`trials_per_gpu` turns those of the finished runs 
 - CPUs: at most ``cpus_per_node // cpus_per_trial`` trials run on the node at all;
 - at least 1, at most ``cap``.
 
-``cemlab plan SWEEP --scale gpu`` prints the count with its reasons (:func:`slots_plan`, ``Plan.gpu_slots``), and
-``cemlab sweep ... --gpu-slots measured`` runs the sweep with ``gpus_per_worker = 1 / n``
-(:func:`measured_share`, through ``SweepSpec.set_gpus_per_worker``). Without measurements both keep the scale's setting and say so.
+``cemlab plan SWEEP --scale gpu`` prints the count with its reasons (:func:`slots_plan`, ``Plan.gpu_slots``),
+and ``cemlab sweep ... --gpu-slots measured`` runs the sweep with ``gpus_per_worker = 1 / n``
+(:func:`measured_share`, through ``SweepSpec.set_gpus_per_worker``). Without measurements the plan
+prints no line and the sweep is refused, saying so.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def measured_share(spec: "SweepSpec", scale: str, overrides: list[str] | None = 
     if m is None or not m.count:
         why = m.reason if m is not None else "no store"
         raise NoMeasurement(f"--gpu-slots measured: no finished run of {plan.sweep} at scale {scale} in the store "
-                            f"{plan.store or '(none)'} measured its GPU ({why}); run the sweep once on a GPU with "
-                            "the scale's setting (--gpu-slots scale, the default), then again with --gpu-slots measured")
+                            f"{plan.store or '(none)'} measured its GPU ({why}); run the sweep once on a GPU "
+                            "with the scale's setting (--gpu-slots scale, the default), then again with "
+                            "--gpu-slots measured")
     return 1.0 / m.count, f"GPU slots: {m.count} trials per GPU, measured ({m.reason})"

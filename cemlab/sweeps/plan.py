@@ -111,7 +111,7 @@ class Plan:
     looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
     seeding_note: str = ""  # the command line's seed axis turned the file's seeding off (looks.seeds_given_note)
     gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
-    gpu_slots: dict[str, Any] = field(default_factory=dict)  # trials per GPU measured in the store (gpu_slots.slots_plan)
+    gpu_slots: dict[str, Any] = field(default_factory=dict)  # trials per GPU measured in the store (slots_plan)
     alphas: list[float] = field(default_factory=list)     # seeding: the two-sided level of each look
     split_note: str = ""                                  # seeding: why the looks take the even split, if so
     brackets: dict[str, Any] = field(default_factory=dict)  # tuning: the bracketing steps (bracket_plan)
