@@ -184,6 +184,24 @@ def test_gpu_slots_measured_without_measurements_is_refused_naming_the_flag(stor
     assert "--gpu-slots measured" in capsys.readouterr().err
 
 
+def test_the_flag_reaches_the_runner_and_its_resume_command(monkeypatch):
+    import cemlab.sweeps.runner as runner
+    from cemlab.cli import main
+
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    got = []
+
+    def fake_run_sweep(*args, **kwargs):
+        got.append(kwargs)
+        raise KeyboardInterrupt   # stop before anything runs
+
+    monkeypatch.setattr(runner, "run_sweep", fake_run_sweep)
+    assert main(["sweep", "recursion_ablation", "--scale", "gpu", "--gpu-slots", "measured", "--no-report"]) == 130
+    assert main(["sweep", "recursion_ablation", "--scale", "gpu", "--no-report"]) == 130
+    assert [k["gpu_slots"] for k in got] == ["measured", "scale"]
+    assert "--gpu-slots measured" in got[0]["command"] and "--gpu-slots" not in got[1]["command"]
+
+
 # -- the measurement -----------------------------------------------------------------------------
 def test_the_callback_logs_no_gpu_metrics_on_the_cpu():
     """On the CPU, the end of training logs nothing of the GPU (the CUDA branch is checked in
