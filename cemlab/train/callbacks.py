@@ -149,9 +149,10 @@ class RunCallback(L.Callback):
 def gpu_usage(device, train_seconds: float) -> dict[str, float]:
     """The GPU one trial used, for choosing trials per GPU: the peak memory allocated during training
     (reset at its start), the device's total memory (MiB), and the busy share: the time in training
-    steps over the trial's slot time so far (``timing.trial_start``: start-up, data, model build, compile,
-    validation and checkpoints count as idle). A share, not a sampled utilisation: a step's time counts as
-    busy even where the GPU waits on the host, so it errs towards fewer trials per GPU."""
+    steps over the trial's slot time so far (``timing.trial_start``: start-up, data, model build,
+    validation and checkpoints count as idle; compiling, inside the first step, as busy). A share, not a
+    sampled utilisation: a step's time counts as busy even where the GPU waits on the host, so it errs
+    towards fewer trials per GPU."""
     import torch
 
     slot = max(time.time() - timing.trial_start(), 1e-9)
