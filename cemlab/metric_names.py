@@ -39,3 +39,9 @@ FLOPS_PER_EXAMPLE = "model/flops_per_example"     # GP study (Table 3): forward 
 TOKEN_BUDGET = "train/token_budget"
 TOTAL_STEPS = "train/total_steps"                 # optimizer steps the budget asks for
 DATA_TRAIN_TOKENS = "data/train_tokens"           # size of the training split (tokens; GP: examples)
+
+# The GPU a trial used, logged once at the end of training and on CUDA only (cemlab.train.callbacks.gpu_usage);
+# ``cemlab plan --scale gpu`` reads them to choose trials per GPU (cemlab.sweeps.gpu_slots).
+GPU_PEAK_MIB = "system/gpu_peak_mib"              # torch.cuda.max_memory_allocated during training, MiB
+GPU_TOTAL_MIB = "system/gpu_total_mib"            # the device's total memory, MiB
+GPU_BUSY_SHARE = "system/gpu_busy_share"          # training steps' time / the trial's slot time so far (0-1)

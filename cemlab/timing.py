@@ -110,6 +110,20 @@ def process_start() -> float:
 
 
 _IMPORTED = time.time()
+_trial_start: float | None = None
+
+
+def set_trial_start(t: float) -> None:
+    """When the current trial began holding its slot (``time.time()`` seconds): the worker process's
+    start for a worker's first trial, the trainable's start for a reused worker's next one."""
+    global _trial_start
+    _trial_start = t
+
+
+def trial_start() -> float:
+    """When the current trial began holding its slot (:func:`set_trial_start`; else this process's start),
+    the denominator of the GPU's busy share (``cemlab.train.callbacks.gpu_usage``)."""
+    return _trial_start if _trial_start is not None else process_start()
 
 
 # -- the table --------------------------------------------------------------------------------------

@@ -114,6 +114,13 @@ def test_lightning_bf16_mixed_trains_like_fp32(tmp_path, monkeypatch):
     assert bf16.status == fp32.status == "finished"
     assert bf16.metrics[schema.TEST_LOSS] == pytest.approx(fp32.metrics[schema.TEST_LOSS], rel=2e-2)
     assert bf16.metrics[schema.TEST_LOSS] != fp32.metrics[schema.TEST_LOSS]  # it really ran in bf16
+    # The GPU's measurements for trials per GPU (cemlab.sweeps.gpu_slots): logged on CUDA only, once.
+    from mlflow.tracking import MlflowClient
+
+    gpu_keys = {schema.GPU_PEAK_MIB, schema.GPU_TOTAL_MIB, schema.GPU_BUSY_SHARE}
+    logged = set(MlflowClient(uri).get_run(bf16.run_id).data.metrics)
+    assert schema.TEST_LOSS in logged
+    assert (gpu_keys <= logged) if torch.cuda.is_available() else not (gpu_keys & logged)
 
 
 def test_mfu_is_model_flops_over_device_peak(monkeypatch):

@@ -44,6 +44,7 @@ from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
 from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of, unbracketable
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
+from cemlab.sweeps.gpu_slots import slots_plan
 from cemlab.tracking.runs import RunStore, pick_run
 from cemlab.tracking.store import (best_run, check_reachable, find_runs_by_hash, get_client, run_status, store_exists,
                                    tracking_uri)
@@ -110,6 +111,7 @@ class Plan:
     looks: list[list[int]] = field(default_factory=list)  # seeding: the seeds of each planned look (one: none added)
     seeding_note: str = ""  # the command line's seed axis turned the file's seeding off (looks.seeds_given_note)
     gpu_time: dict[str, Any] = field(default_factory=dict)  # this scale's training time on a GPU (gpu_time_estimate)
+    gpu_slots: dict[str, Any] = field(default_factory=dict)  # trials per GPU measured in the store (slots_plan)
     alphas: list[float] = field(default_factory=list)     # seeding: the two-sided level of each look
     split_note: str = ""                                  # seeding: why the looks take the even split, if so
     brackets: dict[str, Any] = field(default_factory=dict)  # tuning: the bracketing steps (bracket_plan)
@@ -346,7 +348,8 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           seeding_note=seeds_given_note(spec, scale, trials),
                           gpu_time=gpu_time_estimate(scale_rows, mfu), alphas=spec.look_alphas(scale, trials),
                           split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials),
-                          bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else ""))
+                          bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else "",
+                          gpu_slots=slots_plan(scale_rows, client) if client is not None else {}))
     return plans
 
 

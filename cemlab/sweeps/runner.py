@@ -82,7 +82,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
               interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
               looker: "seeding.Looker | None" = None, stop_ray_later: bool = False,
-              bracketer: "bracketing.Bracketer | None" = None) -> SweepResult:
+              bracketer: "bracketing.Bracketer | None" = None, gpu_slots: str = "scale") -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
@@ -91,6 +91,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     with ``seeding`` (``cemlab.report.stats.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
     ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
     (``cemlab.report.stats.interim_look_store.sweep_bracket``; None: the grid's rates only);
+    ``gpu_slots``: ``scale`` (the scale's ``gpus_per_worker``) or ``measured`` (trials per GPU from the
+    store's finished runs of this scale, ``cemlab.sweeps.gpu_slots``; refused without them);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
     and the caller calls :func:`wait_ray_stopped` once it has done what follows (``cemlab sweep``
     builds the report meanwhile: Ray's shutdown waits on its processes and uses little CPU)."""
@@ -100,6 +102,14 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
+    if gpu_slots == "measured":
+        from cemlab.sweeps.gpu_slots import measured_share
+
+        share, line = measured_share(spec, scale, overrides)
+        spec.set_gpus_per_worker(share)
+        console.print(line, markup=False)
+    elif gpu_slots != "scale":
+        raise SweepError(f"--gpu-slots {gpu_slots}: choose scale (the scale's setting) or measured")
     trials = spec.expand(scale, overrides=overrides)
     limit_from_env(1.0)  # a $CEMLAB_WORKER_MEMORY_MB that is not a number: refused here, not in every trial
     preflight.check_before_ray(spec, trials)

@@ -12,6 +12,9 @@ progress reports), the progress bar (in a terminal) and the progress lines (othe
 3. every ``train.checkpoint_every`` steps and at the last step: the metric buffer is flushed, then
    ``last.ckpt`` and ``state.json`` are replaced atomically.
 
+At the end of training, on CUDA only: the GPU's peak memory, its total memory and its busy share
+(:func:`gpu_usage`), which ``cemlab plan --scale gpu`` turns into trials per GPU (``cemlab.sweeps.gpu_slots``).
+
 Validation runs before the checkpoint of the same step, so a run resumed from that checkpoint
 neither repeats nor skips anything. MLflow is touched on global rank zero only.
 """
@@ -57,11 +60,23 @@ class RunCallback(L.Callback):
         self._seen_step = -1
         self._window: deque[tuple[float, int]] = deque(maxlen=20)
         self._t_last = time.perf_counter()
+        self.train_seconds = 0.0                # time in training steps (validation, checkpoints excluded)
 
     # -- hooks --------------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         self._seen_step = trainer.global_step
         self._t_last = time.perf_counter()
+        if pl_module.device.type == "cuda":  # the peak of this training, not of an earlier trial of the process
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """Once, on CUDA only: the GPU measurements of :func:`gpu_usage` at the last step."""
+        if self.metrics is not None and pl_module.device.type == "cuda":
+            values = gpu_usage(pl_module.device, self.train_seconds)
+            self.latest.update(values)
+            self.metrics.add_many(values, trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -90,6 +105,7 @@ class RunCallback(L.Callback):
     # of 8 steps would log no throughput at all); the device peak behind MFU is Lightning's.
     def _log_step(self, trainer, pl_module, step: int) -> None:
         now = time.perf_counter()
+        self.train_seconds += now - self._t_last
         self._window.append((now - self._t_last, self.plan.tokens_per_step))
         dt = sum(d for d, _ in self._window)
         rate = sum(n for _, n in self._window) / dt if dt > 0 else float("nan")
@@ -128,6 +144,21 @@ class RunCallback(L.Callback):
         if trainer.is_global_zero:
             self.state.update(step=step, checkpoint=str(self.folder / ckpt.CHECKPOINT_NAME))
             ckpt.write_state(self.folder, self.state)
+
+
+def gpu_usage(device, train_seconds: float) -> dict[str, float]:
+    """The GPU one trial used, for choosing trials per GPU: the peak memory allocated during training
+    (reset at its start), the device's total memory (MiB), and the busy share: the time in training
+    steps over the trial's slot time so far (``timing.trial_start``: start-up, data, model build,
+    validation and checkpoints count as idle; compiling, inside the first step, as busy). A share, not a
+    sampled utilisation: a step's time counts as busy even where the GPU waits on the host, so it errs
+    towards fewer trials per GPU."""
+    import torch
+
+    slot = max(time.time() - timing.trial_start(), 1e-9)
+    return {schema.GPU_PEAK_MIB: torch.cuda.max_memory_allocated(device) / 2**20,
+            schema.GPU_TOTAL_MIB: torch.cuda.get_device_properties(device).total_memory / 2**20,
+            schema.GPU_BUSY_SHARE: min(1.0, train_seconds / slot)}
 
 
 class ProgressBar(TQDMProgressBar):

@@ -228,7 +228,7 @@ def _plan_json(plan) -> dict:
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
         "data_prep": plan.data_prep, "bracketing": plan.bracketing(), "seeding": plan.seeding(),
         "seeding_note": plan.seeding_note, "bracketing_note": plan.bracketing_note, "min_trials": len(plan.rows), "max_trials": plan.max_trials,
-        "gpu_time": plan.gpu_time,
+        "gpu_time": plan.gpu_time, "gpu_slots": plan.gpu_slots,
     }
 
 
@@ -251,6 +251,8 @@ def _print_plan(plan, console) -> None:
     console.print(f"Store: {plan.store or 'not read'}")
     if plan.gpu_time:
         console.print(_gpu_time_line(plan.gpu_time), soft_wrap=True)
+    if plan.gpu_slots:
+        console.print(plan.gpu_slots["line"], markup=False, soft_wrap=True)
     brackets = plan.bracketing()
     if brackets:
         console.print(_bracketing_line(brackets), markup=False)

@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="plain progress lines instead of a live table (the default when not a terminal)")
     parser.add_argument("--interval", type=float, default=30.0,
                         help="seconds between summary lines in plain mode (default 30)")
+    parser.add_argument("--gpu-slots", choices=("scale", "measured"), default="scale",
+                        help="trials per GPU: the scale's gpus_per_worker (default) or measured: 1 / the count "
+                             "`cemlab plan --scale S` prints from the store's finished GPU runs of this scale "
+                             "(refused without them; docs/gpu.md)")
     add_ladder_arguments(parser, "run")
     parser.add_argument("--mark-interrupted", action="store_true",
                         help="train nothing: mark the runs a dead driver of this sweep and scale left running "
@@ -137,7 +141,8 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
                            cache_dir=args.cache_dir, console=console, live=False if args.plain else None,
                            interval=args.interval, command=resume_command(args),
                            looker=None if args.no_seeding else looker, stop_ray_later=True,
-                           bracketer=None if getattr(args, "no_bracketing", False) else bracketer)
+                           bracketer=None if getattr(args, "no_bracketing", False) else bracketer,
+                           gpu_slots=getattr(args, "gpu_slots", "scale"))
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)  # while Ray stops
     except (SweepError, StoreError, ServerError, ValueError) as e:

@@ -90,6 +90,7 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
     with trial_scope():  # a reused worker: what this trial changes is undone for the next one
         os.environ.update(job.env())
         timing.set_trial(trial.trial_id)
+        timing.set_trial_start(timing.process_start() if _fresh else t0)
         if _fresh:  # the first trial of this worker process: its start counts for this trial
             timing.record("worker start", timing.process_start(), t0)
             _fresh = False
