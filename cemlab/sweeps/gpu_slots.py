@@ -14,7 +14,7 @@ the trial's slot time). :func:`trials_per_gpu` turns those of the finished runs 
 
 ``cemlab plan SWEEP --scale gpu`` prints the count with its reasons (:func:`slots_plan`, ``Plan.gpu_slots``),
 and ``cemlab sweep ... --gpu-slots measured`` runs the sweep with ``gpus_per_worker = 1 / n``
-(:func:`measured_share`, through ``SweepSpec.set_gpus_per_worker``). Without measurements the plan
+(``cemlab.sweeps.plan.measured_share``, through ``SweepSpec.set_gpus_per_worker``). Without measurements the plan
 prints no line and the sweep is refused, saying so.
 """
 
@@ -30,7 +30,6 @@ from cemlab.tracking import schema
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from cemlab.sweeps.sweepfile.load import SweepSpec
 
 MIB_PER_GIB = 1024.0
 
@@ -134,22 +133,3 @@ def slots_plan(rows: list, client: "MlflowClient", cpus: int | None = None) -> d
 
 class NoMeasurement(SweepError):
     """``--gpu-slots measured`` with no finished run that measured its GPU."""
-
-
-def measured_share(spec: "SweepSpec", scale: str, overrides: list[str] | None = None,
-                   client: "MlflowClient | None" = None, cpus: int | None = None) -> tuple[float, str]:
-    """``cemlab sweep --gpu-slots measured``: the GPUs per worker (1 / n, n from :func:`measured_slots` of the
-    sweep's finished runs at ``scale`` in the store) and the line saying so; raises :class:`NoMeasurement`,
-    naming ``--gpu-slots`` and the fix, where no finished run measured its GPU."""
-    from cemlab.sweeps.plan import plan_sweep
-    from cemlab.tracking.store import get_client
-
-    plan = plan_sweep(spec, scale, client=client, overrides=overrides)
-    m = measured_slots(plan.rows, client or get_client(plan.store), cpus) if plan.store else None
-    if m is None or not m.count:
-        why = m.reason if m is not None else "no store"
-        raise NoMeasurement(f"--gpu-slots measured: no finished run of {plan.sweep} at scale {scale} in the store "
-                            f"{plan.store or '(none)'} measured its GPU ({why}); run the sweep once on a GPU "
-                            "with the scale's setting (--gpu-slots scale, the default), then again with "
-                            "--gpu-slots measured")
-    return 1.0 / m.count, f"GPU slots: {m.count} trials per GPU, measured ({m.reason})"

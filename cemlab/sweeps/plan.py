@@ -44,7 +44,7 @@ from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
 from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of, unbracketable
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
-from cemlab.sweeps.gpu_slots import slots_plan
+from cemlab.sweeps.gpu_slots import NoMeasurement, measured_slots, slots_plan
 from cemlab.tracking.runs import RunStore, pick_run
 from cemlab.tracking.store import (best_run, check_reachable, find_runs_by_hash, get_client, run_status, store_exists,
                                    tracking_uri)
@@ -375,3 +375,21 @@ def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, 
             "rates": spec.tuning_rates(scale, trials), "seeds": seeds,
             "steps": [{"step": k, "cells": n, "max_trials": n * seeds} for k, n in enumerate(per_step) if n],
             "cells": list(cells.values())}
+
+
+def measured_share(spec: "SweepSpec", scale: str, overrides: list[str] | None = None,
+                   client: "MlflowClient | None" = None, cpus: int | None = None) -> tuple[float, str]:
+    """``cemlab sweep --gpu-slots measured``: the GPUs per worker (1 / n, n from :func:`measured_slots` of the
+    sweep's finished runs at ``scale`` in the store) and the line saying so; raises :class:`NoMeasurement`,
+    naming ``--gpu-slots`` and the fix, where no finished run measured its GPU."""
+    from cemlab.tracking.store import get_client
+
+    plan = plan_sweep(spec, scale, client=client, overrides=overrides)
+    m = measured_slots(plan.rows, client or get_client(plan.store), cpus) if plan.store else None
+    if m is None or not m.count:
+        why = m.reason if m is not None else "no store"
+        raise NoMeasurement(f"--gpu-slots measured: no finished run of {plan.sweep} at scale {scale} in the store "
+                            f"{plan.store or '(none)'} measured its GPU ({why}); run the sweep once on a GPU "
+                            "with the scale's setting (--gpu-slots scale, the default), then again with "
+                            "--gpu-slots measured")
+    return 1.0 / m.count, f"GPU slots: {m.count} trials per GPU, measured ({m.reason})"

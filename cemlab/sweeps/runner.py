@@ -103,7 +103,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
     if gpu_slots == "measured":
-        from cemlab.sweeps.gpu_slots import measured_share
+        from cemlab.sweeps.plan import measured_share
 
         share, line = measured_share(spec, scale, overrides)
         spec.set_gpus_per_worker(share)
