@@ -5,6 +5,7 @@
     python3 scripts/measure-timings.py                 # print the table of what docs/timings.json holds
     python3 scripts/measure-timings.py stages --save after.json   # where one sweep's time goes
     python3 scripts/measure-timings.py --compare before.json after.json  # two stage tables side by side
+    python3 scripts/measure-timings.py --read RUNS/logs/SWEEP-SCALE/stages.jsonl  # a finished sweep's stages
     python3 scripts/measure-timings.py cli [--against OTHER_CHECKOUT]  # how fast the CLI answers
 
 Each row is measured on its own, from a clean state in a temporary folder, with the command a new
@@ -23,6 +24,8 @@ user types:
   ``<runs>/logs/<sweep>-<scale>/stages.jsonl``): seconds
   and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
   README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
+  ``--read FILE`` prints the same table for a sweep that already ran (any sweep, scale or ladder
+  rung: its ``stages.jsonl``), running nothing.
 
 * ``cli``: the wall time of ``cemlab --help``, a refused argument, ``cemlab plan recursion_ablation
   --scale smoke`` and a tab completion, each in a fresh interpreter on this checkout (median of
@@ -165,6 +168,26 @@ def measure_stages(command: list[str]) -> dict:
     return summary
 
 
+def read_stages(paths: list[Path]) -> dict[str, dict]:
+    """The stage summaries of sweeps that already ran (``cemlab.timing.summarize`` of each
+    ``stages.jsonl``), labelled by their log folder (``<sweep>-<scale>``); a missing or empty file is
+    named before anything is printed."""
+    sys.path.insert(0, str(ROOT))
+    from cemlab import timing
+
+    out = {}
+    for p in paths:
+        if not p.is_file():
+            raise SystemExit(f"measure-timings: --read {p}: no such file (a sweep writes "
+                             f"<runs>/logs/<sweep>-<scale>/{timing.STAGES_NAME})")
+        spans = timing.read_spans(p)
+        if not spans:
+            raise SystemExit(f"measure-timings: --read {p}: the file holds no stage")
+        label = p.parent.name if p.name == timing.STAGES_NAME else p.stem
+        out[label] = dict(timing.summarize(spans), source=str(p))
+    return out
+
+
 CLI_COMMANDS = {
     "cemlab --help": (["--help"], {}),
     "refused argument": (["plan", "--no-such-flag"], {}),
@@ -196,7 +219,8 @@ def stage_tables(summaries: dict[str, dict]) -> str:
     sys.path.insert(0, str(ROOT))
     from cemlab import timing
 
-    notes = [f"- {label}: `{s['command']}`, {s['run_seconds']} s, {s['machine']}, {s['date']}" for label, s in summaries.items()]
+    notes = [f"- {label}: `{s['command']}`, {s['run_seconds']} s, {s['machine']}, {s['date']}" if "command" in s
+             else f"- {label}: read from {s.get('source', 'a stages file')}" for label, s in summaries.items()]
     return timing.format_table(summaries) + "\n\n" + "\n".join(notes)
 
 
@@ -243,7 +267,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="stages: an override for every trial (repeatable), e.g. train.tokens=655360")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="FILE",
                         help="print the stage tables of these saved summaries side by side (labels: file names)")
+    parser.add_argument("--read", type=Path, nargs="+", metavar="STAGES_JSONL",
+                        help="print the stage table of sweeps that already ran (their <runs>/logs/<sweep>-<scale>/"
+                             "stages.jsonl), side by side; runs nothing")
     args = parser.parse_args(argv)
+    # every row is checked before any is measured: a typo must not cost a sweep's minutes first
+    unknown = [r for r in args.rows if r not in (*ROWS, "cli", "stages")]
+    if unknown:
+        parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join((*ROWS, 'cli', 'stages'))}"
+                     + ("; a finished sweep's stages.jsonl is read with --read FILE"
+                        if any(r.endswith(".jsonl") for r in unknown) else ""))
+    if args.read:
+        print(stage_tables(read_stages(args.read)))
+        return 0
     if args.compare:
         print(stage_tables({p.stem: json.loads(p.read_text()) for p in args.compare}))
         return 0
@@ -271,9 +307,6 @@ def main(argv: list[str] | None = None) -> int:
         args.rows = [r for r in args.rows if r != "stages"]
         if not args.rows:
             return 0
-    unknown = [r for r in args.rows if r not in ROWS]
-    if unknown:
-        parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
     timings = read_timings()
     for row in args.rows:
         timings[row] = measure(row, args.keep)

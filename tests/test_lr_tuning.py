@@ -80,3 +80,34 @@ def test_the_ladder_follows_each_cells_optimum_across_rungs():
     assert t.loc[1, "best_lr"] == 2e-3 and t.loc[1, "bracketed"] and t.loc[1, "lrs"] == "0.001 0.002 0.004"
     fig = optima_figure(t)
     assert fig is not None and "1 of 2 cell-rungs" in fig.caption
+
+
+def test_verdict_columns_read_the_bracketing_looks_seeds_only():
+    """``verdict_bracketed`` / ``verdict_edge`` read a cell's edge on the seeds the verdicts read it on
+    (a seeded sweep's bracketing look), ``bracketed`` / ``edge`` on every seed. A cell best at its
+    highest rate on seeds 0-2 but at its middle rate once seeds 3-7 are in: the first pair says
+    bracketed, the second says 'highest'; each checked against the medians worked out with numpy."""
+    lrs = [2e-3, 4e-3, 8e-3]
+    # log validation per (rate, seed): on seeds 0-2 8e-3 is best, on all 8 seeds 4e-3 is
+    logv = {2e-3: [3.30, 3.31, 3.32, 3.30, 3.31, 3.32, 3.30, 3.31],
+            4e-3: [3.21, 3.22, 3.23, 3.10, 3.11, 3.12, 3.10, 3.11],
+            8e-3: [3.15, 3.16, 3.17, 3.40, 3.41, 3.42, 3.40, 3.41]}
+    rows = []
+    for lr in lrs:
+        for seed, v in enumerate(logv[lr]):
+            rows.append(dict(group="cem-attn", variant="v", size="86m", lr=lr, seed=seed, status="finished",
+                             value=math.exp(v + 0.05), val=math.exp(v), chance=1024.0,
+                             cell=json.dumps({"variant": "v", "size": "86m", "lr": lr}, sort_keys=True)))
+    trials = pd.DataFrame(rows)
+    cells = _cells({"v": (lrs, [math.exp(np.mean(logv[lr])) for lr in lrs], [1.0, 1.0, 1.0])})
+    all_seeds = {lr: np.median(logv[lr]) for lr in lrs}
+    first = {lr: np.median(logv[lr][:3]) for lr in lrs}
+    assert min(all_seeds, key=all_seeds.get) == 4e-3 and min(first, key=first.get) == 8e-3
+
+    (row,) = tuning(cells, trials, edge_seeds=[0, 1, 2]).to_dict("records")
+    assert row["bracketed"] and row["edge"] == "" and row["best_lr"] == 4e-3
+    assert not row["verdict_bracketed"] and row["verdict_edge"] == "highest"
+    (same,) = tuning(cells, trials).to_dict("records")   # no seed look: the verdicts read every seed
+    assert same["verdict_bracketed"] and same["verdict_edge"] == ""
+    w = with_tuning(cells, trials, [0, 1, 2])
+    assert (w["verdict_edge"] == "highest").all() and w["bracketed"].all()

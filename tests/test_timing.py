@@ -77,3 +77,36 @@ def test_spans_reach_the_stages_file_only_when_it_is_named(tmp_path, monkeypatch
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert [(x["stage"], x["trial"]) for x in lines] == [("model build", "t1"), ("step logging", "t1")]
     assert lines[0]["end"] >= lines[0]["start"] and lines[1]["seconds"] == 0.75
+
+
+def test_measure_timings_refuses_a_typo_before_measuring_and_reads_a_finished_sweep(tmp_path):
+    """``scripts/measure-timings.py``: an unknown row beside ``stages`` is refused before the stages
+    sweep runs (in well under a second, naming the rows and, for a stages file, ``--read``), and
+    ``--read`` prints the stage table of a sweep that already ran: the hand-made sweep above, its
+    wall time and training seconds as worked out there."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "measure-timings.py"
+    t0 = time.perf_counter()
+    bad = subprocess.run([sys.executable, str(script), "stages", "runs/logs/x/stages.jsonl"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and time.perf_counter() - t0 < 30
+    assert "unknown row(s) runs/logs/x/stages.jsonl" in bad.stderr and "--read" in bad.stderr
+    assert "cemlab sweep" not in bad.stderr   # nothing was started
+
+    folder = tmp_path / "logs" / "recursion_ablation-tiny"
+    folder.mkdir(parents=True)
+    spans = [span("driver start", 0, 4), span("trials", 4, 100),
+             span("trial", 4, 100, "a"), span("trial process", 4, 100, "a"), span("fit", 10, 70, "a"),
+             span("test", 70, 100, "a")]
+    (folder / timing.STAGES_NAME).write_text("".join(json.dumps(s) + "\n" for s in spans))
+    out = subprocess.run([sys.executable, str(script), "--read", str(folder / timing.STAGES_NAME)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| **wall time** | 100.0 s |" in out and "| per trial: training | 60.0 |" in out
+    assert "| per trial: test | 30.0 |" in out and "recursion_ablation-tiny: read from" in out
+    missing = subprocess.run([sys.executable, str(script), "--read", str(tmp_path / "none.jsonl")],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "no such file" in missing.stderr

@@ -19,21 +19,29 @@ from cemlab.report.figures.plotting import Figure, subplots
 from cemlab.report.stats.akima import chosen_on_validation
 from cemlab.report.stats.bracketing import edge_of, family_edges, tuning_family
 
-#: The columns ``tuning`` adds to every cell (the same on every rate of a cell).
-COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "akima_lr", "akima_test")
+#: The columns ``tuning`` adds to every cell (the same on every rate of a cell). ``bracketed`` and
+#: ``edge`` read all of a cell's seeds; ``verdict_bracketed`` and ``verdict_edge`` read the seeds the
+#: verdicts read a cell's edge on (a seeded sweep's bracketing look, ``ClaimData.edge_seeds``), so a
+#: seed added by a later look can make the two differ (docs/verdicts.md, "Bracketing").
+COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "verdict_bracketed", "verdict_edge", "akima_lr", "akima_test")
 
 
-def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=None) -> pd.DataFrame:
     """One row per tuned cell (the cells equal but for the learning rate): the rates tried
     (``lrs``), the best rate and whether it is interior (``bracketed``) or at the ``edge`` ('lowest'
     or 'highest' rate tried; with one rate, 'one rate'), as ``stats.bracketing`` decides it from the
     per-seed ``trials`` (each rate's median log validation metric over seeds, a worst outcome ranked last: the rule
     the bracketing looks and the verdicts read); without trials, on the cells' validation means.
     With three rates or more and a bracketed best, the Akima optimum (``akima_lr``) with the test
-    curve read there (``akima_test``)."""
+    curve read there (``akima_test``). ``verdict_bracketed`` / ``verdict_edge``: the same read on
+    ``edge_seeds`` only (None: every seed, the same as ``bracketed`` / ``edge``)."""
     if cells.empty or "lr" not in cells:
         return pd.DataFrame(columns=["family", "group", "variant", "size", "lrs", *COLUMNS])
     edges = family_edges(trials).set_index("family") if trials is not None and len(trials) else None
+    on_look = edges
+    if edges is not None and edge_seeds is not None:
+        keep = {int(x) for x in edge_seeds}
+        on_look = family_edges(trials[trials["seed"].map(lambda x: x == x and int(x) in keep)]).set_index("family")
     rows = []
     for fam, g in cells.groupby(cells["cell"].map(tuning_family), sort=False):
         g = g.sort_values("lr")
@@ -45,6 +53,9 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFr
         else:
             best, edge = edge_of(lrs, val if np.isfinite(val).any() else test)
         bracketed = edge == ""
+        verdict_edge = edge
+        if on_look is not edges:
+            verdict_edge = on_look.loc[fam, "edge"] if fam in on_look.index else edge_of([], [])[1]
         akima_lr = akima_test = math.nan
         if bracketed and len(lrs) >= 3:
             opt = chosen_on_validation(lrs, val, test)
@@ -53,14 +64,15 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFr
         first = g.iloc[0]
         rows.append(dict(family=fam, group=first.get("group", ""), variant=first.get("variant", ""),
                          size=first.get("size", ""), lrs=" ".join(f"{x:g}" for x in lrs), n_lr=len(lrs),
-                         best_lr=best, bracketed=bool(bracketed), edge=edge, akima_lr=akima_lr,
+                         best_lr=best, bracketed=bool(bracketed), edge=edge,
+                         verdict_bracketed=verdict_edge == "", verdict_edge=verdict_edge, akima_lr=akima_lr,
                          akima_test=akima_test))
     return pd.DataFrame(rows)
 
 
-def with_tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+def with_tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=None) -> pd.DataFrame:
     """``cells`` with the ``COLUMNS`` of its tuned cell on every row (``tuning``)."""
-    t = tuning(cells, trials)
+    t = tuning(cells, trials, edge_seeds)
     if t.empty:
         return cells
     keyed = cells.assign(_family=cells["cell"].map(tuning_family))

@@ -38,7 +38,7 @@ from cemlab.report.figures import catalog as figs
 from cemlab.report.figures.lr_tuning import with_tuning
 from cemlab.report.claims.catalog import all_claims, claims_for
 from cemlab.report.inputs.grids import SweepGrids
-from cemlab.report.stats.interim_look import level_note, seeded_grid, sweep_verdicts
+from cemlab.report.stats.interim_look import edge_seeds, level_note, seeded_grid, sweep_verdicts
 from cemlab.report.pages.render import Page, Section, render_html, render_md
 from cemlab.report.pages.writers import (claim_files, claims_frame, remove_stale, run_link, save_figure, write_csv,
                                          write_file)
@@ -234,7 +234,8 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     claims_df = claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
     claim_file, comparisons_file = claim_files(verdicts, out_dir, written, sections)
     trials_file = write_csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
-    cells_file = write_csv(with_tuning(cells, trials).drop(columns=["cell", "order"]), out_dir, "cells", written)
+    cells_file = write_csv(with_tuning(cells, trials, edge_seeds(ctx)).drop(columns=["cell", "order"]), out_dir,
+                           "cells", written)
     not_done = trials[trials["status"] != schema.STATUS_FINISHED][
         ["trial_id", "variant", "size", "lr", "seed", "status", "detail", "run_id"]].reset_index(drop=True)
     missing_file = write_csv(not_done, out_dir, "missing", written)

@@ -255,6 +255,19 @@ def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
     return note
 
 
+def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:
+    """The seeds a report's verdicts read each cell's bracketing on: a seeded sweep's first look (the
+    one its bracketing look read, as ``LookLoop`` passes it); None for a sweep without seed looks,
+    whose verdicts read every seed."""
+    try:
+        spec = ctx.grids.spec(sweep or ctx.sweep)
+        trials = ctx.grids.trials(sweep or ctx.sweep, ctx.scale)
+        looks = spec.looks(ctx.scale, trials) if trials else [[]]
+    except ValueError:  # a sweep this project does not have, or not at this scale
+        return None
+    return [int(x) for x in looks[0]] if len(looks) >= 2 else None
+
+
 def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
     """The verdicts a report shows for ``claims`` read through ``ctx`` (``build.ReportContext``),
     judged for ``sweep`` (default ``ctx.sweep``): where that sweep is seeded at the scale, its looks
