@@ -186,22 +186,24 @@ def test_the_main_jobs_plan_counts_the_bracketing_step_before_the_seed_look(repo
     plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
     b = plan.bracketing()
     assert len(plan.rows) == 54 and plan.max_trials == 54 + 27 + 9 * 3 * 5 == 216
-    assert b["min_trials"] == 54 and b["max_trials"] == 216 and b["rates"] == [0.001, 0.002, 0.004, 0.008]
+    # the better of two rates is an end: every cell's first step is certain, so 54 + 27 at least
+    assert b["min_trials"] == 54 + 27 == plan.min_trials and b["max_trials"] == 216
+    assert b["rates"] == [0.001, 0.002, 0.004, 0.008]
     assert b["steps"] == [{"step": 0, "cells": 9, "max_trials": 27}] and b["seeds"] == 3
-    assert len(b["cells"]) == 9 and all(c["extra"] == 1 and c["lr"] == [0.002, 0.004] for c in b["cells"])
+    assert len(b["cells"]) == 9 and all(c["extra"] == c["least"] == 1 and c["lr"] == [0.002, 0.004] for c in b["cells"])
     assert plan.seeding()["max_trials"] == 216
     j = _plan_json(plan)
-    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 216)
+    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (81, 216)
     assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the seed looks, for the "
-            "cells whose best rate is an end of theirs: step 0 adds up to 27 trials (9 cells x 3 seeds); 54 trials at "
+            "cells whose best rate is an end of theirs: step 0 adds up to 27 trials (9 cells x 3 seeds); 81 trials at "
             "least, 216 at most")
     assert line in out and out.index("Bracketing:") < out.index("Seeding:")
-    assert "at scale tiny: 54 trials (54-216 trials with the added rates and seeds)" in out
+    assert "at scale tiny: 54 trials (81-216 trials with the added rates and seeds)" in out
     # a scale that brackets nothing: the plan as before
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False)
-    assert smoke.bracketing() == {} and smoke.max_trials == len(smoke.rows)
+    assert smoke.bracketing() == {} and smoke.max_trials == smoke.min_trials == len(smoke.rows)
 
 
 def test_a_family_extends_one_end_and_the_bounds_cap_the_steps(sweep_dir):
@@ -215,8 +217,16 @@ def test_a_family_extends_one_end_and_the_bounds_cap_the_steps(sweep_dir):
     b = plan.bracketing()
     assert b["rates"] == [0.001, 0.002, 0.004, 0.008, 0.016]
     assert [s["max_trials"] for s in b["steps"]] == [6, 6] and plan.max_trials == 12 + 2 * 2 * 3
+    # two rates, a rate beyond each end: the first step is certain (the best of two is an end)
+    assert [c["least"] for c in b["cells"]] == [1, 1] and plan.min_trials == 12 + 2 * 3
     one = plan_sweep(path.as_posix(), "tiny", read_store=False, overrides=["seed=[0]"])
     assert one.max_trials == 4 + 2 * 2 * 1 and [s["max_trials"] for s in one.bracketing()["steps"]] == [2, 2]
+    # no step is certain where the best may have no rate beyond it (an end at the bound) or be interior
+    low = plan_sweep(write(sweep_dir, "low", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [2.0e-3, 1.6e-2]}\n")
+                     .as_posix(), "tiny", read_store=False)
+    assert [c["least"] for c in low.bracketing()["cells"]] == [0, 0] and low.min_trials == 12 < low.max_trials
+    three = plan_sweep(path.as_posix(), "tiny", read_store=False, overrides=["lr=[2.0e-3,4.0e-3,8.0e-3]"])
+    assert [c["least"] for c in three.bracketing()["cells"]] == [0, 0] and three.min_trials == len(three.rows) == 18
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +378,7 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     top = plan_sweep("recursion_ablation", "workstation-tpp20", read_store=False)
     assert len(top.rows) == 42 and top.max_trials == 42 + 21   # 7 cells x 3 seeds at the rate beyond
     assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.016]: step 0 up to 21 trials): "
-                                "42-63 trials")
+                                "63 trials")   # two rates a cell: the step is certain
     cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
     assert cheap.index("bracketing") < cheap.index("seed looks (look 0: 3 seeds; look 1: 8 seeds)")
-    assert cheap.endswith("54-216 trials")
+    assert cheap.endswith("81-216 trials")

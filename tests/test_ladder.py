@@ -189,12 +189,12 @@ def test_the_ladder_plan_at_80_columns_prints_its_summary_first_and_every_number
     assert max(len(ln) for ln in lines) <= 80 and "…" not in buf.getvalue()
     head = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["rung", "tokens"])
     summary = " ".join(" ".join(lines[:head]).split())
-    assert f"Whole ladder: {sum(r.trials for r in lp.rungs)}-{sum(r.max_trials for r in lp.rungs)} trials" in summary
+    assert f"Whole ladder: {sum(r.min_trials for r in lp.rungs)}-{sum(r.max_trials for r in lp.rungs)} trials" in summary
     want = []
     for r in lp.rungs:
         want.append([f"{r.rung:g}", _si(r.tokens), str(r.steps), str(r.warmup_steps), f"{r.epochs:.2g}", str(r.cells),
-                     str(r.trials), _sci(r.flops), duration(r.seconds()), f"{r.trials}/{r.trials}"])
-        if r.max_trials != r.trials:
+                     str(r.min_trials), _sci(r.min_flops), duration(r.seconds()), f"{r.trials}/{r.trials}"])
+        if r.max_trials != r.min_trials:
             want.append(["at", "most", str(r.max_trials), _sci(r.max_flops), duration(r.seconds(most=True))])
     assert [ln.split() for ln in lines[head + 2:]] == want and len(want) == 5
 

@@ -61,8 +61,16 @@ class RungPlan:
         return len(self.plan.rows)
 
     @property
+    def min_trials(self) -> int:
+        return self.plan.min_trials
+
+    @property
     def max_trials(self) -> int:
         return self.plan.max_trials
+
+    @property
+    def min_flops(self) -> float:
+        return self.plan.total_flops * self.min_trials / max(1, self.trials)
 
     @property
     def flops(self) -> float:
@@ -77,9 +85,10 @@ class RungPlan:
         return self.tokens / self.train_tokens if self.train_tokens else math.nan
 
     def seconds(self, most: bool = False) -> float:
-        """Wall-time estimate on this machine (``most``: every cell open to the last look)."""
-        n = self.max_trials if most else self.trials
-        flops = self.max_flops if most else self.flops
+        """Wall-time estimate on this machine: the fewest trials the rung can run (``Plan.min_trials``)
+        or, ``most``, every cell open to the last look."""
+        n = self.max_trials if most else self.min_trials
+        flops = self.max_flops if most else self.min_flops
         return (flops / CPU_FLOPS_PER_S + TRIAL_OVERHEAD_S * n) / max(1, self.slots)
 
     def done(self) -> int:
@@ -88,7 +97,8 @@ class RungPlan:
     def as_dict(self) -> dict[str, Any]:
         return {"rung": self.rung, "scale": self.scale, "tokens": self.tokens, "steps": self.steps,
                 "warmup_steps": self.warmup_steps, "cells": self.cells, "trials": self.trials,
-                "max_trials": self.max_trials, "flops": self.flops, "max_flops": self.max_flops,
+                "min_trials": self.min_trials, "max_trials": self.max_trials, "flops": self.flops,
+                "min_flops": self.min_flops, "max_flops": self.max_flops,
                 "epochs": None if math.isnan(self.epochs) else self.epochs, "train_tokens": self.train_tokens,
                 "slots": self.slots, "seconds": self.seconds(), "max_seconds": self.seconds(most=True),
                 "looks": self.plan.looks, "seeding": self.plan.seeding(), "bracketing": self.plan.bracketing(),

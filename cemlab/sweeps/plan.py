@@ -41,7 +41,7 @@ from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
-from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of, unbracketable
+from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_least, family_of, unbracketable
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.sweeps.gpu_slots import NoMeasurement, measured_slots, slots_plan
@@ -126,12 +126,19 @@ class Plan:
             return len(self.rows)
         return (len(self.rows) // len(self.looks[0]) + extra) * len(self.looks[-1])
 
+    @property
+    def min_trials(self) -> int:
+        """Trials if the grid's runs finish and every cell stops as early as it can: the grid's, plus
+        the bracketing step that is certain (a family of two rates, ``family_least``) at the grid's seeds."""
+        least = sum(f.get("least", 0) for f in self.brackets.get("cells", []))
+        return len(self.rows) + least * self.brackets.get("seeds", 0)
+
     def bracketing(self) -> dict:
         """The bracketing steps of a ``tuning`` sweep ({} without): steps per end, ratio, bounds, the
         rates it can reach, the trials each step adds at most, and the plan's trials at least and at most."""
         if not self.brackets:
             return {}
-        return {**self.brackets, "min_trials": len(self.rows), "max_trials": self.max_trials}
+        return {**self.brackets, "min_trials": self.min_trials, "max_trials": self.max_trials}
 
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
@@ -357,17 +364,18 @@ def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, 
     """The bracketing of ``trials`` at ``scale`` (``tuning``; {} where the scale brackets nothing):
     steps per end, the grid's ratio, the bounds, every rate it can reach, the grid's seeds, each
     step's cells and trials at most (a family whose reachable rates beyond its worse end are fewer
-    than the steps stops earlier), and per cell its grid rates and the rates it may add."""
+    than the steps stops earlier), and per cell its grid rates, the rates it may add and those it
+    must (``least``: the first step of a family of two rates)."""
     steps = spec.bracket_steps(scale, trials)
     if not steps or not trials:
         return {}
-    extra = family_extra(spec, scale, trials)
+    extra, least = family_extra(spec, scale, trials), family_least(spec, scale, trials)
     seeds = len(grid_seeds(trials))
     cells: dict[tuple, dict] = {}
     for t in trials:
-        a = t.axes
-        c = cells.setdefault(family_of(t), {"cell": f"{a.get('size', '')} {a.get('variant', '')}".strip(), "lr": [],
-                                            "extra": extra[family_of(t)]})
+        a, f = t.axes, family_of(t)
+        c = cells.setdefault(f, {"cell": f"{a.get('size', '')} {a.get('variant', '')}".strip(), "lr": [],
+                                 "extra": extra[f], "least": least[f]})
         if a["lr"] not in c["lr"]:
             c["lr"].append(a["lr"])
     per_step = [sum(1 for e in extra.values() if e > k) for k in range(steps)]

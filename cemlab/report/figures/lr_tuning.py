@@ -40,8 +40,7 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=N
     edges = family_edges(trials).set_index("family") if trials is not None and len(trials) else None
     on_look = edges
     if edges is not None and edge_seeds is not None:
-        keep = {int(x) for x in edge_seeds}
-        on_look = family_edges(trials[trials["seed"].map(lambda x: x == x and int(x) in keep)]).set_index("family")
+        on_look = family_edges(trials[trials["seed"].isin([int(x) for x in edge_seeds])]).set_index("family")
     rows = []
     for fam, g in cells.groupby(cells["cell"].map(tuning_family), sort=False):
         g = g.sort_values("lr")

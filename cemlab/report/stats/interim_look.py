@@ -255,16 +255,23 @@ def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
     return note
 
 
+def planned_looks(ctx, sweep: str | None = None) -> tuple:
+    """``(spec, trials, looks)`` of ``sweep`` (default ``ctx.sweep``) at the report's scale: its planned
+    seed looks (one look of no seed where the sweep or its grid at this scale does not exist)."""
+    sweep = sweep or ctx.sweep
+    try:
+        spec = ctx.grids.spec(sweep)
+        trials = ctx.grids.trials(sweep, ctx.scale)
+        return spec, trials, spec.looks(ctx.scale, trials) if trials else [[]]
+    except ValueError:  # a sweep this project does not have, or not at this scale
+        return None, [], [[]]
+
+
 def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:
     """The seeds a report's verdicts read each cell's bracketing on: a seeded sweep's first look (the
     one its bracketing look read, as ``LookLoop`` passes it); None for a sweep without seed looks,
     whose verdicts read every seed."""
-    try:
-        spec = ctx.grids.spec(sweep or ctx.sweep)
-        trials = ctx.grids.trials(sweep or ctx.sweep, ctx.scale)
-        looks = spec.looks(ctx.scale, trials) if trials else [[]]
-    except ValueError:  # a sweep this project does not have, or not at this scale
-        return None
+    looks = planned_looks(ctx, sweep)[2]
     return [int(x) for x in looks[0]] if len(looks) >= 2 else None
 
 
@@ -278,12 +285,7 @@ def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
     from cemlab.report.claims.verdicts import evaluate
 
     sweep = sweep or ctx.sweep
-    try:
-        spec = ctx.grids.spec(sweep)
-        trials = ctx.grids.trials(sweep, ctx.scale)
-        looks = spec.looks(ctx.scale, trials) if trials else [[]]
-    except ValueError:  # a sweep this project does not have, or not at this scale
-        looks = [[]]
+    spec, trials, looks = planned_looks(ctx, sweep)
     if len(looks) < 2:
         out = [v for c in claims for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
                                                    alpha=claim_alpha(c, ctx.grids, ctx.scale))]

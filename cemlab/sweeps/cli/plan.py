@@ -140,7 +140,7 @@ def _print_ladder(lp, console) -> None:
     from cemlab.train.plan import duration
 
     total, most = lp.as_dict()["seconds"], lp.as_dict()["max_seconds"]
-    lo, hi = sum(r.trials for r in lp.rungs), sum(r.max_trials for r in lp.rungs)
+    lo, hi = sum(r.min_trials for r in lp.rungs), sum(r.max_trials for r in lp.rungs)
     console.print(f"{lp.sweep}: ladder at scale {lp.base_scale}, size {lp.size} (one width; the rungs differ in "
                   f"training length only; rung X is the scale {lp.base_scale}-tppX)", markup=False)
     console.print(f"Whole ladder: {lo}{f'-{hi}' if hi != lo else ''} trials, "
@@ -156,9 +156,9 @@ def _print_ladder(lp, console) -> None:
         table.add_column(col, justify="right", overflow="fold")
     for r in lp.rungs:
         table.add_row(f"{r.rung:g}", _si(r.tokens), str(r.steps), str(r.warmup_steps),
-                      f"{r.epochs:.2g}" if r.train_tokens else "-", str(r.cells), str(r.trials), _sci(r.flops),
-                      duration(r.seconds()), f"{r.done()}/{r.trials}")
-        if r.max_trials != r.trials:
+                      f"{r.epochs:.2g}" if r.train_tokens else "-", str(r.cells), str(r.min_trials),
+                      _sci(r.min_flops), duration(r.seconds()), f"{r.done()}/{r.trials}")
+        if r.max_trials != r.min_trials:
             table.add_row("at most", "", "", "", "", "", str(r.max_trials), _sci(r.max_flops),
                           duration(r.seconds(most=True)), "", style="dim")
     for r in lp.rungs:   # each rung's looks in order, with the summary: before the table
@@ -180,7 +180,12 @@ def _rung_looks(plan) -> str:
                                                 for lk in sd["looks"]) + ")")
     if not parts:
         return ""
-    return " then ".join(parts) + f": {len(plan.rows)}-{plan.max_trials} trials"
+    return " then ".join(parts) + f": {_span(plan.min_trials, plan.max_trials)} trials"
+
+
+def _span(least: int, most: int) -> str:
+    """'least-most', or one number where the two agree."""
+    return f"{least}-{most}" if least != most else str(most)
 
 
 def _list_sweeps(scale: str, console) -> int:
@@ -227,7 +232,8 @@ def _plan_json(plan) -> dict:
         "gpu_hours_paper_throughput": plan.gpu_hours_paper_throughput,
         "paper_throughput_mfu": plan.paper_throughput_mfu, "paper_samples": plan.paper_samples,
         "data_prep": plan.data_prep, "bracketing": plan.bracketing(), "seeding": plan.seeding(),
-        "seeding_note": plan.seeding_note, "bracketing_note": plan.bracketing_note, "min_trials": len(plan.rows), "max_trials": plan.max_trials,
+        "seeding_note": plan.seeding_note, "bracketing_note": plan.bracketing_note, "min_trials": plan.min_trials,
+        "max_trials": plan.max_trials,
         "gpu_time": plan.gpu_time, "gpu_slots": plan.gpu_slots,
     }
 
@@ -243,7 +249,7 @@ def _print_plan(plan, console) -> None:
     searched = plan.searched
     what = f"{len(plan.rows)} grid cells, learning rate searched by Optuna" if searched else f"{len(plan.rows)} trials"
     most = "" if searched or plan.max_trials == len(plan.rows) else \
-        f" ({len(plan.rows)}-{plan.max_trials} trials with the added rates and seeds)"
+        f" ({_span(plan.min_trials, plan.max_trials)} trials with the added rates and seeds)"
     console.print(f"{plan.sweep} ({plan.figure}) at scale {plan.scale}: {what}{most}", markup=False)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(plan.counts().items()))
     every = f" for every sample ({UPPER_BOUND})" if searched else ""
@@ -264,7 +270,7 @@ def _print_plan(plan, console) -> None:
                           f"(one-sided {lk['alpha_one_sided']:.4g})" for lk in seeding["looks"])
         console.print(f"Seeding: {len(seeding['looks'])} planned looks ({looks}; alpha shared {seeding['split']}), "
                       f"the report judging each comparison at the look that decided it; seeds are added only to "
-                      f"cells whose comparison is still open: {len(plan.rows)} trials at least, "
+                      f"cells whose comparison is still open: {plan.min_trials} trials at least, "
                       f"{seeding['max_trials']} at most" + (f" ({seeding['split_note']})" if seeding["split_note"] else ""))
     if plan.seeding_note:
         console.print(f"Seeding: {plan.seeding_note}")

@@ -5,8 +5,8 @@ and its grid (``bracket_steps``, ``rate_ratio``, ``tuning_rates``, ``next_rate``
 here; :func:`check_tuning` refuses, when the file is read, a scale that brackets an lr axis that
 cannot be extended (fewer than 2 rates, uneven on the log scale, outside the bounds); the sweep's
 stage that adds the rates is ``cemlab.sweeps.stages.bracketing``, and ``cemlab plan`` counts what
-it may add (:func:`family_extra`). The helpers take the ``SweepSpec`` as ``spec``, untyped here
-(``cemlab.sweeps.sweepfile.load`` imports this module).
+it may add (:func:`family_extra`) and what it must (:func:`family_least`). The helpers take the
+``SweepSpec`` as ``spec``, untyped here (``cemlab.sweeps.sweepfile.load`` imports this module).
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ def grid_rates(trials: list[Trial]) -> list[float]:
     return sorted({float(t.axes["lr"]) for t in trials if t.axes.get("lr") is not None})
 
 
+def family_rates(trials: list[Trial]) -> dict[tuple, list[float]]:
+    """Family -> its distinct learning rates in ``trials``, increasing."""
+    own: dict[tuple, set[float]] = {}
+    for t in trials:
+        own.setdefault(family_of(t), set()).add(float(t.axes["lr"]))
+    return {f: sorted(lrs) for f, lrs in own.items()}
+
+
 def beyond(rates: list[float], lrs: list[float], edge: str) -> list[float]:
     """The rates of ``rates`` beyond ``edge`` ('lowest' or 'highest') of ``lrs``, nearest first."""
     if edge not in EDGES:
@@ -45,10 +53,19 @@ def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     if not spec.bracket_steps(scale, trials) or not trials:
         return {}
     rates = spec.tuning_rates(scale, trials)
-    own: dict[tuple, list[float]] = {}
-    for t in trials:
-        own.setdefault(family_of(t), []).append(float(t.axes["lr"]))
-    return {f: max(len(beyond(rates, lrs, e)) for e in EDGES) for f, lrs in own.items()}
+    return {f: max(len(beyond(rates, lrs, e)) for e in EDGES) for f, lrs in family_rates(trials).items()}
+
+
+def family_least(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
+    """Family -> how many rates bracketing adds to it at least, when its grid's runs finish: one for a
+    family of two grid rates with a reachable rate beyond each end (the better of two rates is always
+    an end, so its first step is certain), none otherwise (with three rates or more the best may be
+    interior; an end without a rate beyond it may be the best one). {} without bracketing."""
+    if not spec.bracket_steps(scale, trials) or not trials:
+        return {}
+    rates = spec.tuning_rates(scale, trials)
+    return {f: int(len(lrs) == 2 and all(beyond(rates, lrs, e) for e in EDGES))
+            for f, lrs in family_rates(trials).items()}
 
 
 def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
