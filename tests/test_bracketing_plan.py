@@ -185,22 +185,22 @@ def test_the_main_jobs_plan_counts_the_bracketing_step_before_the_seed_look(repo
 
     plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
     b = plan.bracketing()
-    assert len(plan.rows) == 54 and plan.max_trials == 54 + 27 + 9 * 3 * 5 == 216
+    assert len(plan.rows) == 54 and plan.max_trials == 54 + 27 + 9 * 3 * 3 == 162
     # the better of two rates is an end: every cell's first step is certain, so 54 + 27 at least
-    assert b["min_trials"] == 54 + 27 == plan.min_trials and b["max_trials"] == 216
+    assert b["min_trials"] == 54 + 27 == plan.min_trials and b["max_trials"] == 162
     assert b["rates"] == [0.001, 0.002, 0.004, 0.008]
     assert b["steps"] == [{"step": 0, "cells": 9, "max_trials": 27}] and b["seeds"] == 3
     assert len(b["cells"]) == 9 and all(c["extra"] == c["least"] == 1 and c["lr"] == [0.002, 0.004] for c in b["cells"])
-    assert plan.seeding()["max_trials"] == 216
+    assert plan.seeding()["max_trials"] == 162
     j = _plan_json(plan)
-    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (81, 216)
+    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (81, 162)
     assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the seed looks, for the "
             "cells whose best rate is an end of theirs: step 0 adds up to 27 trials (9 cells x 3 seeds); 81 trials at "
-            "least, 216 at most")
+            "least, 162 at most")
     assert line in out and out.index("Bracketing:") < out.index("Seeding:")
-    assert "at scale tiny: 54 trials (81-216 trials with the added rates and seeds)" in out
+    assert "at scale tiny: 54 trials (81-162 trials with the added rates and seeds)" in out
     # a scale that brackets nothing: the plan as before
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False)
     assert smoke.bracketing() == {} and smoke.max_trials == smoke.min_trials == len(smoke.rows)
@@ -369,7 +369,7 @@ def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatc
                      ("seeds", ["train.val_interval=10"], looker)]
 
 
-def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_sweeps):
+def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_sweeps, tmp_path, monkeypatch):
     """`cemlab plan recursion_ablation --ladder` prints one line per rung with its looks in the order
     they run: a rung's plan is its scale's (plan_sweep), bracketing as the ladder's base scale does."""
     from cemlab.sweeps.cli.plan import _rung_looks
@@ -379,6 +379,13 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     assert len(top.rows) == 42 and top.max_trials == 42 + 21   # 7 cells x 3 seeds at the rate beyond
     assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.016]: step 0 up to 21 trials): "
                                 "63 trials")   # two rates a cell: the step is certain
+    # no rung adds seeds (3 at every rung, the ladder's time budget): its line has the step alone
     cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
-    assert cheap.index("bracketing") < cheap.index("seed looks (look 0: 3 seeds; look 1: 8 seeds)")
-    assert cheap.endswith("81-216 trials")
+    assert "seed looks" not in cheap and cheap.endswith(": 81 trials")
+    # a rung that adds seeds names its bracketing step before its seed looks, as they run
+    text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace("  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:")
+    shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(write(tmp_path, "recursion_ablation", text).parent))
+    seeded = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
+    assert seeded.index("bracketing") < seeded.index("seed looks (look 0: 3 seeds; look 1: 6 seeds; look 2: 8 seeds)")
+    assert seeded.endswith("81-216 trials")

@@ -108,12 +108,15 @@ def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_th
     assert (n, n_cells, n_lrs, n_seeds) == (len(trials), len(cells), len(lrs), len(seeds))
     from cemlab.sweeps.plan import plan_sweep
 
-    # at most: every cell bracketed by a rate beyond its edge, then open to the last seed look
-    most = plan_sweep("recursion_ablation", "tiny", read_store=False).max_trials
+    # at most: every cell bracketed by a rate beyond its edge, then open to the last seed look; at
+    # least: the grid and its bracketing step, certain with two rates (the better of two is an end)
+    plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
+    most, least = plan.max_trials, plan.min_trials
     spec = load_sweep("recursion_ablation")
     looks = spec.looks("tiny", trials)
     assert most == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * len(looks[-1])
-    assert f"at scale tiny: <{len(trials)} to {most}> finished" in text
+    assert least == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * len(looks[0]) and n_lrs == 2
+    assert f"at scale tiny: <{least} to {most}> finished" in text
     assert f"(at most {most} models;" in text
 
 

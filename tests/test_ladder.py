@@ -387,20 +387,26 @@ def test_accuracy_gives_both_readings_of_the_comparisons_with_their_intervals(co
     # comparisons, not 6: its CEM-MLP T=2 vs T=1 comparison is not decisive (both cells at their 8e-3
     # edge). The cheap rungs decide fewer: most of their cells are best at 8e-3 with the step spent.
     # With two rates at every rung: (6, 3) and (6, 3) at 0.3125; (6, 4) and (4, 4) at 1.25; (6, 5) and
-    # (5, 5) at 5.
-    assert expected[(0.3125, TOP_DECIDED)] == (5, 1) and expected[(0.3125, BOTH_DECIDED)] == (1, 1)
+    # (5, 5) at 5. Rung 0.3125 on 3 seeds (no seed look since 2026-11-28) decides none of the 5; on 8
+    # seeds it decided one, the same way: (5, 1) and (1, 1).
+    assert expected[(0.3125, TOP_DECIDED)] == (5, 0) and expected[(0.3125, BOTH_DECIDED)] == (0, 0)
     assert expected[(1.25, TOP_DECIDED)] == (5, 2) and expected[(1.25, BOTH_DECIDED)] == (2, 2)
     assert expected[(5.0, TOP_DECIDED)] == (5, 4) and expected[(5.0, BOTH_DECIDED)] == (4, 4)
     for (r, what), (n, k) in expected.items():
         row = acc[(acc["rung"] == r) & (acc["what"] == what)]
         assert len(row) == 1, (r, what)
         row = row.iloc[0]
+        if n == 0:   # nothing to compare: no share and no interval, not a share of 0
+            assert (row["compared"], row["agree"]) == (0, 0) and row[["share", "share_low", "share_high"]].isna().all()
+            continue
         ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
         assert (row["compared"], row["agree"]) == (n, k) and row["share"] == pytest.approx(k / n)
         assert (row["share_low"], row["share_high"]) == pytest.approx((ci.low, ci.high))
         assert row["interval"] == "exact Clopper-Pearson 95%"
-    # every row of accuracy.csv has its interval, the pairs' rows too (21 pairs of 7 cells at the top)
-    assert acc[["share_low", "share_high"]].notna().all().all() and (acc["share_low"] <= acc["share"]).all()
+    # every row of accuracy.csv that compares anything has its interval, the pairs' rows too (21 pairs of
+    # 7 cells at the top)
+    some = acc[acc["compared"] > 0]
+    assert some[["share_low", "share_high"]].notna().all().all() and (some["share_low"] <= some["share"]).all()
     assert set(acc.loc[acc["what"].str.startswith("pairs of cells at tuned"), "compared"]) == {21}
 
 
@@ -436,9 +442,11 @@ def test_the_committed_ladder_rows_are_the_page_and_its_verdicts_say_how_they_mo
     attn = rows[rows["comparison"] == "cem-attn 86m dplr same per-step eta=1"].iloc[0]
     assert attn["ladder"] == CHANGES
     assert attn["ladder_verdict"].startswith("changes with training: +2.2% per doubling of tokens [+0.5%, +3.9%]")
-    mlp = rows[rows["comparison"] == "cem-mlp T2 dplr eta=1 86m"].iloc[0]   # test-time recursion, CEM MLP
-    assert mlp["ladder"] == HOLDS
-    assert "effect +1.1% at 0.3125, +2.7% at 1.25, +9.2% at 5, +25.1% at 20: grows at every step" in mlp["ladder_verdict"]
+    # test-time recursion, CEM MLP: contradicted at every rung but the cheapest, where 3 seeds leave it
+    # open (on 8 it was contradicted, +1.1%, and the ladder read "holds at every rung")
+    mlp = rows[rows["comparison"] == "cem-mlp T2 dplr eta=1 86m"].iloc[0]
+    assert mlp["ladder"] == CHANGES
+    assert mlp["ladder_verdict"].startswith("changes with training: +3.6% per doubling of tokens [+3.1%, +4.1%]")
 
 
 def _seed_diffs(text: str) -> dict[int, float]:

@@ -128,7 +128,7 @@ def test_the_main_job_plans_two_looks_at_its_split_of_alpha(monkeypatch):
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
     spec = load_sweep("recursion_ablation")
     tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
-    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]]
+    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5]]   # docs/verdicts.md: the seed budget
     assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts.md: the rule's choice
     assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(0.0025)   # where the looks are not replayed: the strictest
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
@@ -138,7 +138,7 @@ def test_the_main_job_plans_two_looks_at_its_split_of_alpha(monkeypatch):
     assert "each at alpha 0.05 on the seeds of the grid" in level_note(spec, "tiny", given)
     note = level_note(spec, "tiny", tiny)
     assert "seeding.alpha_split: 0.0025 + 0.0475 = 0.05 (one-sided 0.00125 + 0.02375)" in note
-    assert "look 1: 8 seeds at alpha 0.0475 (one-sided 0.02375)" in note
+    assert "look 1: 6 seeds at alpha 0.0475 (one-sided 0.02375)" in note
     # the page says so when the runs hold no added seed (cemlab sweep --no-seeding), not otherwise
     assert "no seed was added" in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2})
     assert "no seed was added" not in level_note(spec, "tiny", tiny, seeds_run={0, 1, 2, 5})
@@ -229,7 +229,7 @@ def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeyp
     assert len(plan.rows) == 18 and plan.looks == [[0]] and plan.max_trials == 18 + 9 and plan.seeding() == {}
     note = plan.seeding_note
     for part in ("seed=[0] from the command line", "none added where a verdict is open", "alpha 0.05",
-                 "up to 8 per cell at tiny"):
+                 "up to 6 per cell at tiny"):
         assert part in note, (part, note)
     assert _plan_json(plan)["seeding_note"] == note
     # nothing to say where the file's own seed axis runs, or where the file adds no seeds (smoke)
