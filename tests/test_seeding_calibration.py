@@ -77,6 +77,7 @@ from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NOT_ENO
 from cemlab.report.stats.decision import Evidence, comparison_evidence, decide, every_choice_p
 from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs, paired_diffs_by_seed
 from cemlab.sweeps.sweepfile.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import Seeding
 from sweep_support import REPO_SWEEPS
 
 SWEEP = "recursion_ablation"
@@ -732,10 +733,10 @@ SHARES = (1 / 2, 1 / 4, 1 / 5, 1 / 10, 1 / 20, 1 / 50)
 EFFECTS = (0, 1, 2, 5, 10)
 
 
-def _looks_of(batch: int, top: int, n0: int = 3) -> list[list[int]]:
-    """The planned looks of a seed budget ``top`` added ``batch`` at a time (``Seeding.looks``'s rule)."""
-    ns = list(range(n0, top, batch)) + [top]
-    return [list(range(n)) for n in ns]
+def _looks_of(batch: int, top: int) -> list[list[int]]:
+    """The planned looks of a seed budget ``top`` added ``batch`` at a time after the grid's seeds, as the
+    sweep plans them (``Seeding.looks``)."""
+    return Seeding(max_seeds={"tiny": top}, batch=batch).looks("tiny", LOOKS[0])
 
 
 def plan_table(reps: int, plans: dict[str, tuple[list[list[int]], list[float]]], seed: int = 20,
