@@ -6,6 +6,7 @@
     python3 scripts/measure-timings.py stages --save after.json   # where one sweep's time goes
     python3 scripts/measure-timings.py --compare before.json after.json  # two stage tables side by side
     python3 scripts/measure-timings.py --read RUNS/logs/SWEEP-SCALE/stages.jsonl  # a finished sweep's stages
+    python3 scripts/measure-timings.py --read A/stages.jsonl B/stages.jsonl --csv stages.csv  # ... as a CSV row each
     python3 scripts/measure-timings.py cli [--against OTHER_CHECKOUT]  # how fast the CLI answers
 
 Each row is measured on its own, from a clean state in a temporary folder, with the command a new
@@ -25,7 +26,9 @@ user types:
   and share of the slot-time (wall x trials at once) of each stage, and the training share. Not a
   README row: ``--save FILE`` keeps the summary (with the machine and its load) for ``--compare``.
   ``--read FILE`` prints the same table for a sweep that already ran (any sweep, scale or ladder
-  rung: its ``stages.jsonl``), running nothing.
+  rung: its ``stages.jsonl``), running nothing; ``--csv FILE`` also writes one row per sweep (its
+  label, wall time, trials at once, trials and the seconds of every stage), as
+  ``docs/ladder-stages.csv`` holds the ladder's rungs.
 
 * ``cli``: the wall time of ``cemlab --help``, a refused argument, ``cemlab plan recursion_ablation
   --scale smoke`` and a tab completion, each in a fresh interpreter on this checkout (median of
@@ -184,8 +187,25 @@ def read_stages(paths: list[Path]) -> dict[str, dict]:
         if not spans:
             raise SystemExit(f"measure-timings: --read {p}: the file holds no stage")
         label = p.parent.name if p.name == timing.STAGES_NAME else p.stem
-        out[label] = dict(timing.summarize(spans), source=str(p))
+        began = min(s["start"] for s in spans if "start" in s)
+        out[label] = dict(timing.summarize(spans), source=str(p),
+                          started=datetime.fromtimestamp(began, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
     return out
+
+
+def write_stage_csv(summaries: dict[str, dict], path: Path) -> None:
+    """One row per summary: its label (``<sweep>-<scale>``), when it started, wall seconds, trials at once, trials
+    run, then the seconds of every stage in the stage table's order (``cemlab.timing.ROWS``)."""
+    import csv
+
+    from cemlab import timing
+
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["label", "started", "wall", "slots", "trials", *timing.ROWS])
+        for label, s in summaries.items():
+            w.writerow([label, s.get("started", ""), f"{s['wall']:.1f}", s["slots"], s["trials"],
+                        *(f"{s['seconds'][name]:.1f}" for name in timing.ROWS)])
 
 
 CLI_COMMANDS = {
@@ -270,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read", type=Path, nargs="+", metavar="STAGES_JSONL",
                         help="print the stage table of sweeps that already ran (their <runs>/logs/<sweep>-<scale>/"
                              "stages.jsonl), side by side; runs nothing")
+    parser.add_argument("--csv", type=Path, metavar="FILE",
+                        help="with --read: also write one CSV row per sweep (label, wall, slots, trials, every stage's seconds)")
     args = parser.parse_args(argv)
     # every row is checked before any is measured: a typo must not cost a sweep's minutes first
     unknown = [r for r in args.rows if r not in (*ROWS, "cli", "stages")]
@@ -278,8 +300,13 @@ def main(argv: list[str] | None = None) -> int:
                      + ("; a finished sweep's stages.jsonl is read with --read FILE"
                         if any(r.endswith(".jsonl") for r in unknown) else ""))
     if args.read:
-        print(stage_tables(read_stages(args.read)))
+        summaries = read_stages(args.read)
+        print(stage_tables(summaries))
+        if args.csv:
+            write_stage_csv(summaries, args.csv)
         return 0
+    if args.csv:
+        parser.error("--csv writes what --read reads: give the stages.jsonl files with --read")
     if args.compare:
         print(stage_tables({p.stem: json.loads(p.read_text()) for p in args.compare}))
         return 0

@@ -7,9 +7,12 @@ Refused, with the number: a rung too short for its warm-up (fewer than one warm-
 schedule would start at the peak rate), and a rung whose tokens exceed ``MAX_EPOCHS`` passes over
 the corpus's training split (a long rung on a small offline corpus measures memorisation).
 
-The time estimate is FLOPs over ``CPU_FLOPS_PER_S`` per trial slot, plus ``TRIAL_OVERHEAD_S`` per
-trial (worker, MLflow, evaluation), over the slots the machine's CPUs give at the rung's
-resources: a planning number for a CPU like this project's, not a promise for another machine.
+The time estimate (``RungPlan.seconds``) gives each trial its FLOPs over ``CPU_FLOPS_PER_S``, plus
+``TRIAL_FIXED_S`` (worker, MLflow, test, the last validation) and ``STEP_OVERHEAD_S`` per optimizer
+step (the periodic validation, step logging, checkpoints); runs each look's trials in the order they
+are submitted, each on the first of the rung's slots that frees (the CPUs over a trial's CPUs), one
+look after another; and adds ``RUNG_DRIVER_S`` for the driver. A planning number for a CPU like
+this project's, not a promise for another machine (docs/ladder.md, "How the plan times a rung").
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cemlab.sweeps.sweepfile.schema import SweepError
 from cemlab.sweeps.sweepfile.load import SweepSpec, load_sweep
+from cemlab.sweeps.sweepfile.tuning_section import family_of
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -31,13 +35,22 @@ if TYPE_CHECKING:
 #: width (workstation 86m, batch 16 x 256) trained Llama at 32.1k tokens/s (44 GFLOP/s) and CEM
 #: attention T=2 at 17.9k tokens/s (46 GFLOP/s), 2026-11-27; the tiny main job's 18 trials ran at
 #: 52 GFLOP/s on an AMD EPYC (docs/performance.md's stage table). The ladder's top rung, two trials at once for
-#: 74 minutes, trained at 40 GFLOP/s per trial (3.35e14 FLOPs in 8,362 s of training slot-time, Intel Xeon).
+#: 74 minutes, trained at 40 GFLOP/s per trial (3.35e14 FLOPs in 8,362 s of training slot-time, Intel Xeon); the
+#: four rungs' latest idle runs with bracketing at 39.8 GFLOP/s pooled (``docs/ladder-stages.csv``, AMD EPYC).
 CPU_FLOPS_PER_S = 40e9
-#: Seconds per trial besides training (worker start, MLflow run start and end, validation, test,
-#: checkpoints) at the ladder's width: 11.0 slot-seconds per trial at the ladder's cheapest rung
-#: (124 trials, 2026-11-27; 8.6 s of it the test split and test-time curve at context 256). The
-#: tiny one-seed sweep's 5.1 s, used before, left out the larger test split of this width.
-TRIAL_OVERHEAD_S = 11.0
+#: Seconds per trial besides training, ``TRIAL_FIXED_S + STEP_OVERHEAD_S x`` its optimizer steps, at the
+#: ladder's width: the least-squares line (8.25 s + 2.37 ms per step) through each rung run's
+#: slot-seconds per trial outside training (every per-trial stage but training), measured idle on this
+#: project's 2-core machine (``docs/ladder-stages.csv``, the latest run of each rung;
+#: ``tests/test_ladder_plan_time.py`` recomputes both from it). The test split and test-time curve are
+#: most of the fixed part (5.3-7.4 s); validation and checkpoints every 200 steps most of the per-step
+#: part. One figure for all rungs (11 s, measured at the cheapest rung) was used before: too much for
+#: the short rungs (rung 0.3125 came in 15% under it), too little for the long one.
+TRIAL_FIXED_S = 8.2
+STEP_OVERHEAD_S = 0.0024
+#: Wall seconds of a rung's driver besides its trials (its start, the sweep file and store, Ray's start
+#: and shutdown, the finish): 20.1-27.0 s in the runs of ``docs/ladder-stages.csv``, 22.7 on average.
+RUNG_DRIVER_S = 23.0
 #: Passes over the corpus's training split a rung may make; above it the rung is refused.
 MAX_EPOCHS = 8.0
 
@@ -86,10 +99,31 @@ class RungPlan:
 
     def seconds(self, most: bool = False) -> float:
         """Wall-time estimate on this machine: the fewest trials the rung can run (``Plan.min_trials``)
-        or, ``most``, every cell open to the last look."""
-        n = self.max_trials if most else self.min_trials
-        flops = self.max_flops if most else self.min_flops
-        return (flops / CPU_FLOPS_PER_S + TRIAL_OVERHEAD_S * n) / max(1, self.slots)
+        or, ``most``, every cell open to the last look; each look's trials packed onto the slots
+        (:func:`makespan`), one look after another, and the driver."""
+        return RUNG_DRIVER_S + sum(makespan(look, self.slots) for look in self.look_seconds(most))
+
+    def look_seconds(self, most: bool = False) -> list[list[float]]:
+        """Each look's trials as slot-seconds (:func:`trial_seconds`), in the order the sweep submits
+        them: the grid; then the bracketing step that is certain or, ``most``, every step a cell can
+        take (one look each); then, ``most``, each later seed look's new seeds at every rate."""
+        fams: dict[tuple, list] = {}  # family -> [slot-seconds of one trial, grid trials]
+        for r in self.plan.rows:
+            fams.setdefault(family_of(r.trial), [trial_seconds(r.flops or 0.0, self.steps), 0])[1] += 1
+        cells = self.plan.brackets.get("cells") or [{}] * len(fams)  # bracket_plan's, in the same order
+        seeds = self.plan.brackets.get("seeds", 0)
+        each = list(zip(fams.values(), cells))
+        looks = [[trial_seconds(r.flops or 0.0, self.steps) for r in self.plan.rows]]
+        if not most:
+            looks.append([s for (s, _), c in each for _ in range(c.get("least", 0) * seeds)])
+        else:
+            for k in range(max((c.get("extra", 0) for c in cells), default=0)):
+                looks.append([s for (s, _), c in each if c["extra"] > k for _ in range(seeds)])
+            plan_looks = [len(seen) for seen in self.plan.looks if seen]
+            for before, now in zip(plan_looks, plan_looks[1:]):
+                looks.append([s for (s, n), c in each
+                              for _ in range((n // plan_looks[0] + c.get("extra", 0)) * (now - before))])
+        return [look for look in looks if look]
 
     def done(self) -> int:
         return sum(1 for r in self.plan.rows if r.status == "done")
@@ -115,10 +149,26 @@ class LadderPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "scale": self.base_scale, "size": self.size, "store": self.store,
-                "cpu_flops_per_s": CPU_FLOPS_PER_S, "trial_overhead_s": TRIAL_OVERHEAD_S, "max_epochs": MAX_EPOCHS,
+                "cpu_flops_per_s": CPU_FLOPS_PER_S, "trial_fixed_s": TRIAL_FIXED_S,
+                "step_overhead_s": STEP_OVERHEAD_S, "rung_driver_s": RUNG_DRIVER_S, "max_epochs": MAX_EPOCHS,
                 "rungs": [r.as_dict() for r in self.rungs],
                 "seconds": sum(r.seconds() for r in self.rungs),
                 "max_seconds": sum(r.seconds(most=True) for r in self.rungs)}
+
+
+def trial_seconds(flops: float, steps: int) -> float:
+    """Slot-seconds of one trial on this machine: training at ``CPU_FLOPS_PER_S`` and what surrounds it."""
+    return flops / CPU_FLOPS_PER_S + TRIAL_FIXED_S + STEP_OVERHEAD_S * steps
+
+
+def makespan(seconds: list[float], slots: int) -> float:
+    """Wall seconds of trials started in this order, each on the first of ``slots`` to free (as Ray
+    Tune runs a look at a fixed number of trials at once): a look's last trials may leave slots idle."""
+    free = [0.0] * max(1, slots)
+    for s in seconds:
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
 
 
 def ladder_of(spec: SweepSpec):

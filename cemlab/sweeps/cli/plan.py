@@ -136,7 +136,7 @@ def _print_ladder(lp, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from cemlab.sweeps.ladder_plan import CPU_FLOPS_PER_S, TRIAL_OVERHEAD_S
+    from cemlab.sweeps.ladder_plan import CPU_FLOPS_PER_S, STEP_OVERHEAD_S, TRIAL_FIXED_S
     from cemlab.train.plan import duration
 
     total, most = lp.as_dict()["seconds"], lp.as_dict()["max_seconds"]
@@ -147,8 +147,8 @@ def _print_ladder(lp, console) -> None:
                   f"about {duration(total)}" + (f" to {duration(most)} (every cell open to the last look)"
                                                  if most != total else "")
                   + f" on this machine ({lp.rungs[0].slots} trial(s) at once; {CPU_FLOPS_PER_S / 1e9:.0f} GFLOP/s "
-                  f"per trial and {TRIAL_OVERHEAD_S:g} s per trial besides training, measured on this project's "
-                  "2-core machine). Rung: tokens per parameter; tokens and steps: per trial; FLOPs: the rung's trials "
+                  f"per trial, and besides training {TRIAL_FIXED_S:g} s per trial and {STEP_OVERHEAD_S * 1e3:g} ms per "
+                  "step, measured on this project's 2-core machine; each look's trials packed onto the slots). Rung: tokens per parameter; tokens and steps: per trial; FLOPs: the rung's trials "
                   "together; epochs: passes over the corpus's training split; time: on this machine. Run: "
                   f"cemlab sweep {lp.sweep} --ladder (cheapest rung first) or --rung X.", markup=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
