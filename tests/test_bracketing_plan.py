@@ -19,6 +19,7 @@ import pytest
 
 from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.sweeps.sweepfile.schema import SweepError, Tuning, lr_ratio, round_lr
+from cemlab.sweeps.tuning_policy import Bracketing
 from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of
 
 from sweep_support import REPO_SWEEPS
@@ -112,8 +113,8 @@ def test_rates_are_rounded_to_three_digits_and_spacing_is_checked():
     assert lr_ratio([2e-3, 4e-3]) == pytest.approx(2.0) and lr_ratio([1e-3, 2e-3, 4e-3]) == pytest.approx(2.0)
     assert lr_ratio([2e-3]) is None and lr_ratio([1e-3, 2e-3, 8e-3]) is None
     t = Tuning(max_steps={"tiny": 2}, bounds=(5e-4, 1.6e-2))
-    assert t.rates([2e-3, 4e-3], 2.0, 2) == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # bounds inclusive
-    assert t.rates([2e-3, 4e-3], 2.0, 3) == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # none beyond them
+    assert Bracketing((2e-3, 4e-3), 2.0, t.bounds, 2).reachable() == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # bounds inclusive
+    assert Bracketing((2e-3, 4e-3), 2.0, t.bounds, 3).reachable() == [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]   # none beyond them
     assert t.steps("tiny") == 2 and t.steps("smoke") == 0 and t.steps("tiny-prose", "tiny") == 2
 
 

@@ -23,6 +23,8 @@ from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGI
 from cemlab.report.stats.decision import Evidence, comparison_evidence, decide
 from cemlab.report.stats.bounds import decision_bounds, judge, judge_logs, paired_diffs
 from cemlab.report.inputs.table import aggregate
+from claims_support import (AT_HIGHEST, AT_LOWEST, BRACKETED, CHANCE, CURVE_AT_2E3, crafted_check as _check,
+                            crafted_trials as _trials, crafted_verdicts as _verdicts, curve_grid as _curve_grid)
 
 
 @pytest.mark.parametrize("diffs", [[-0.05, -0.04, -0.06], [0.01, -0.02, 0.03, 0.0, -0.01], [0.2, 0.1]])
@@ -87,45 +89,6 @@ def test_decision_sides_and_combine():
 # ----------------------------------------------------------------------------------------------
 # A recursion_ablation grid written as trials: T=1, and T=2 at two step sizes, several seeds
 # ----------------------------------------------------------------------------------------------
-
-#: The chance value of the crafted trials' metric (the vocabulary size: the uniform predictor's perplexity).
-CHANCE = 512.0
-
-
-def _trials(values: dict[tuple, list[float]], val: dict[tuple, list[float]] | None = None) -> pd.DataFrame:
-    """Trials of cem-attn cells (T, eta[, precond[, lr]]) -> per-seed test perplexities (and
-    validation perplexities ``val``, else none), as ``table.join_trials`` makes them: NaN is a
-    diverged run, None a failed one."""
-    rows = []
-    for key, vals in values.items():
-        T, eta, precond, lr = (*key, "dplr", 2e-3)[:4] if len(key) == 2 else (*key, 2e-3)[:4]
-        vv = (val or {}).get(key, [math.nan] * len(vals))
-        for seed, (v, w) in enumerate(zip(vals, vv)):
-            status = "failed" if v is None else "finished" if math.isfinite(v) else "diverged"
-            v = math.nan if v is None else v
-            cell = json.dumps({"T": T, "eta": eta, "precond": precond, "size": "86m", "sweep": "recursion_ablation",
-                               "lr": lr}, sort_keys=True)
-            rows.append(dict(order=len(rows), sweep="recursion_ablation", figure="Fig 2c", scale="tiny",
-                             family="cem-attn", group="cem-attn", variant=f"cem-attn T{T} {precond} eta={eta}",
-                             size="86m", task="lm", metric="test/ppl", lr=lr, T=T, precond=precond,
-                             kq_diagonal="shared", kernel="", param_matched=False, eta=eta, x0="h", corpus="stdlib",
-                             cell=cell, seed=seed, val=w,
-                             status=status, run_id=f"r{len(rows)}", value=v, chance=CHANCE,
-                             params_total=1e5, token_budget=5e5, total_steps=400.0, train_tokens=2e5,
-                             flops_per_token=1.0,
-                             params_attention=1.0, params_mlp=1.0, params_embedding=1.0, flops_per_example=math.nan))
-    return pd.DataFrame(rows)
-
-
-def _verdicts(values, sweeps: dict[str, list[str]] | None = None, val=None) -> dict[str, verdicts.Verdict]:
-    trials = _trials(values, val)
-    cells = aggregate(trials)
-    empty = pd.DataFrame(columns=cells.columns)
-    out = verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
-                            lambda s: cells if s == "recursion_ablation" else empty, "tiny",
-                            lambda s: trials if s == "recursion_ablation" else trials.iloc[:0], sweeps=sweeps)
-    return {v.condition: v for v in out}
-
 
 def test_true_effect_null_effect_and_one_seed_per_eta():
     t1 = [30.0, 31.0, 29.5, 30.4]
@@ -504,30 +467,6 @@ def test_every_choice_is_tested_and_the_effect_shown_is_chosen_on_other_seeds():
 # ----------------------------------------------------------------------------------------------
 # Bracketing: a verdict stands only where the cells that could erase it have a bracketed optimum
 # ----------------------------------------------------------------------------------------------
-
-#: A learning-rate curve with its optimum at 2e-3: the factor on the perplexity at each rate.
-CURVE_AT_2E3 = {1e-3: 1.06, 2e-3: 1.0, 4e-3: 1.03, 8e-3: 1.08}
-BRACKETED = (1e-3, 2e-3, 4e-3)      # 2e-3 inside: bracketed
-AT_HIGHEST = (1e-3, 2e-3)           # best at its highest rate
-AT_LOWEST = (2e-3, 4e-3)            # best at its lowest rate
-
-
-def _curve_grid(t2_factor: float, t1_rates, t2_rates, noise: float = 0.01, rng_seed: int = 60) -> dict:
-    """T=1 and T=2 (eta=1, dplr) over 6 seeds, each at its own rates, on the curve ``CURVE_AT_2E3``
-    (a seed effect shared by every cell, a run's own noise of ``noise``), T=2 ``t2_factor`` times T=1."""
-    rng = np.random.default_rng(rng_seed)
-    base = 150.0 * np.exp(rng.normal(0.0, 0.03, 6))
-    out = {}
-    for T, f, rates in ((1, 1.0, t1_rates), (2, t2_factor, t2_rates)):
-        for lr in rates:
-            out[(T, "1", "dplr", lr)] = list(base * f * CURVE_AT_2E3[lr] * np.exp(rng.normal(0.0, noise, 6)))
-    return out
-
-
-def _check(grid, val=None):
-    (ch,) = _verdicts(grid, val=val)["same per-step eta=1"].checks
-    return ch
-
 
 @pytest.mark.parametrize("factor, word, loser", [(1.10, CONTRADICTED, 2), (0.90, SUPPORTED, 1)])
 def test_a_verdict_that_a_cell_is_worse_stands_only_if_the_losing_cell_is_bracketed(factor, word, loser):

@@ -91,3 +91,56 @@ def test_the_rate_beyond_the_better_edge_is_added_as_an_ordinary_trial(sweep_env
     assert second.exit_code == 0
     assert {o.status for o in second.outcomes} <= {"done", "reused"}, [(o.trial.trial_id, o.status) for o in second.outcomes]
     assert set(_trial_runs(client)) == set(runs)
+
+
+SWAPPED = BRACKETED.replace("bounds: [5.0e-4, 1.6e-2]}", "bounds: [5.0e-4, 1.6e-2], policy: both-ends}")
+
+
+def test_a_second_tuning_policy_drives_the_sweep_and_the_plan_alike(runs_dir, tmp_path, monkeypatch, ray_local,
+                                                                     data_cache):
+    """A second policy swapped in by name (``tuning.policy``, registered as a plugin would): at an edge
+    it adds the rate beyond each end of the grid at once. ``cemlab plan``'s least and most trials come
+    from the policy (``Policy.least`` / ``Policy.most``) and equal the trials the sweep then runs; the
+    default policy's plan for the same grid says 3, this one 4."""
+    from dataclasses import dataclass
+
+    from cemlab.models.registry import plugins_scope
+    from cemlab.sweeps.plan import plan_sweep
+    from cemlab.sweeps.tuning_policy import POLICIES, STEP, Bracketing, Next, Tried, edge_of
+    from cemlab.tracking.server import stop_server
+
+    @dataclass(frozen=True)
+    class BothEnds(Bracketing):
+        def judge(self, tried: Tried) -> Next:
+            best, edge = edge_of(tried.rates, tried.scores)
+            if edge not in ("lowest", "highest") or tried.steps:
+                return Next("bracketed" if edge == "" else "stopped", best=best, edge=edge, reason="one step")
+            both = tuple(r for e in ("lowest", "highest") for r in self.beyond(tried.rates, e)[:1])
+            return Next(STEP, both, best=best, edge=edge)
+
+        def least(self, grid):
+            return sum(1 for e in ("lowest", "highest") if self.beyond(grid, e))
+
+        def most(self, grid):
+            return self.least(grid)
+
+    monkeypatch.setenv("CEMLAB_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, bracketed=BRACKETED, swapped=SWAPPED)))
+    with plugins_scope():
+        POLICIES.register("both-ends", BothEnds)
+        try:
+            result = run("swapped", data_cache, report=False)
+            assert result.exit_code == 0, [(o.trial.trial_id, o.status, o.error) for o in result.outcomes]
+            runs = _trial_runs_of(client_for(result), "swapped")
+        finally:
+            stop_server()
+        default, swapped = (plan_sweep(n, "smoke", read_store=False) for n in ("bracketed", "swapped"))
+    assert (default.min_trials, default.max_trials) == (3, 3)
+    assert (swapped.min_trials, swapped.max_trials) == (4, 4) and swapped.bracketing()["policy"] == "both-ends"
+    lrs = sorted(float(r.data.params["train.lr"]) for r in runs.values())
+    assert len(runs) == swapped.max_trials and lrs == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3])
+
+
+def _trial_runs_of(client, sweep: str) -> dict[str, object]:
+    return {r.data.tags[schema.TRIAL_ID]: r for r in experiment_runs(client, sweep)
+            if r.data.tags.get(schema.ROLE) == "trial"}

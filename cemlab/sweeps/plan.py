@@ -379,7 +379,8 @@ def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, 
         if a["lr"] not in c["lr"]:
             c["lr"].append(a["lr"])
     per_step = [sum(1 for e in extra.values() if e > k) for k in range(steps)]
-    return {"max_steps": steps, "ratio": spec.rate_ratio(scale, trials), "bounds": list(spec.tuning.bounds),
+    return {"policy": spec.tuning.policy, "max_steps": steps, "ratio": spec.rate_ratio(scale, trials),
+            "bounds": list(spec.tuning.bounds),
             "rates": spec.tuning_rates(scale, trials), "seeds": seeds,
             "steps": [{"step": k, "cells": n, "max_trials": n * seeds} for k, n in enumerate(per_step) if n],
             "cells": list(cells.values())}

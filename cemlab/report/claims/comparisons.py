@@ -44,7 +44,9 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
             scale = (lambda x: f"{x:+.3f}" if math.isfinite(x) else "n/a") if _is_lr(v) else \
                 (lambda x: _pct(x) or "n/a")
             ev, b = ch.evidence, ch.bounds
-            decided = (f"[{scale(b.low)}, {scale(b.high)}] at {_level(b.level)}" if b is not None and b.finite
+            end = (lambda x: scale(x) if math.isfinite(x) else "open")   # a side voided by the edge rule
+            decided = (f"[{end(b.low)}, {end(b.high)}] at {_level(b.level)}"
+                       if b is not None and (b.finite or ch.edge_blocks)
                        else ch.iv.note if not ch.discrete and ch.iv.note else "none")
             rows.append({"claim": v.id, "condition": f"{v.condition} ({v.role})".strip(), "comparison": ch.label,
                          "test": ch.test, "effect (% or log2)": scale(ch.iv.effect) if ch.iv.n else "",
@@ -101,7 +103,8 @@ def forest_plot(verdicts: list):
                 for t in ((-ch.tol, ch.tol) if ch.side == "within" else (ch.tol,)):
                     ax.plot([shown(t, ch.fmt) * unit] * 2, [y - 0.4, y + 0.4], ls="--", color="C3", lw=1)
             level = _level(b.level) if b is not None and b.finite else ("sign test" if ch.discrete else "no interval")
-            labels.append(f"{ch.label} [{ch.verdict}; {level}]")
+            voided = f"; {', '.join(ch.edge_blocks)} voided: a cell at an edge" if ch.edge_blocks else ""
+            labels.append(f"{ch.label} [{ch.verdict}; {level}{voided}]")
         ax.set_yticks(ys)
         ax.set_yticklabels(labels, fontsize=7)
         ax.set_title(f"{v.id} {v.condition} ({v.role}): {v.verdict}", fontsize=8, loc="left")

@@ -6,7 +6,7 @@ method: ``docs/verdicts.md``; how a claim's comparisons make its verdict: ``ceml
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -110,6 +110,8 @@ class Check:
         self.bounds = (decision_bounds(self.diffs_of, self.test_coefs, self.n_choices or (), self.side, alpha_claim,
                                        alpha_against, self.verdict, alpha_negligible, self.discrete)
                        if self.diffs_of else None)
+        if self.bounds is not None and self.edge_blocks:
+            self.bounds = voided_ends(self.bounds, self.side, self.edge_blocks)
         self.how = decided_how(self.evidence, self.side, alpha_claim, alpha_against, self.iv.n, self.discrete, holm)
         return self
 
@@ -143,8 +145,9 @@ class Check:
         """The interval that decided, with its level, e.g. ``97.5% interval that decided [-5.1%, -0.2%]``;
         for a sign test what decided instead; the note where there is no interval."""
         b = self.bounds
-        if b is not None and b.finite:
-            return f"{b.label} interval that decided [{self.fmt(b.low)}, {self.fmt(b.high)}]"
+        if b is not None and (b.finite or self.edge_blocks):
+            end = (lambda x: self.fmt(x) if math.isfinite(x) else "open")   # a side voided by the edge rule
+            return f"{b.label} interval that decided [{end(b.low)}, {end(b.high)}]"
         if self.discrete:
             return self.how
         return self.iv.note or "no interval"
@@ -170,6 +173,22 @@ class Check:
         edge = f"; {self.edge_note()}" if self.edge_blocks else ""
         return (f"{self.text}: effect {self.fmt(iv.effect)}, {self.interval_text()}{second}, n={iv.n}{edge} "
                 f"[{self.verdict}]")
+
+
+def voided_ends(b: Bounds, side: str, blocks: tuple) -> Bounds:
+    """The interval that decided with each end of a side the edge rule voided (``untuned_sides``) open
+    (-inf or +inf): that side's test was not allowed to decide, so its end bounds nothing, and no
+    interval beside a voided verdict excludes the tolerance on that side. For ``below`` the upper end
+    belongs to 'supported' and the lower to 'contradicted'; ``above`` the mirror; ``within`` and a
+    voided 'negligible' open both."""
+    low, high = b.low, b.high
+    both = side == "within" or "negligible" in blocks and b.how.startswith("negligible")
+    claim_high = side != "above"
+    if both or "supported" in blocks:
+        low, high = (low, math.inf) if claim_high else (-math.inf, high)
+    if both or "contradicted" in blocks:
+        low, high = (-math.inf, high) if claim_high else (low, math.inf)
+    return replace(b, low=low, high=high, how=b.how + " (a side voided by the edge rule left open)")
 
 
 def check_of_diffs(label: str, text: str, diffs, tol: float = 0.0, side: str = "below", condition: str = "",

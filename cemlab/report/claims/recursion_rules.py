@@ -25,6 +25,7 @@ import pandas as pd
 from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
 from cemlab.report.claims.shown_effect import chosen_diffs, evidence_and_interval, shown_diffs
+from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs_by_seed
 from cemlab.report.stats.significance import t_interval
 from cemlab.report.claims.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema
@@ -215,6 +216,23 @@ def _test_time_curves(data: ClaimData, row, g: pd.DataFrame, T: int) -> list[tup
     return out
 
 
+def _test_time_ratios(at: pd.Series, more: pd.Series, chance: float, margin: float) -> pd.Series:
+    """Per seed, log(test perplexity at T'=2T over T'=T), by seed. An evaluation whose perplexity is
+    not finite or no better than chance is a worst outcome of its arm (``divergence``), scored as the
+    paired tests score any (``bounds.paired_diffs_by_seed``: the worst finished evaluation, and at least
+    a loss of that arm beyond the margin); it is never dropped, so a T'=2T that blows up counts
+    against the claim at its seed."""
+    def logs(x: pd.Series) -> dict:
+        v = x.astype(float)
+        bad = ~np.isfinite(v.to_numpy()) | (math.isfinite(chance) & (v.to_numpy() >= chance))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return {s: WORST if b else float(np.log(y)) for s, y, b in zip(v.index, v.to_numpy(), bad)}
+
+    by_seed = paired_diffs_by_seed([[logs(at)], [logs(more)]], (-1.0, 1.0), beyond_of(0.0, "below", margin))
+    d = by_seed.get((0, 0), {})
+    return pd.Series(d, dtype=float).sort_index()
+
+
 def rule_test_time_recursion(data: ClaimData):
     """Beyond the paper (its sec. 5.2 leaves test-time scaling to future work): a CEM model trained
     with T=2 evaluated with 2T steps has lower test perplexity than at its training T (per seed,
@@ -243,7 +261,8 @@ def rule_test_time_recursion(data: ClaimData):
             checks.append(Check(label, f"{label}: no test-time curve", t_interval([]), 0.0, "below", cond,
                                 margin=data.margin, verdict="not enough runs"))
             continue
-        ratios = [np.log(more / at).sort_index() for at, more, _ in curves]  # per rate and seed: log(2T over T)
+        chance = float(row.get("chance", math.nan))
+        ratios = [_test_time_ratios(at, more, chance, data.margin) for at, more, _ in curves]
         diffs_of = {(j,): r.to_numpy() for j, r in enumerate(ratios)}
         chosen = chosen_diffs([[(r, val) for r, (_, _, val) in zip(ratios, curves)]],
                               {(j,): dict(r.items()) for j, r in enumerate(ratios)})

@@ -165,17 +165,24 @@ def _condition_verdict(checks: list[Check], combine: str, alpha: float) -> str:
     return verdict
 
 
-def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float], alpha: float) -> dict[str, str]:
+def _shared_verdicts(c, data_of: Callable[..., ClaimData], rates: list[float], alpha: float,
+                     planned: dict[str, set] | None = None) -> dict[str, str]:
     """Per condition, the verdict with every cell at one shared learning rate, at each rate of the
     grid (a sensitivity check), at the level ``alpha`` the tuned verdict is judged at: the word the
-    verdicts at every rate agree on, else the list."""
+    verdicts at every rate agree on, else the list. ``planned``: per condition the labels of its tuned
+    comparisons; one that a rate lacks (a cell never run at that rate, e.g. a rate only bracketing
+    added to another cell) counts as a planned comparison without runs (``decision.decide``: an
+    ``all`` condition is then at best ``not enough runs``), never as a condition of fewer comparisons."""
     per: dict[str, list[str]] = {}
     for lr in rates:
         checks, _ = c.evaluate(data_of("shared", lr))
         checks = [ch for ch in checks if ch is not None]
-        for cond in dict.fromkeys(ch.condition for ch in checks):
+        for cond in dict.fromkeys([*(planned or {}), *(ch.condition for ch in checks)]):
             mine = [ch for ch in checks if ch.condition == cond]
-            per.setdefault(cond, []).append(f"lr {lr:.3g}: {_condition_verdict(mine, c.combine, alpha)}")
+            gap = len((planned or {}).get(cond, set()) - {ch.label for ch in mine})
+            word = (decide([ch.evidence for ch in mine] + [None] * gap, c.combine, alpha)[0] if gap
+                    else _condition_verdict(mine, c.combine, alpha) if mine else NOT_ENOUGH)
+            per.setdefault(cond, []).append(f"lr {lr:.3g}: {word}")
     out = {}
     for cond, vs in per.items():
         words = {v.split(": ", 1)[1] for v in vs}
@@ -213,8 +220,11 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
         checks, missing = c.evaluate(first)
         checks, missing = [ch for ch in checks if ch is not None], list(dict.fromkeys(missing))
         rates = first.rates(own[0]) if own else []
-        shared = _shared_verdicts(c, data_of, rates, alpha) if sensitivity and len(rates) > 1 and first.per_rate \
-            else {}
+        planned: dict[str, set] = {}
+        for ch in checks:
+            planned.setdefault(ch.condition, set()).add(ch.label)
+        shared = _shared_verdicts(c, data_of, rates, alpha, planned) \
+            if sensitivity and len(rates) > 1 and first.per_rate else {}
         conditions = list(dict.fromkeys(ch.condition for ch in checks)) or [""]
         want = getattr(c, "primary_condition", "")
         primary_cond = next((x for x in conditions if want and x == want), conditions[0])

@@ -1,5 +1,6 @@
 """Whether a cell's learning-rate optimum is *bracketed*: its best rate, on the validation metric,
-lies strictly inside the rates it was tried at. One definition, read in three places: the sweep's
+lies strictly inside the rates it was tried at (``cemlab.sweeps.tuning_policy.edge_of``, the tuning
+policy's one definition), read in three places: the sweep's
 bracketing looks (``interim_look_store.sweep_bracket``: a cell best at an edge gets the rate beyond
 it), the verdicts (``pairing.compare``: a verdict stands only where the cells that could erase it
 are bracketed) and the report's tuning table (``figures.lr_tuning``).
@@ -25,10 +26,9 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.stats.divergence import outcomes
-
-#: ``edge`` values: the best rate is the lowest / highest tried, the cell has one rate, or no rate
-#: has an outcome; "" means bracketed.
-LOWEST, HIGHEST, ONE_RATE, NO_RUN = "lowest", "highest", "one rate", "no finished run"
+# The ``edge`` values and ``edge_of``, the one definition of "bracketed", are the tuning policy's, which
+# the sweep's bracketing steps and ``cemlab plan`` call too (re-exported here for the report's readers).
+from cemlab.sweeps.tuning_policy import DIVERGED_ALL, HIGHEST, LOWEST, NO_RUN, ONE_RATE, edge_of  # noqa: F401
 
 
 def tuning_family(cell: str) -> str:
@@ -51,22 +51,6 @@ def rate_score(test_logs, val_logs) -> float:
             n = len(x)
             return float(x[n // 2]) if n % 2 else float(x[n // 2 - 1] / 2 + x[n // 2] / 2)
     return math.nan
-
-
-def edge_of(lrs, scores) -> tuple[float, str]:
-    """``(best rate, edge)`` of a cell tried at ``lrs`` with per-rate ``scores`` (``rate_score``):
-    edge '' where the best rate is interior (bracketed), else ``LOWEST`` / ``HIGHEST`` / ``ONE_RATE``
-    / ``NO_RUN``. A tie for the best goes to the lower rate."""
-    lrs = np.asarray(lrs, dtype=float)
-    s = np.asarray(scores, dtype=float)
-    order = np.argsort(lrs, kind="stable")
-    lrs, s = lrs[order], np.where(np.isnan(s[order]), math.inf, s[order])
-    if not len(lrs) or not np.isfinite(s).any():
-        return math.nan, NO_RUN
-    i = int(np.argmin(s))
-    if len(lrs) == 1:
-        return float(lrs[0]), ONE_RATE
-    return float(lrs[i]), LOWEST if i == 0 else HIGHEST if i == len(lrs) - 1 else ""
 
 
 def family_edges(trials: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +108,7 @@ def position_edges(cands: list, logs: list, seeds=None) -> list[str]:
         for items in fams.values():
             lrs = [lr for lr, _, _ in items]
             best, edge = edge_of(lrs, [sc for _, sc, _ in items])
-            if edge and edge != ONE_RATE:   # a cell tried at one rate was not tuned: nothing to bracket
+            if edge and edge not in (ONE_RATE, DIVERGED_ALL):   # one rate: not tuned, nothing to bracket
                 c = items[0][2]
                 notes.append(edge_text(" ".join(str(c.get(k, "")) for k in ("variant", "size") if c.get(k, "")),
                                        lrs, best, edge))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from cemlab.report.pages.build import ReportContext
 from cemlab.report.claims.catalog import claims_for
-from cemlab.report.stats.bracketing import HIGHEST, LOWEST, family_edges, tuning_family
+from cemlab.report.stats.bracketing import family_edges, tuning_family
+from cemlab.sweeps.tuning_policy import STEP, Tried
 from cemlab.report.stats.interim_look import Look, cell_of, full_grid, next_trials, replay, seed_of
 
 
@@ -57,8 +58,9 @@ def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[
 def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> tuple[dict | None, list]:
     """Bracketing step ``step`` of a running sweep (``cemlab.sweeps.stages.bracketing``) judged from
     its store on the grid's own seeds (look 0's): every cell whose best rate is an end of the rates
-    it has (``bracketing.family_edges``) gets the rate beyond that end (``SweepSpec.next_rate``: the
-    grid's spacing, within the file's bounds and steps) for those seeds, as ordinary trials of the
+    it has (``bracketing.family_edges``) gets the rates its tuning policy gives it
+    (``SweepSpec.tuning_policy``, ``Policy.judge``: by default the rate beyond that end at the grid's
+    spacing, within the file's bounds and steps) for those seeds, as ordinary trials of the
     sweep file (named and hashed as if it listed that rate). Returns the step as a dict (each cell's
     rates, best rate, edge and the rate added) and the trials to run; ([] when every cell is
     bracketed or can go no further)."""
@@ -68,12 +70,17 @@ def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> 
     t = ctx.trials()
     t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
     rows, wanted = [], {}
+    policy = spec.tuning_policy(scale, trials)
+    grid = set(policy.grid) if policy is not None else set()
     for r in family_edges(t).itertuples():
-        nxt = spec.next_rate(scale, trials, list(r.lrs), r.edge) if r.edge in (LOWEST, HIGHEST) else None
+        steps = sum(1 for x in r.lrs if not any(abs(x - g) <= 1e-9 * g for g in grid))
+        nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps)) if policy is not None else None
+        added = nxt.rates[0] if nxt is not None and nxt.state == STEP else None
         rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",
-                         added_lr=nxt))
-        if nxt is not None:
-            wanted.setdefault(float(nxt), set()).add(r.family)
+                         added_lr=added, state=nxt.state if nxt is not None else "",
+                         reason=nxt.reason if nxt is not None else ""))
+        for rate in (nxt.rates if nxt is not None and nxt.state == STEP else ()):
+            wanted.setdefault(float(rate), set()).add(r.family)
     todo = []
     for rate, families in wanted.items():
         todo += [x for x in spec.expand(scale, overrides=[*(overrides or []), f"lr=[{rate:g}]"])

@@ -268,17 +268,28 @@ class SweepSpec(StrictSpec):
         the grid's rates and up to ``bracket_steps`` rates beyond each end (low / ratio**k, high *
         ratio**k, each to 3 significant digits, ``schema.round_lr``), those inside ``tuning.bounds``.
         The grid's rates alone where the scale, or this grid, brackets nothing (:meth:`bracket_steps`)."""
-        lrs = tuning_section.grid_rates(trials)
+        policy = self.tuning_policy(scale, trials)
+        return policy.reachable() if policy is not None else tuning_section.grid_rates(trials)
+
+    def tuning_policy(self, scale: str, trials: list["Trial"]):
+        """The tuning policy of the grid ``trials`` at ``scale`` (``tuning.policy``, a
+        ``cemlab.sweeps.tuning_policy.Policy``: the one rule for the rates a family gets next, whether it
+        is bracketed, and what it adds at least and at most); None where nothing is bracketed
+        (:meth:`bracket_steps`)."""
+        from cemlab.sweeps.tuning_policy import POLICIES
+
         steps = self.bracket_steps(scale, trials)
-        if not steps:
-            return lrs
-        return self.tuning.rates(lrs, self.rate_ratio(scale, trials), steps)
+        if not steps or not trials:
+            return None
+        return POLICIES.get(self.tuning.policy)(tuple(tuning_section.grid_rates(trials)),
+                                                self.rate_ratio(scale, trials), tuple(self.tuning.bounds), steps)
 
     def next_rate(self, scale: str, trials: list["Trial"], lrs: list[float], edge: str) -> float | None:
         """The rate beyond ``edge`` ('lowest' or 'highest') of a family that has the rates ``lrs``:
         the nearest of :meth:`tuning_rates` below ``min(lrs)`` or above ``max(lrs)``; None where there
         is none (the bounds or the scale's ``max_steps`` reached, or no bracketing)."""
-        nxt = tuning_section.beyond(self.tuning_rates(scale, trials), lrs, edge)
+        policy = self.tuning_policy(scale, trials)
+        nxt = policy.beyond(lrs, edge) if policy is not None else []
         return nxt[0] if nxt else None
 
     def axis_names(self) -> set[str]:

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr, SerializeAsAny, field_validator, model_
 from cemlab.config import MAX_LR, RunConfig
 from cemlab.tasks import TASKS
 from cemlab.tasks.scale import Resources, StrictSpec, TaskScale  # noqa: F401  (a trial's resources; a task's scale section)
+from cemlab.sweeps.tuning_policy import POLICIES, round_lr
 
 #: Scale used when none is given (``make sweep`` / ``cemlab sweep`` / ``cemlab plan``).
 DEFAULT_SCALE = "tiny"
@@ -323,8 +324,17 @@ class Tuning(StrictSpec):
     ``max_steps`` are spent. Then the seed looks of ``seeding:`` run. A scale not named (nor the
     scale it is ``like``) brackets nothing."""
 
-    max_steps: dict[str, int] = Field(description="Bracketing steps per end at most, per scale name, e.g. {tiny: 1}.")
+    max_steps: dict[str, int] = Field(description="Bracketing steps per family at most (a budget cap), per scale "
+                                                  "name, e.g. {tiny: 1}.")
     bounds: tuple[float, float] = Field(description="Absolute learning-rate bounds [low, high], inclusive.")
+    policy: str = Field(default="bracketing", description="The tuning policy (cemlab.sweeps.tuning_policy.POLICIES): "
+                                                          "which rates a family gets next.")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        POLICIES.get(v)   # an unknown name fails naming the policies there are
+        return v
 
     @field_validator("max_steps")
     @classmethod
@@ -349,16 +359,6 @@ class Tuning(StrictSpec):
         """Bracketing steps per end at ``scale`` (or at the scale it is ``like``, when it names none); 0 if neither."""
         return self.max_steps.get(scale, self.max_steps.get(like, 0) if like else 0)
 
-    def rates(self, lrs: list[float], ratio: float, steps: int) -> list[float]:
-        """The grid's rates ``lrs`` and up to ``steps`` rates beyond each end at ``ratio`` (low / ratio**k,
-        high * ratio**k, to 3 significant digits), those inside ``bounds``, in increasing order."""
-        low, high = min(lrs), max(lrs)
-        out = set(lrs)
-        for k in range(1, steps + 1):
-            out.update(r for r in (round_lr(low / ratio ** k), round_lr(high * ratio ** k))
-                       if self.bounds[0] <= r <= self.bounds[1])
-        return sorted(out)
-
 
 def lr_ratio(lrs: list[float], rel: float = 1e-6) -> float | None:
     """The constant ratio between consecutive distinct rates of ``lrs`` (evenly spaced on the log
@@ -370,11 +370,6 @@ def lr_ratio(lrs: list[float], rel: float = 1e-6) -> float | None:
     if any(not math.isclose(b / a, ratio, rel_tol=rel) for a, b in zip(rates, rates[1:])):
         return None
     return ratio
-
-
-def round_lr(lr: float) -> float:
-    """A learning rate to 3 significant digits (sampled rates get short ids and exact hashes)."""
-    return float(f"{lr:.3g}")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The ``tuning:`` section of a sweep file: learning rates added beyond a grid's ends (bracketing).
 
 The section itself is ``cemlab.sweeps.sweepfile.schema.Tuning``; ``SweepSpec`` answers for a scale
-and its grid (``bracket_steps``, ``rate_ratio``, ``tuning_rates``, ``next_rate``) with the helpers
-here; :func:`check_tuning` refuses, when the file is read, a scale that brackets an lr axis that
+and its grid (``bracket_steps``, ``rate_ratio``, ``tuning_policy``, ``tuning_rates``, ``next_rate``)
+with the helpers here and the tuning policy (``cemlab.sweeps.tuning_policy``: the one rule);
+:func:`check_tuning` refuses, when the file is read, a scale that brackets an lr axis that
 cannot be extended (fewer than 2 rates, uneven on the log scale, outside the bounds); the sweep's
 stage that adds the rates is ``cemlab.sweeps.stages.bracketing``, and ``cemlab plan`` counts what
 it may add (:func:`family_extra`) and what it must (:func:`family_least`). The helpers take the
@@ -12,11 +13,6 @@ it may add (:func:`family_extra`) and what it must (:func:`family_least`). The h
 from __future__ import annotations
 
 from cemlab.sweeps.sweepfile.schema import ScaleSpec, SweepError, Trial, lr_ratio
-
-#: Edges of a family's rates that a bracketing step extends (``SweepSpec.next_rate``).
-EDGES = ("lowest", "highest")
-#: Relative tolerance when rates (3 significant digits) are compared.
-REL = 1e-9
 
 
 def family_of(trial: Trial) -> tuple:
@@ -37,35 +33,22 @@ def family_rates(trials: list[Trial]) -> dict[tuple, list[float]]:
     return {f: sorted(lrs) for f, lrs in own.items()}
 
 
-def beyond(rates: list[float], lrs: list[float], edge: str) -> list[float]:
-    """The rates of ``rates`` beyond ``edge`` ('lowest' or 'highest') of ``lrs``, nearest first."""
-    if edge not in EDGES:
-        raise ValueError(f"edge={edge!r}: give one of {', '.join(EDGES)}")
-    if edge == "lowest":
-        return sorted((r for r in rates if r < min(lrs) * (1 - REL)), reverse=True)
-    return sorted(r for r in rates if r > max(lrs) * (1 + REL))
-
-
 def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
-    """Family -> how many rates bracketing may add to it at most: its reachable rates beyond its lower
-    end or beyond its upper end, whichever are more (a family extends one end only: once its best rate
-    is at the low end, adding lower rates cannot make its highest rate best). {} without bracketing."""
-    if not spec.bracket_steps(scale, trials) or not trials:
+    """Family -> how many rates its tuning policy may add to it at most (``Policy.most``); {} without
+    bracketing."""
+    policy = spec.tuning_policy(scale, trials)
+    if policy is None:
         return {}
-    rates = spec.tuning_rates(scale, trials)
-    return {f: max(len(beyond(rates, lrs, e)) for e in EDGES) for f, lrs in family_rates(trials).items()}
+    return {f: policy.most(lrs) for f, lrs in family_rates(trials).items()}
 
 
 def family_least(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
-    """Family -> how many rates bracketing adds to it at least, when its grid's runs finish: one for a
-    family of two grid rates with a reachable rate beyond each end (the better of two rates is always
-    an end, so its first step is certain), none otherwise (with three rates or more the best may be
-    interior; an end without a rate beyond it may be the best one). {} without bracketing."""
-    if not spec.bracket_steps(scale, trials) or not trials:
+    """Family -> how many rates its tuning policy adds to it at least, when its grid's runs finish
+    (``Policy.least``); {} without bracketing."""
+    policy = spec.tuning_policy(scale, trials)
+    if policy is None:
         return {}
-    rates = spec.tuning_rates(scale, trials)
-    return {f: int(len(lrs) == 2 and all(beyond(rates, lrs, e) for e in EDGES))
-            for f, lrs in family_rates(trials).items()}
+    return {f: policy.least(lrs) for f, lrs in family_rates(trials).items()}
 
 
 def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
