@@ -84,14 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sweep_look(*args):
     """The report's judge of a seeded sweep's looks (imported when a look is made)."""
-    from cemlab.report.stats.interim_look_store import sweep_look
+    from cemlab.report.looks.interim_look_store import sweep_look
 
     return sweep_look(*args)
 
 
 def _sweep_bracket(*args):
     """The report's judge of a tuned sweep's bracketing steps (imported when a step is judged)."""
-    from cemlab.report.stats.interim_look_store import sweep_bracket
+    from cemlab.report.looks.interim_look_store import sweep_bracket
 
     return sweep_bracket(*args)
 

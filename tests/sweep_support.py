@@ -70,7 +70,7 @@ def run(name: str, cache: Path, report: bool = True, **kw):
     from rich.console import Console
 
     from cemlab.cli import report_after_sweep
-    from cemlab.report.stats.interim_look_store import sweep_bracket, sweep_look
+    from cemlab.report.looks.interim_look_store import sweep_bracket, sweep_look
     from cemlab.sweeps.runner import run_sweep
 
     console = Console(file=open("/dev/null", "w"), width=200)  # the table is tested in test_sweep_run_progress

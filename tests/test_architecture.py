@@ -101,6 +101,22 @@ def test_no_import_upwards(package):
     assert not bad, bad
 
 
+#: The report's folders as floors (docs/architecture.md): a folder imports only its own floor or below.
+REPORT_FLOORS = {"stats": 0, "inputs": 0, "claims": 1, "looks": 2, "figures": 3, "pages": 4}
+
+
+def test_no_import_up_the_reports_floors():
+    def floor(m: str):
+        parts = m.split(".")
+        return REPORT_FLOORS.get(parts[2]) if parts[:2] == ["cemlab", "report"] and len(parts) > 3 else None
+
+    bad = sorted(f"{m} -> {d}" for m, deps in EDGES.items() if floor(m) is not None
+                 for d in deps if floor(d) is not None and floor(d) > floor(m))
+    unknown = sorted({m.split(".")[2] for m in MODULES if m.startswith("cemlab.report.") and len(m.split(".")) > 3}
+                     - set(REPORT_FLOORS))
+    assert not bad and not unknown, (bad, unknown)
+
+
 def test_files_and_functions_stay_short():
     long_files = [f"{p.relative_to(ROOT.parent)} {n}" for p in MODULES.values()
                   if (n := len(p.read_text().splitlines())) > 600]

@@ -2,7 +2,7 @@
 key of a sweep file, the rates a scale can reach, the trials a step adds (the file's own, hashed
 alike), what ``cemlab plan`` counts and prints, and the stage that makes the steps in order.
 
-The judging of a step is the report's (``cemlab.report.stats.interim_look_store.sweep_bracket``);
+The judging of a step is the report's (``cemlab.report.looks.interim_look_store.sweep_bracket``);
 here a stand-in judge drives the stage.
 """
 

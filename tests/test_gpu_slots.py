@@ -160,14 +160,26 @@ def test_gpu_slots_measured_sets_gpus_per_worker_to_one_over_the_count(store, mo
 
 
 def test_gpu_slots_measured_reaches_trials_added_later(store, monkeypatch):
-    """Seeds and bracketing rates are expanded from the same spec later: they get the measured share too."""
+    """Seeds and bracketing rates are expanded from the parsed file later and run through the same stage
+    (``execute.run_grid``), which applies the sweep's runtime share (kept on its ``Invocation``, never on
+    the parsed file): they get the measured share too; CPU trials keep no GPU."""
+    from cemlab.sweeps.gpu_slots import with_share
+    from cemlab.sweeps.stages import execute
+    from cemlab.sweeps.stages.invocation import Invocation
     from cemlab.sweeps.sweepfile.load import load_sweep
 
     spec = load_sweep("recursion_ablation")
-    spec.set_gpus_per_worker(1 / 3)
     added = spec.expand("gpu", overrides=[*GRID[:3], "seed=[5]"])
-    assert {t.resources.gpus_per_worker for t in added} == {1 / 3}
-    assert {t.resources.gpus_per_worker for t in spec.expand("smoke")} == {0}   # CPU trials keep no GPU
+    assert {t.resources.gpus_per_worker for t in added} == {0.25}   # the parsed file is left as it is
+    seen = {}
+    monkeypatch.setattr(execute, "_fit", lambda state, job, **kw: seen.update(job=job, **kw))
+    inv = Invocation.__new__(Invocation)
+    inv.gpu_share, inv.spec, inv.scale = 1 / 3, spec, "gpu"
+    monkeypatch.setattr(Invocation, "job", lambda self, trials=None, cell=None: trials)
+    execute.run_grid(inv, {t.trial_id: t for t in added})
+    assert {t.resources.gpus_per_worker for t in seen["job"].values()} == {1 / 3}
+    assert seen["resources"].gpus_per_worker == 1 / 3
+    assert {t.resources.gpus_per_worker for t in with_share(spec.expand("smoke"), 1 / 3)} == {0}
 
 
 def test_gpu_slots_measured_without_measurements_is_refused_naming_the_flag(store, monkeypatch, capsys):

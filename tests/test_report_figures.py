@@ -107,7 +107,8 @@ def _write_etas(uri: str, artifacts: Path) -> None:
 def drawn(tmp_path_factory):
     """Figure id -> ``Figure`` for every paper figure of the test sweeps and the generic figures of
     recursion_ablation and the many-line sweep."""
-    from cemlab.report.pages.build import ReportContext, SweepGrids
+    from cemlab.report.inputs.context import ReportContext
+    from cemlab.report.inputs.grids import SweepGrids
     from cemlab.report.figures.catalog import GENERIC_FIGURES, PAPER_FIGURES
     from cemlab.tracking.runs import RunStore
 

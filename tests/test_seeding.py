@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cemlab.report.stats.interim_look import cell_of, full_grid, level_note, open_cells, seed_of
+from cemlab.report.inputs.seeded import cell_of, full_grid, seed_of
+from cemlab.report.looks.interim_look import level_note, open_cells
 from cemlab.report.stats.sequential import ALPHA, look_alpha, sweep_alpha
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Interval
 from cemlab.report.claims.verdicts import Check, Verdict
@@ -176,7 +177,7 @@ def test_a_split_of_alpha_is_carried_into_the_plan_the_looks_and_the_page(sweep_
     in ``cemlab plan``'s look lines and JSON, in each look's level, on the report page's summary and
     as the level of the claims the report reads this sweep beside its own (the strictest look's)."""
     from cemlab.cli import main
-    from cemlab.report.stats.interim_look import LookLoop
+    from cemlab.report.looks.interim_look import LookLoop
     from cemlab.sweeps.plan import plan_sweep
 
     path = write(sweep_dir, "split", HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.005, "
@@ -320,7 +321,7 @@ def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkey
 def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
     from types import SimpleNamespace
 
-    from cemlab.report.stats.interim_look import LookLoop
+    from cemlab.report.looks.interim_look import LookLoop
 
     a, b, c = _cell("a"), _cell("b"), _cell("c")
     loop = LookLoop([SimpleNamespace(id="claim", combine="all")], "tiny", "mine", [[0, 1, 2], [0, 1, 2, 3, 4]], 0.025)
@@ -340,7 +341,7 @@ def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
 
 
 def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
-    from cemlab.report.stats.interim_look import next_trials
+    from cemlab.report.looks.interim_look import next_trials
 
     spec = load_sweep(write(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
                             + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))

@@ -15,7 +15,7 @@ the test metric. A run may diverge (status ``diverged``, no value): the worst ou
 look: each cell best at an end of its rates on those seeds (``bracketing.family_edges``, as
 ``interim_look_store.sweep_bracket`` judges it) gets the rate beyond that end for those seeds
 (``next_rate``: one step, within ``ALL_RATES``); (3) the seed looks: the report's ``verdicts.evaluate``
-through ``cemlab.report.stats.interim_look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level
+through ``cemlab.report.looks.interim_look.LookLoop`` on the first ``n_j`` seeds at look ``j``'s level
 (a comparison decided at a look keeps its verdict; the edge rule, ``pairing.compare``, reads that look's
 seeds), seeds added at every rate of the cells of inconclusive comparisons, until nothing is open or
 the last look. No training, seconds.
@@ -71,7 +71,7 @@ from cemlab.paper import SESOI
 from cemlab.report.claims import catalog as claims, pairing
 from cemlab.report.stats.bracketing import (HIGHEST, LOWEST, ONE_RATE, edge_of, family_edges, rate_score,
                                             tuning_family, untuned_sides)
-from cemlab.report.stats.interim_look import LookLoop
+from cemlab.report.looks.interim_look import LookLoop
 from cemlab.report.stats.sequential import ALPHA
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NOT_ENOUGH, SUPPORTED
 from cemlab.report.stats.decision import Evidence, comparison_evidence, decide, every_choice_p

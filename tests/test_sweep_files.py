@@ -86,16 +86,20 @@ def test_sweep_files_name_the_reports_figures_and_claims_without_loading_it():
     import sys
 
     from cemlab import paper
-    from cemlab.report.claims import rules as claim_rules
-    from cemlab.report.pages.build import SweepGrids
-    from cemlab.report.claims.catalog import CLAIMS
+    from cemlab.report.inputs.grids import SweepGrids
+    from cemlab.report.claims.catalog import CLAIMS, RULE_MODULES
     from cemlab.report.figures.catalog import PAPER_FIGURES
 
     assert [(f.__module__, f.__name__) for f in PAPER_FIGURES.values()] == \
         [("cemlab.report.figures.paper_figures", fid) for fid in paper.FIGURES]
     assert [c.id for c in CLAIMS] == list(paper.CLAIMS) and len(set(paper.CLAIMS)) == len(CLAIMS) > 0
-    assert [c.evaluate for c in CLAIMS] == [getattr(claim_rules, e["function"]) for e in paper.CLAIM_ENTRIES]
-    assert {e["function"] for e in paper.CLAIM_ENTRIES} == {n for n in vars(claim_rules) if n.startswith("rule_")}
+    def rule(name):   # the one module of RULE_MODULES that defines it
+        (fn,) = [getattr(m, name) for m in RULE_MODULES if callable(getattr(m, name, None))]
+        return fn
+
+    assert [c.evaluate for c in CLAIMS] == [rule(e["function"]) for e in paper.CLAIM_ENTRIES]
+    assert {e["function"] for e in paper.CLAIM_ENTRIES} == \
+        {n for m in RULE_MODULES for n, f in vars(m).items() if n.startswith("rule_") and f.__module__ == m.__name__}
     code = ("import sys; from cemlab.sweeps.sweepfile.files import list_sweeps; from cemlab.sweeps.sweepfile.load import load_sweep; "
             "specs = [load_sweep(n) for n in list_sweeps()]; "
             "print(sum(len(s.figures) + len(s.claims) for s in specs), "

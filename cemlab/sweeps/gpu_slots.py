@@ -14,14 +14,15 @@ the trial's slot time). :func:`trials_per_gpu` turns those of the finished runs 
 
 ``cemlab plan SWEEP --scale gpu`` prints the count with its reasons (:func:`slots_plan`, ``Plan.gpu_slots``),
 and ``cemlab sweep ... --gpu-slots measured`` runs the sweep with ``gpus_per_worker = 1 / n``
-(``cemlab.sweeps.plan.measured_share``, through ``SweepSpec.set_gpus_per_worker``). Without measurements the plan
+(``cemlab.sweeps.plan.measured_share``; the share is the sweep's runtime choice, kept on its ``Invocation`` and
+applied to every trial it runs, the grid's and those its looks add: :func:`with_share`). Without measurements the plan
 prints no line and the sweep is refused, saying so.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cemlab.sweeps.sweepfile.schema import SweepError
@@ -133,3 +134,13 @@ def slots_plan(rows: list, client: "MlflowClient", cpus: int | None = None) -> d
 
 class NoMeasurement(SweepError):
     """``--gpu-slots measured`` with no finished run that measured its GPU."""
+
+
+def with_share(trials, share: float | None) -> list:
+    """``trials`` with every one that holds a GPU asking for ``share`` GPUs per worker instead of its scale's
+    setting (``cemlab sweep --gpu-slots measured``); None, or a trial without a GPU: unchanged. Resources are
+    outside the config hash: the trials stay the same runs."""
+    if share is None:
+        return list(trials)
+    return [replace(t, resources=t.resources.model_copy(update={"gpus_per_worker": share}))
+            if t.resources.gpus_per_worker > 0 else t for t in trials]

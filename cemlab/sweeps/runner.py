@@ -62,6 +62,7 @@ from cemlab.paths import runs_dir, sweep_log_dir
 from cemlab.sweeps.stages import bracketing, execute, preflight, record, seeding, trial_actions
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
+from cemlab.sweeps.gpu_slots import with_share
 from cemlab.sweeps.stages.invocation import Invocation, SweepResult
 from cemlab.sweeps.sweepfile.schema import DEFAULT_SCALE, SweepError, Trial
 from cemlab.sweeps.sweepfile.load import load_sweep
@@ -88,9 +89,9 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
     ``command``: the command line that resumes it, printed on every exit that can be resumed
     (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
-    with ``seeding`` (``cemlab.report.stats.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
+    with ``seeding`` (``cemlab.report.looks.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
     ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
-    (``cemlab.report.stats.interim_look_store.sweep_bracket``; None: the grid's rates only);
+    (``cemlab.report.looks.interim_look_store.sweep_bracket``; None: the grid's rates only);
     ``gpu_slots``: ``scale`` (the scale's ``gpus_per_worker``) or ``measured`` (trials per GPU from the
     store's finished runs of this scale, ``cemlab.sweeps.gpu_slots``; refused without them);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
@@ -102,15 +103,15 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     if retries < 0:
         raise SweepError(f"retries={retries}: give 0 or more")
     spec = load_sweep(sweep)
+    share = None
     if gpu_slots == "measured":
         from cemlab.sweeps.plan import measured_share
 
         share, line = measured_share(spec, scale, overrides)
-        spec.set_gpus_per_worker(share)
         console.print(line, markup=False)
     elif gpu_slots != "scale":
         raise SweepError(f"--gpu-slots {gpu_slots}: choose scale (the scale's setting) or measured")
-    trials = spec.expand(scale, overrides=overrides)
+    trials = with_share(spec.expand(scale, overrides=overrides), share)
     limit_from_env(1.0)  # a $CEMLAB_WORKER_MEMORY_MB that is not a number: refused here, not in every trial
     preflight.check_before_ray(spec, trials)
     faults = faults_from_env()
@@ -129,7 +130,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             driver_lock = DriverLock(log_dir)
             inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
                                          cache_dir=cache, faults=faults)
-        inv.overrides = list(overrides or [])
+        inv.overrides, inv.gpu_share = list(overrides or []), share
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         with timing.stage("trials"):
             interrupted, lost = _run_trials(inv, trials, console, live, interval, looker, bracketer)

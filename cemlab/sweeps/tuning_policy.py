@@ -1,7 +1,7 @@
 """The tuning policy: how a *family* (the cells equal but for the learning rate and the seed) searches
 its learning rate. One interface, called by the three places that need the rule:
 
-- the sweep's bracketing steps (``cemlab.report.stats.interim_look_store.sweep_bracket``, which the
+- the sweep's bracketing steps (``cemlab.report.looks.interim_look_store.sweep_bracket``, which the
   sweep's ``stages.bracketing`` is handed): which rates each family gets next;
 - the report's edge rule (``cemlab.report.stats.bracketing``): whether a family's optimum is
   bracketed, or why it stopped, so that a verdict against an under-tuned cell does not stand;

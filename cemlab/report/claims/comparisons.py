@@ -1,4 +1,4 @@
-"""Every comparison behind the claims, as a page table and a forest plot.
+"""Every comparison behind the claims, as a page table (its forest plot: ``cemlab.report.figures.forest``).
 
 ``comparisons.csv`` (``cemlab.report.claims.verdict_tables.comparison_frame``) has one row per comparison; the
 page shows the same rows (effects as relative changes in percent, the unit named in the header)
@@ -15,20 +15,22 @@ import math
 
 import pandas as pd
 
-from cemlab.report.figures.plotting import pyplot
-from cemlab.report.claims.verdicts import shown
+from cemlab.report.claims.pairing import log2_ratio
+from cemlab.report.stats.percent import percent
 
 
-def _pct(x: float) -> str:
+def pct_value(x: float) -> str:
     """A log-scale effect as a relative change in percent."""
-    return f"{math.expm1(x) * 100:+.2f}" if math.isfinite(x) else ""
+    return percent(x, 2, log=True, unit="", missing="")
 
 
-def _is_lr(v) -> bool:
-    return v.id == "full-cem-higher-lr"
+def on_log2(v) -> bool:
+    """Whether a verdict's effects are log2 ratios (the learning-rate claim: its entry's
+    ``relative_margin=False``, its comparisons' ``fmt``) rather than log ratios shown in percent."""
+    return any(ch.fmt is log2_ratio for ch in v.checks)
 
 
-def _level(x: float) -> str:
+def level_text(x: float) -> str:
     return f"{x * 100:.4f}".rstrip("0").rstrip(".") + "%" if math.isfinite(x) else ""
 
 
@@ -41,11 +43,11 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
     rows = []
     for v in verdicts:
         for ch in v.checks:
-            scale = (lambda x: f"{x:+.3f}" if math.isfinite(x) else "n/a") if _is_lr(v) else \
-                (lambda x: _pct(x) or "n/a")
+            scale = (lambda x: f"{x:+.3f}" if math.isfinite(x) else "n/a") if on_log2(v) else \
+                (lambda x: pct_value(x) or "n/a")
             ev, b = ch.evidence, ch.bounds
             end = (lambda x: scale(x) if math.isfinite(x) else "open")   # a side voided by the edge rule
-            decided = (f"[{end(b.low)}, {end(b.high)}] at {_level(b.level)}"
+            decided = (f"[{end(b.low)}, {end(b.high)}] at {level_text(b.level)}"
                        if b is not None and (b.finite or ch.edge_blocks)
                        else ch.iv.note if not ch.discrete and ch.iv.note else "none")
             rows.append({"claim": v.id, "condition": f"{v.condition} ({v.role})".strip(), "comparison": ch.label,
@@ -62,55 +64,3 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
                                        "interval that decided, level", "what decided", "95% interval (descriptive)",
                                        "n", "sd (log)", "p supported / contradicted", "levels (one-sided)", "choice",
                                        "diverged or failed", "verdict", "decided"])
-
-
-def forest_plot(verdicts: list):
-    """One panel per claim (and condition) with comparisons; None when no claim has any. Per
-    comparison: the effect with the interval that decided it (thick, its level in the label; an end
-    without a bound is an arrow head at the effect) and the descriptive 95% interval (thin, grey, below)."""
-    groups = [v for v in verdicts if v.checks]
-    if not groups:
-        return None
-    plt = pyplot()
-    heights = [max(len(v.checks), 1) * 0.36 + 0.7 for v in groups]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(8.5, sum(heights) + 0.4),
-                             gridspec_kw=dict(height_ratios=heights), squeeze=False)
-    for ax, v in zip(axes[:, 0], groups):
-        unit = 1.0 if _is_lr(v) else 100.0
-        ys = list(range(len(v.checks)))[::-1]
-        ax.axvspan(-v.margin * unit, v.margin * unit, color="0.88", zorder=0, label="smallest effect of interest")
-        ax.axvline(0.0, color="0.3", lw=0.8)
-        labels = []
-        for y, ch in zip(ys, v.checks):
-            e = shown(ch.iv.effect, ch.fmt) * unit
-            if ch.iv.finite:
-                lo, hi = (shown(x, ch.fmt) * unit for x in (ch.iv.low, ch.iv.high))
-                ax.plot([lo, hi], [y - 0.22] * 2, color="0.55", lw=0.9, solid_capstyle="butt")
-            b = ch.bounds
-            if b is not None and b.finite:
-                lo, hi = (shown(x, ch.fmt) * unit if math.isfinite(x) else math.nan for x in (b.low, b.high))
-                left = lo if math.isfinite(lo) else min(e, hi) if math.isfinite(e) else hi
-                right = hi if math.isfinite(hi) else max(e, lo) if math.isfinite(e) else lo
-                ax.plot([left, right], [y, y], color="C0", lw=2.6, solid_capstyle="butt")
-                for end, at, head in ((lo, left, "<"), (hi, right, ">")):
-                    if math.isfinite(end):
-                        ax.plot([end, end], [y - 0.15, y + 0.15], color="C0", lw=1.2)
-                    elif math.isfinite(at):
-                        ax.plot(at, y, head, color="C0", ms=5)
-            if math.isfinite(e):
-                ax.plot(e, y, "o", color="C0", ms=4, zorder=3)
-            if ch.tol:
-                for t in ((-ch.tol, ch.tol) if ch.side == "within" else (ch.tol,)):
-                    ax.plot([shown(t, ch.fmt) * unit] * 2, [y - 0.4, y + 0.4], ls="--", color="C3", lw=1)
-            level = _level(b.level) if b is not None and b.finite else ("sign test" if ch.discrete else "no interval")
-            voided = f"; {', '.join(ch.edge_blocks)} voided: a cell at an edge" if ch.edge_blocks else ""
-            labels.append(f"{ch.label} [{ch.verdict}; {level}{voided}]")
-        ax.set_yticks(ys)
-        ax.set_yticklabels(labels, fontsize=7)
-        ax.set_title(f"{v.id} {v.condition} ({v.role}): {v.verdict}", fontsize=8, loc="left")
-        ax.set_xlabel("log2 lr ratio" if _is_lr(v) else "effect (%): thick = interval that decided, thin grey = 95%",
-                      fontsize=7)
-        ax.tick_params(axis="x", labelsize=7)
-        ax.set_ylim(-0.7, len(v.checks) - 0.3)
-    fig.tight_layout()
-    return fig

@@ -22,11 +22,12 @@ from cemlab.report.claims.shown_effect import (  # noqa: F401 (chosen_diffs, sho
     chosen_diffs, evidence_and_interval, shown_diffs)
 from cemlab.report.stats.bracketing import position_edges, untuned_sides
 from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable_cells
+from cemlab.report.stats.percent import percent
 
 
 def pct(x: float) -> str:
     """A log-scale effect shown as a relative change, exp(x) - 1, in percent."""
-    return f"{math.expm1(x) * 100:+.1f}%" if math.isfinite(x) else "n/a"
+    return percent(x, log=True)
 
 
 def num(x: float) -> str:

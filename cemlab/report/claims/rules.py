@@ -17,10 +17,8 @@ import pandas as pd
 
 from cemlab.paper import CLOSE_TOL, MATCH_TOL, NEGLIGIBLE, SMALL_COST
 from cemlab.report.stats.akima import akima_optimum, chosen_on_validation, read_at
-from cemlab.report.figures.paper_figures import reuse_setting
-from cemlab.report.claims.recursion_rules import (  # noqa: F401 (the recursion claims' rules, bound by name)
-    eta_value, rule_cem_attn_t2_beats_llama, rule_precond_t2_not_t1, rule_small_step_t1, rule_t2_beats_t1,
-    rule_test_time_recursion)
+from cemlab.report.inputs.table import reuse_setting
+from cemlab.report.claims.recursion_rules import eta_value
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from cemlab.report.stats.decision import Evidence
 from cemlab.report.stats.divergence import at_chance

@@ -1,7 +1,7 @@
 """The report's figures by id: the paper figures a sweep file's ``figures:`` names, and the figures
 every sweep's report tries.
 
-Every builder takes the report context (``cemlab.report.pages.build.ReportContext``) and returns a
+Every builder takes the report context (``cemlab.report.inputs.context.ReportContext``) and returns a
 ``Figure`` (``cemlab.report.figures.plotting``; None when the sweep holds no data for it): a matplotlib
 figure, the DataFrames written as CSV, a caption. Paper figures are in
 ``cemlab.report.figures.paper_figures``, each named by its id in ``cemlab.paper.FIGURES`` (the ids sweep

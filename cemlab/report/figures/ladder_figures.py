@@ -21,6 +21,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
+from cemlab.report.stats.percent import percent
 from cemlab.report.figures.plotting import Figure
 from cemlab.report.registry import register_figure
 
@@ -146,7 +147,7 @@ def trend_figure(rows: pd.DataFrame) -> Figure | None:
         if all(math.isfinite(v) for v in (slope, center, at)):
             xs = np.log2(g["tokens"].to_numpy(dtype=float)) - math.log2(at)
             ax.plot(x, float(to(center)) + float(to(slope)) * xs, "--", color="C1", lw=1.2, gid="trend")
-            f = (lambda v: f"{v * 100:+.1f}%") if rel else (lambda v: f"{v:+.3g}")
+            f = percent if rel else (lambda v: f"{v:+.3g}")
             lo_s, hi_s = float(first["slope_low"]), float(first["slope_high"])
             words = f"; trend {f(slope)} per doubling" + (f" [{f(lo_s)}, {f(hi_s)}]" if math.isfinite(lo_s) else "")
         ax.set_xscale("log")

@@ -1,7 +1,7 @@
 """The paper's figures and tables, each drawn from a sweep's cells with the data behind it as CSV.
 
 Each builder is named by its id (``cemlab.paper.FIGURES``, the ids a sweep file's ``figures:``
-lists): it takes the report context (``cemlab.report.pages.build.ReportContext``) and returns a
+lists): it takes the report context (``cemlab.report.inputs.context.ReportContext``) and returns a
 ``Figure`` (or None when the sweep holds no data for it). Builders only plot what the store holds:
 a cell without a finished seed is absent from the plot and present in the CSV with its note
 (missing, diverged, failed).
@@ -28,6 +28,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cemlab.report.inputs.table import reuse_setting
 from cemlab.report.stats.akima import akima_curve
 from cemlab.report.figures.lr_optima import lr_optima, search_vs_grid
 from cemlab.report.figures.plotting import (CEM_COLOR, LINESTYLES, LLAMA_COLOR, LR_LLAMA_COLOR, MATCHED_COLOR, MAX_LR_TICKS,
@@ -299,15 +300,6 @@ def fig3b(ctx) -> Figure | None:
 # ----------------------------------------------------------------------------------------------
 # Fig. 3c / 4: plain reuse vs CEM recursion
 # ----------------------------------------------------------------------------------------------
-
-def reuse_setting(row, attention: bool) -> str:
-    """The setting of a cell in Fig. 3c (MLP) / Fig. 4 (attention)."""
-    if row["family"] == "llama" or str(row["family"]).startswith("reuse"):
-        return "plain reuse"
-    if attention:
-        return "CEM"
-    return "CEM param-matched" if row["param_matched"] else "CEM dim-matched"
-
 
 def recursion_gains(cells: pd.DataFrame, attention: bool) -> pd.DataFrame:
     """Per (setting, size): perplexity at T=1 and T=2 and the gain ppl(T=1) - ppl(T=2); a CEM setting

@@ -312,3 +312,12 @@ def cell_display(cells: pd.DataFrame) -> pd.DataFrame:
                          "n": cells["n"].astype(int), "of": cells["n_expected"].astype(int),
                          "val mean": cells["val_mean"] if "val_mean" in cells else math.nan,
                          "note": cells["note"]})
+
+
+def reuse_setting(row, attention: bool) -> str:
+    """The setting of a cell in Fig. 3c (MLP) / Fig. 4 (attention), as the figures and the reuse claims read it."""
+    if row["family"] == "llama" or str(row["family"]).startswith("reuse"):
+        return "plain reuse"
+    if attention:
+        return "CEM"
+    return "CEM param-matched" if row["param_matched"] else "CEM dim-matched"

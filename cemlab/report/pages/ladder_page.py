@@ -35,7 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.pages.build import ReportContext, make_report, publish_problem, reports_root
+from cemlab.report.stats.percent import percent
+from cemlab.report.inputs.context import ReportContext
+from cemlab.report.pages.build import make_report, publish_problem, reports_root
 from cemlab.report.pages.writers import remove_stale, save_figure, write_csv, write_file
 from cemlab.report.inputs.grids import SweepGrids
 from cemlab.report.figures.ladder_optima import optima_figure, optima_table
@@ -199,7 +201,7 @@ def verdict_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%" if math.isfinite(x) else "n/a"
+    return percent(x)
 
 
 def claim_table(rungs: list[Rung]) -> pd.DataFrame:

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.claims.comparisons import comparisons_table, forest_plot
+from cemlab.report.stats.percent import percent
+from cemlab.report.claims.comparisons import comparisons_table
+from cemlab.report.figures.forest import forest_plot
 from cemlab.report.claims.verdict_tables import comparison_frame, integers as _integers, verdict_frame
 from cemlab.report.pages.render import Section
 from cemlab.tracking.conventions import run_url
@@ -84,9 +86,7 @@ def _interval_text(low: float, high: float, level: float) -> str:
     """`` [-5.10, -0.20] at 97.5%``: an interval that decided, in percent, with its coverage."""
     if not (np.isfinite(low) or np.isfinite(high)):
         return " (no interval)"
-    def end(x):
-        return f"{x * 100:+.2f}" if np.isfinite(x) else "n/a"
-    return f" [{end(low)}, {end(high)}] at {_fmt_level(level)}%"
+    return f" [{percent(low, 2, unit='', missing='open')}, {percent(high, 2, unit='', missing='open')}] at {_fmt_level(level)}%"
 
 
 def _fmt_level(level: float) -> str:
@@ -98,7 +98,7 @@ def _primary_text(r) -> str:
     decided and its level."""
     if not r["primary"] or r["primary"] == r["decided_by"]:
         return "(the deciding one)" if r["primary"] else ""
-    eff = (f"{r['primary_effect'] * 100:+.2f}"
+    eff = (percent(r["primary_effect"], 2, unit="")
            + _interval_text(r["primary_ci_low"], r["primary_ci_high"], r["primary_level"])
            if np.isfinite(r["primary_effect"]) else "n/a")
     return f"{r['primary']}: {eff}"
@@ -111,7 +111,7 @@ def _effect_text(r) -> str:
         return ""
     how = f"; {r['decided_how']}" if r["decided_how"] else ""
     interval = _interval_text(r["ci_low"], r["ci_high"], r["level"])
-    return f"{r['effect'] * 100:+.2f}{interval}, n={int(r['n_seeds'])}{how}"
+    return f"{percent(r['effect'], 2, unit='')}{interval}, n={int(r['n_seeds'])}{how}"
 
 
 def _power_text(r) -> str:

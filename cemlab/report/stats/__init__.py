@@ -2,8 +2,8 @@
 
 Modules: ``significance`` (the tests and the verdict words), ``decision`` (the decision from
 p-values), ``bounds`` (the interval that decided, one comparison judged), ``divergence`` (the worst
-outcomes' scoring); and the report's other statistics: ``sequential`` (the looks' levels),
-``interim_look`` and ``interim_look_store`` (a seeded sweep's looks), ``trend`` (the ladder's
+outcomes' scoring); and the report's other statistics: ``sequential`` (the looks' levels; the looks
+themselves judge claims and live above them, ``cemlab.report.looks``), ``trend`` (the ladder's
 trends), ``akima`` (Akima optima).
 
 A claim compares two (or more) grid cells that differ in one setting. Runs with the same seed see

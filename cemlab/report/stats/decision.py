@@ -10,16 +10,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, sign_pvalues, t_pvalues
+# ALPHA: the two-sided error rate of a claim's decision in a sweep without seeding; every one-sided
+# decision is held to half of it (a seeded sweep's looks share it out). One definition, in the sweep
+# file's schema, which checks each file's split of it.
+from cemlab.sweeps.sweepfile.schema import ALPHA
 
 
 # ----------------------------------------------------------------------------------------------
 # Decisions from p-values: every choice tested, intersection-union for "all", Holm for the rest
 # ----------------------------------------------------------------------------------------------
 
-#: The two-sided error rate of a claim's decision in a sweep without seeding; every one-sided
-#: decision (supported, contradicted, negligible) is held to half of it (a seeded sweep's looks
-#: share it out, ``cemlab.sweeps.look_levels``).
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)

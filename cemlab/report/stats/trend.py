@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cemlab.report.stats.percent import percent
 from cemlab.report.stats.significance import CONTRADICTED, NEGLIGIBLE, NOT_ENOUGH, SUPPORTED, t_interval
 from cemlab.report.stats.decision import ALPHA
 
@@ -108,7 +109,7 @@ def ladder_verdict(per_rung: list[tuple[float, str]], tr: Trend, fmt=None,
     order and its trend ``tr``; ``fmt`` writes a slope or an effect on the trend's scale (default:
     a log ratio as a relative change); ``effects`` [(rung, effect)] on that scale, for the words of
     how a verdict that holds moved (``movement``)."""
-    fmt = fmt or (lambda v: f"{math.expm1(v) * 100:+.1f}%")
+    fmt = fmt or (lambda v: percent(v, log=True))
     judged = [(r, v) for r, v in per_rung if v != NOT_ENOUGH]
     decisive = [(r, v) for r, v in judged if v in DECISIVE]
     for (r1, v1), (r2, v2) in zip(decisive, decisive[1:]):

@@ -109,10 +109,10 @@ def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None]
         bracketer: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
-    (``cemlab.report.stats.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
+    (``cemlab.report.looks.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code); ``bracketer``:
     judges the bracketing steps of a sweep with ``tuning``
-    (``cemlab.report.stats.interim_look_store.sweep_bracket``)."""
+    (``cemlab.report.looks.interim_look_store.sweep_bracket``)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
         return _run_ladder(args, looker, ladder_after, bracketer)
     return _run_scale(args, args.scale, after, looker, bracketer)

@@ -13,7 +13,7 @@ same stages as the grid (``decide``, ``execute``). It stops when no family is at
 rate beyond it, or after the scale's ``max_steps``.
 
 The judging is the report's: ``cemlab sweep`` (``cemlab.cli``) hands in ``bracketer``
-(``cemlab.report.stats.interim_look_store.sweep_bracket``), so the sweep layer never imports the
+(``cemlab.report.looks.interim_look_store.sweep_bracket``), so the sweep layer never imports the
 report. Every step is recorded (``Invocation.brackets``); ``record.finish`` writes them to
 ``summary.json``, and each is set on the parent run as the tag ``cemlab.brackets`` (JSON) as soon as
 it is made. A rerun reads the same store, so it makes the same decisions and finds the trials they

@@ -38,6 +38,7 @@ import ray
 from ray import tune
 
 from cemlab import timing
+from cemlab.sweeps.gpu_slots import with_share
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.trial import tune_report as rk
 from cemlab.sweeps.stages.trial_actions import CellSearch
@@ -177,7 +178,7 @@ def run_grid(state: Invocation, todo: dict[str, Trial]) -> None:
     """The grid's trials that need running (``cemlab.sweeps.stages.trial_actions.decide_grid``), as one Tuner."""
     if not todo:
         return
-
+    todo = dict(zip(todo, with_share(todo.values(), state.gpu_share)))
     job = state.job(trials=todo)
     _fit(state, job, param_space={"trial_id": tune.grid_search(list(todo))}, name=f"{state.spec.name}-{state.scale}",
          resources=next(iter(todo.values())).resources)

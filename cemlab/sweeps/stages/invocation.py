@@ -138,6 +138,9 @@ class Invocation:
     overrides: list[str] = field(default_factory=list)   # the command line's key=value
     looks: list[dict] = field(default_factory=list)      # seeding: each look made (cemlab.sweeps.stages.seeding)
     brackets: list[dict] = field(default_factory=list)   # tuning: each bracketing step (stages.bracketing)
+    #: cemlab sweep --gpu-slots measured: the GPUs per worker of every trial that holds a GPU (a runtime
+    #: choice, not the sweep file's; ``gpu_slots.with_share``), None: the scale's setting
+    gpu_share: float | None = None
 
     def job(self, trials: dict[str, Trial] | None = None, cell: Trial | None = None) -> TrialJob:
         return TrialJob(sweep=self.spec.name, scale=self.scale, tracking_uri=self.uri,

@@ -3,7 +3,7 @@
 After the grid's own seeds ran (``cemlab.sweeps.stages.execute.run_grid``), :func:`add_seeds`
 goes through the planned looks (``SweepSpec.looks``): at look ``j`` it judges the sweep's claims
 from the store on the first ``n_j`` seeds at the look's level (``SweepSpec.look_alphas``: the
-file's ``seeding.alpha_split``, else ``alpha / K``; ``cemlab.report.stats.interim_look``,
+file's ``seeding.alpha_split``, else ``alpha / K``; ``cemlab.report.looks.interim_look``,
 ``cemlab.report.stats.sequential``), and gives the cells of the comparisons still inconclusive the seeds
 of look ``j + 1``. Those are ordinary trials of the sweep file (same ids and config hashes as if
 the file listed the seeds): decided from the store, run on Ray Tune, tracked in MLflow, resumable
@@ -11,7 +11,7 @@ and shown in the live table, through the same stages as the grid (``decide``, ``
 stops when nothing is open or at the last look.
 
 The judging is the report's: ``cemlab sweep`` (``cemlab.cli``) hands in ``looker``
-(``cemlab.report.stats.interim_look_store.sweep_look``), so the sweep layer never imports the report. Every look is recorded (``Invocation.looks``): index, seeds, level, open claims and cells, trials
+(``cemlab.report.looks.interim_look_store.sweep_look``), so the sweep layer never imports the report. Every look is recorded (``Invocation.looks``): index, seeds, level, open claims and cells, trials
 asked for; ``record.finish`` writes them to ``summary.json``, and each is set on the parent run as
 the tag ``cemlab.looks`` (JSON) as soon as it is made. A rerun reads the same store, so it makes the
 same decisions and finds the trials they ask for done.

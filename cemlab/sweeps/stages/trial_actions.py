@@ -92,7 +92,7 @@ def decide_searches(state: Invocation, cells: list[Trial]) -> list[CellSearch]:
         state.progress.expect(cell, cell.search.samples)
     jobs = []
     for cell in cells:
-        found = search_cell_runs(state.client, state.experiment_id, cell)
+        found = find_search_runs(state.client, state.experiment_id, cell)
         samples = cell.search.samples
         done_runs, pending_lrs = [], []
         for runs in found.values():
@@ -181,7 +181,7 @@ def _record(state: Invocation, trial: Trial, folder: Path, local: dict) -> None:
     state.progress.update(trial.trial_id, {**result.metrics, RUN_ID_KEY: result.run_id})
 
 
-def search_cell_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
+def find_search_runs(client: "MlflowClient", experiment_id: str, cell: Trial) -> dict[str, list["Run"]]:
     """Runs of an Optuna-searched cell (tag ``cemlab.search_cell``) at its scale, by config hash."""
     runs = search_runs(client, [experiment_id], f"tags.`{schema.SEARCH_CELL}` = '{cell.trial_id}' and "
                                                  f"tags.`{schema.SCALE}` = '{cell.scale}'")

@@ -222,8 +222,6 @@ def _make_trial(spec, scale_name: str, scale: ScaleSpec, task_scale: TaskScale, 
     if size is not None:
         config.tracking.tags[schema.MODEL_KIND] = config.model.kind
     resources = task_scale.resources
-    if spec._gpus_per_worker is not None and resources.gpus_per_worker > 0:  # cemlab sweep --gpu-slots measured
-        resources = resources.model_copy(update={"gpus_per_worker": spec._gpus_per_worker})
     return Trial(sweep=spec.name, figure=spec.figure, scale=scale_name, trial_id=trial_id, group=variant.group,
                  variant=label, size=size or "", axes=axes, config=config, config_hash=h, task=spec.task,
                  resources=resources, search=search, seeds_given="seed" in spec._cli_axes)

@@ -115,8 +115,6 @@ class SweepSpec(StrictSpec):
     _path: Path | None = PrivateAttr(default=None)
     _rungs: dict[str, ScaleSpec] = PrivateAttr(default_factory=dict)
     _cli_axes: frozenset[str] = PrivateAttr(default=frozenset())   # axes the command line set (with_overrides)
-    # cemlab sweep --gpu-slots measured: the GPUs per worker of every trial that holds a GPU (cemlab.sweeps.gpu_slots)
-    _gpus_per_worker: float | None = PrivateAttr(default=None)
 
     @field_validator("figures", "claims")
     @classmethod
@@ -299,11 +297,6 @@ class SweepSpec(StrictSpec):
         return names
 
     # -- expansion --------------------------------------------------------------------------
-    def set_gpus_per_worker(self, share: float | None) -> None:
-        """Every trial that holds a GPU asks for ``share`` GPUs per worker instead of its scale's setting
-        (``cemlab sweep --gpu-slots measured``; None: the scale's). Outside the config hash, like all resources."""
-        self._gpus_per_worker = share
-
     def expand(self, scale: str = DEFAULT_SCALE, scales: dict[str, ScaleSpec] | None = None,
                overrides: list[str] | None = None) -> list["Trial"]:
         """All trials of this sweep at ``scale``, in a deterministic order (size, variant, the

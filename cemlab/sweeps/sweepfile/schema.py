@@ -208,7 +208,8 @@ class LrSearch(StrictSpec):
         return optuna.samplers.RandomSampler(seed=seed)
 
 
-#: The error rate of one claim's decision in the report (two-sided; ``cemlab.report.stats.decision.ALPHA``).
+#: The error rate of one claim's decision (two-sided): the one definition, which the report (``cemlab.report.stats.decision``)
+#: and the looks (``cemlab.sweeps.look_levels``) import.
 ALPHA = 0.05
 
 

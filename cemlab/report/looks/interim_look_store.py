@@ -1,14 +1,15 @@
 """The looks of a running seeded sweep, judged from its store as ``cemlab report`` reads it: what
 ``cemlab sweep`` hands the sweep layer as its ``looker`` (``cemlab.sweeps.stages.seeding``), so that
-the sweep layer never imports the report. The looks themselves: ``cemlab.report.stats.interim_look``."""
+the sweep layer never imports the report. The looks themselves: ``cemlab.report.looks.interim_look``."""
 
 from __future__ import annotations
 
-from cemlab.report.pages.build import ReportContext
+from cemlab.report.inputs.context import ReportContext
+from cemlab.report.inputs.seeded import cell_of, full_grid, seed_of
 from cemlab.report.claims.catalog import claims_for
 from cemlab.report.stats.bracketing import family_edges, tuning_family
 from cemlab.sweeps.tuning_policy import STEP, Tried
-from cemlab.report.stats.interim_look import Look, cell_of, full_grid, next_trials, replay, seed_of
+from cemlab.report.looks.interim_look import Look, next_trials, replay
 
 
 def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float | list[float]) -> Look:

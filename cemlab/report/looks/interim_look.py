@@ -10,7 +10,7 @@ config hashing). Everything is read from the store, so a rerun of the sweep make
 decisions and finds the trials they ask for already done.
 
 The report reads a seeded sweep as the grid's own seeds plus every added seed that has a run
-(:func:`seeded_grid`): the seeds not added are not "missing".
+(``cemlab.report.inputs.seeded.seeded_grid``): the seeds not added are not "missing".
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Callable
 
 import pandas as pd
 
+from cemlab.report.inputs.seeded import at_seeds, cell_of, seed_of
 from cemlab.report.stats.bracketing import tuning_family
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, SUPPORTED
 
@@ -40,78 +41,6 @@ class Look:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None) -> list:
-    """The sweep's trials at ``scale`` with every seed of its last planned look and every learning
-    rate its bracketing looks can reach (``SweepSpec.tuning_rates``; its own grid when it plans
-    neither): the trials the looks may add, named and hashed as the file's own."""
-    looks = spec.looks(scale, trials)
-    extra = []
-    if len(looks) > 1:
-        extra.append(f"seed=[{','.join(str(s) for s in looks[-1])}]")
-    rates = reachable_rates(spec, scale, trials)
-    if rates:
-        extra.append(f"lr=[{','.join(f'{r:g}' for r in rates)}]")
-    if not extra:
-        return list(trials)
-    return spec.expand(scale, overrides=[*(overrides or []), *extra])
-
-
-def reachable_rates(spec, scale: str, trials: list) -> list[float]:
-    """Every rate the sweep's bracketing looks can give a cell at ``scale`` where they can add one
-    beyond the grid's (``SweepSpec.tuning_rates``); [] where they cannot."""
-    if not trials or not getattr(spec, "tuning", None) or not spec.bracket_steps(scale, trials):
-        return []
-    rates = spec.tuning_rates(scale, trials)
-    grid = {float(t.axes.get("lr", t.config.train.lr)) for t in trials}
-    return rates if set(rates) - grid else []
-
-
-def cell_of(trial) -> str:
-    """A trial's cell, as the report's tables name it (``table.trial_row``)."""
-    from cemlab.report.inputs.table import trial_row
-
-    return trial_row(trial, 0)["cell"]
-
-
-def seed_of(trial) -> int:
-    return int(trial.axes.get("seed", trial.config.train.seed))
-
-
-def seeded_grid(grids, sweep: str, scale: str, store) -> list:
-    """The trials the report reads for ``sweep``: its grid, plus the seeds its looks added and the
-    rates its bracketing looks added (those with a run in ``store``), in grid order."""
-    planned = grids.trials(sweep, scale)
-    spec = grids.spec(sweep)
-    if (getattr(spec, "seeding", None) is None and getattr(spec, "tuning", None) is None) or not planned:
-        return planned
-    try:
-        full = full_grid(spec, scale, planned, grids.overrides)
-    except ValueError:  # overrides that do not fit this sweep: its own grid
-        full = full_grid(spec, scale, planned)
-    if len(full) == len(planned):
-        return planned
-    base = {t.config_hash for t in planned}
-    store.prefetch(t.config_hash for t in full)
-    return [t for t in full if t.config_hash in base or store.runs_for_hash(t.config_hash)]
-
-
-def at_seeds(trials_of: Callable[[str], pd.DataFrame], seeds: list[int]):
-    """``(cells_of, trials_of)`` of the report restricted to ``seeds``."""
-    from cemlab.report.inputs.table import aggregate
-
-    keep = set(int(s) for s in seeds)
-    cache: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
-
-    def both(sweep: str):
-        if sweep not in cache:
-            t = trials_of(sweep)
-            t = t[t["seed"].astype(int).isin(keep)] if len(t) else t
-            cache[sweep] = (t, aggregate(t))
-        return cache[sweep]
-
-    return (lambda s: both(s)[1]), (lambda s: both(s)[0])
 
 
 def open_cells(verdicts: list, sweep: str) -> tuple[list[str], list[str]]:
@@ -276,7 +205,7 @@ def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:
 
 
 def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
-    """The verdicts a report shows for ``claims`` read through ``ctx`` (``build.ReportContext``),
+    """The verdicts a report shows for ``claims`` read through ``ctx`` (``inputs.context.ReportContext``),
     judged for ``sweep`` (default ``ctx.sweep``): where that sweep is seeded at the scale, its looks
     replayed (:func:`replay`: every comparison at the look that decided it, at that look's level);
     else each claim at its sweeps' level (``sequential.claim_alpha``). Each verdict carries the
