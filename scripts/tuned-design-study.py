@@ -272,40 +272,55 @@ def make_designs(nc_override=None):
                   run=d0, sel=3, steps=1, share=False, conf="all", n=6, fresh=False))
 
     # (1) single / (2) union / (3) ref2 on fresh confirmation seeds
-    def conf_design(kind, nsel, steps, share, nc):
+    def dead(x, cell, rate_idx, nsel):
+        return np.isnan(at(x, cell, rate_idx, np.arange(nsel))).all(-1)
+
+    def conf_p(x, kind, b, r, cs, nsel):
+        A, B = 0, 1
+        xa, xb = at(x, A, b[:, 0], cs), at(x, B, b[:, 1], cs)
+        ps, pc = ptest(xa, xb)
+        if kind in ("union", "union-d"):  # the reference at every rate of the union {a's, b's}
+            ps2 = ptest(at(x, A, b[:, 1], cs), xb)[0]
+            pc2 = ptest(xa, at(x, B, b[:, 0], cs))[1]
+            if kind == "union-d":  # ... but not where every one of its selection runs diverged
+                ps2 = np.where(dead(x, A, b[:, 1], nsel), 0.0, ps2)
+                pc2 = np.where(dead(x, B, b[:, 0], nsel), 0.0, pc2)
+            ps, pc = np.maximum(ps, ps2), np.maximum(pc, pc2)
+        elif kind == "ref2":  # the reference also at its runner-up from selection
+            ps = np.maximum(ps, ptest(at(x, A, r[:, 0], cs), xb)[0])
+            pc = np.maximum(pc, ptest(xa, at(x, B, r[:, 1], cs))[1])
+        return ps, pc
+
+    def conf_design(kind, nsel, steps, share, nc, looks):
         def run(x):
             lo, hi, b, r, edge = select(x[..., :nsel], ADJ2, steps, share)
-            cs = np.arange(nsel, nsel + nc)
-            A, B = 0, 1
-            if kind == "single":
-                ps, pc = ptest(at(x, A, b[:, 0], cs), at(x, B, b[:, 1], cs))
-            elif kind == "union":
-                xb = at(x, B, b[:, 1], cs)
-                xa = at(x, A, b[:, 0], cs)
-                ps = np.maximum(ptest(at(x, A, b[:, 0], cs), xb)[0],
-                                ptest(at(x, A, b[:, 1], cs), xb)[0])
-                pc = np.maximum(ptest(xa, at(x, B, b[:, 1], cs))[1],
-                                ptest(xa, at(x, B, b[:, 0], cs))[1])
-            elif kind == "ref2":
-                xb = at(x, B, b[:, 1], cs)
-                xa = at(x, A, b[:, 0], cs)
-                ps = np.maximum(ptest(xa, xb)[0], ptest(at(x, A, r[:, 0], cs), xb)[0])
-                pc = np.maximum(ptest(xa, xb)[1], ptest(xa, at(x, B, r[:, 1], cs))[1])
-            return ps <= 0.025, pc <= 0.025
+            if looks == 1:
+                ps, pc = conf_p(x, kind, b, r, np.arange(nsel, nsel + nc), nsel)
+                return ps <= 0.025, pc <= 0.025
+            h = nc // 2  # two looks: n/2 seeds at 0.5%, n at 2% (Bonferroni over the looks)
+            ps0, pc0 = conf_p(x, kind, b, r, np.arange(nsel, nsel + h), nsel)
+            ps1, pc1 = conf_p(x, kind, b, r, np.arange(nsel, nsel + nc), nsel)
+            s0, k0 = ps0 <= 0.005, pc0 <= 0.005
+            dec = s0 | k0
+            return s0 | (~dec & (ps1 <= 0.02)), k0 | (~dec & (pc1 <= 0.02))
         return run
 
-    for kind, nsel, steps, share in [("single", 3, 1, False), ("single", 2, 1, False),
-                                     ("single", 3, 2, False),
-                                     ("union", 3, 1, False), ("union", 3, 2, True),
-                                     ("ref2", 3, 1, False), ("ref2", 2, 1, False),
-                                     ("ref2", 2, 2, True)]:
+    for kind, nsel, steps, share, looks in [
+            ("single", 3, 1, False, 1), ("single", 2, 1, False, 1), ("single", 3, 1, True, 1),
+            ("single", 3, 1, True, 2),
+            ("union", 3, 1, False, 1), ("union", 2, 1, True, 1), ("union", 3, 1, True, 1),
+            ("union-d", 2, 1, True, 1), ("union-d", 2, 1, True, 2),
+            ("ref2", 3, 1, False, 1), ("ref2", 3, 1, True, 1), ("ref2", 2, 1, True, 1),
+            ("ref2", 2, 2, True, 1), ("ref2", 2, 1, True, 2)]:
         d = dict(sel=nsel, steps=steps, share=share, conf=kind, fresh=True)
         d["n"] = nc_for(None, budget_seeds(d))
-        key = {"single": "D1", "union": "D2", "ref2": "D3"}[kind]
-        d["key"] = f"{key} {kind} sel{nsel} st{steps}{' sh' if share else ''}"
+        key = {"single": "D1", "union": "D2", "union-d": "D2", "ref2": "D3"}[kind]
+        d["key"] = (f"{key} {kind} s{nsel} st{steps}{' sh' if share else ''}"
+                    f"{' 2look' if looks == 2 else ''}")
         d["label"] = (f"{kind}: select on {nsel} seeds, <= {steps} step(s)"
-                      f"{', shared' if share else ''}; fresh seeds")
-        d["run"] = conf_design(kind, nsel, steps, share, d["n"])
+                      f"{', shared' if share else ''}; fresh seeds"
+                      f"{', looks n/2 (0.5%) + n (2%)' if looks == 2 else ''}")
+        d["run"] = conf_design(kind, nsel, steps, share, d["n"], looks)
         D.append(d)
 
     # (4) shared bracketing until interior (capped), every choice + Bonferroni on all seeds
@@ -341,25 +356,6 @@ def make_designs(nc_override=None):
                  label=f"shared steps (<= {steps}), fitted-quadratic minimum, jackknife SE, edge rule")
         D.append(d)
 
-    # (6) single with two looks on the confirmation seeds (Bonferroni over looks, 1/5 + 4/5)
-    def single2(nsel, steps, nc):
-        def run(x):
-            lo, hi, b, r, edge = select(x[..., :nsel], ADJ2, steps, False)
-            h = nc // 2
-            c1 = np.arange(nsel, nsel + h)
-            c2 = np.arange(nsel, nsel + nc)
-            ps0, pc0 = ptest(at(x, 0, b[:, 0], c1), at(x, 1, b[:, 1], c1))
-            ps1, pc1 = ptest(at(x, 0, b[:, 0], c2), at(x, 1, b[:, 1], c2))
-            a0, a1 = 0.005, 0.02
-            s0, k0 = ps0 <= a0, pc0 <= a0
-            dec = s0 | k0
-            return s0 | (~dec & (ps1 <= a1)), k0 | (~dec & (pc1 <= a1))
-        return run
-    d = dict(sel=3, steps=1, share=False, conf="single", fresh=True)
-    d["n"] = budget_seeds(d)
-    d.update(key="D6 single 2 looks", run=single2(3, 1, d["n"]),
-             label="single (sel 3, 1 step), confirmation looks at n/2 (0.5%) and n (2%)")
-    D.append(d)
     return D
 
 
@@ -380,7 +376,7 @@ def worst_trials(d, n=None):
         return sel + 9 * n
     if d["conf"] == "ref2":
         return sel + 18 * n
-    if d["conf"] == "union":
+    if d["conf"] in ("union", "union-d"):
         return sel + int(np.minimum(1 + DEG9, NR).sum()) * n
 
 
@@ -393,7 +389,7 @@ def budget_seeds(d):
     return n
 
 
-def expected_trials(d, reps, seed, eff_sd=0.0):
+def expected_trials(d, reps, seed, eff_sd=0.0, full=False):
     """Mean 9-cell trials: every cell on the default curve (eff_sd: the T=2 cells better by that),
     the selection stage simulated with the job's comparison graph.  For the 'all' designs every rate
     of the range runs on every seed (looks stopping early are ignored: at tiny they stop almost
@@ -409,18 +405,30 @@ def expected_trials(d, reps, seed, eff_sd=0.0):
     lo, hi, b, r, edge = select(xs, ADJ9, d["steps"], d["share"])
     nrates = (hi - lo + 1)
     if not d["fresh"]:
-        return (nrates * d["n"]).sum(1).mean()
-    sel = (nrates * nsel).sum(1)
-    if d["conf"] == "single":
-        conf = 9 * d["n"]
-    elif d["conf"] == "ref2":
-        conf = 18 * d["n"]
+        per_seed = nrates.sum(1)
+        sel = 0
     else:
-        conf = 0
-        for i in range(9):
-            s = [b[:, i]] + [b[:, j] for j in np.flatnonzero(ADJ9[i])]
-            conf = conf + np.array([len(set(v)) for v in zip(*s)]) * d["n"]
-    return (sel + conf).mean()
+        sel = (nrates * nsel).sum(1)
+        if d["conf"] == "single":
+            per_seed = np.full(reps, 9)
+        elif d["conf"] == "union-d":
+            per_seed = 0
+            for i in range(9):
+                s = [b[:, i]] + [b[:, j] for j in np.flatnonzero(ADJ9[i])]
+                per_seed = per_seed + np.array([len(set(v)) for v in zip(*s)])
+        elif d["conf"] == "ref2":
+            per_seed = np.full(reps, 18)
+        else:
+            per_seed = 0
+            for i in range(9):
+                s = [b[:, i]] + [b[:, j] for j in np.flatnonzero(ADJ9[i])]
+                per_seed = per_seed + np.array([len(set(v)) for v in zip(*s)])
+    trials = sel + per_seed * d["n"]
+    # the adaptive rule: after the selection stage, the most seeds the budget's remainder buys
+    n_adapt = (BUDGET - sel) // per_seed
+    if full:
+        return n_adapt, sel + per_seed * n_adapt
+    return trials.mean(), n_adapt.mean(), np.percentile(n_adapt, 5)
 
 
 # ---------------------------------------------------------------- main
@@ -440,22 +448,31 @@ def main():
     ap.add_argument("--sweep", action="store_true",
                     help="power at 1 sd and worst level against seeds, beyond the budget")
     ap.add_argument("--nseeds", type=int, default=24, help="seeds drawn per replication")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="the adaptive seed rule: n = the most seeds the rest of 165 trials buys"
+                         " after the 9-cell selection stage; level and power as mixtures over n")
+    ap.add_argument("--budget", type=int, default=BUDGET, help="trials of the 9-cell job (165)")
     a = ap.parse_args()
+    globals()["BUDGET"] = a.budget
     t0 = time.time()
     R, S = a.reps, a.nseeds
     if a.sweep:
         return sweep(a)
+    if a.adaptive:
+        return adaptive(a)
     designs = [d for d in make_designs() if d["key"].startswith(a.only)]
     worlds = {name: draw(c, R, S, a.seed) for name, _, c in NULLS}
     pw = draw(POWER, R, S, a.seed + 1)
     print(f"# reps {R}; 1 sd = {SD:.4f}; level and power in %, Monte-Carlo SE in brackets\n")
     print("## Designs, seed budget and 9-cell trials (worst / expected under the null default"
-          " curve / expected with T=2 cells 1 sd better)")
+          " curve / expected with T=2 cells 1 sd better); n = seeds judged per rate (fresh"
+          " confirmation seeds for single/union/ref2) by the worst-case rule; adaptive n = the most"
+          " seeds the remainder of 165 buys after the simulated 9-cell selection stage")
     for d in designs:
-        e0 = expected_trials(d, 2000, a.seed + 7)
-        e1 = expected_trials(d, 2000, a.seed + 7, 1.0)
+        e0, na, n5 = expected_trials(d, 2000, a.seed + 7)
+        e1 = expected_trials(d, 2000, a.seed + 7, 1.0)[0]
         print(f"{d['key']:24s} n={d['n']:2d} worst {worst_trials(d):4d} exp {e0:6.1f} / {e1:6.1f}"
-              f"  | {d['label']}")
+              f"  adaptive n mean {na:4.1f} (5th pct {n5:2.0f})  | {d['label']}")
     print()
     hdr = "case".ljust(34) + "".join(f"{d['key'][:14]:>16s}" for d in designs)
     print("## False supported / false contradicted (%, SE)")
@@ -527,6 +544,56 @@ def sweep(a):
                     wl, wc = v, name
             print(f"{key:22s} n={n:2d} power {100 * p:5.1f} primary {100 * p * p:5.1f} worst level "
                   f"{100 * wl:4.1f} ({wc}) trials {worst_trials(d, n)}", flush=True)
+    print(f"# run time {time.time() - t0:.0f} s")
+
+
+ADAPTIVE_KEYS = ["D1 single s3 st1 sh", "D2 union s2 st1 sh", "D2 union s3 st1 sh",
+                 "D2 union-d s2 st1 sh", "D2 union-d s2 st1 sh 2look",
+                 "D3 ref2 s2 st1 sh", "D3 ref2 s3 st1 sh", "D4 EC shared st1"]
+
+
+def adaptive(a):
+    """Each design with the adaptive seed rule.  n's law comes from 4,000 simulated 9-cell selection
+    stages (every cell on the default curve, T=2 cells 1 sd better for the power row, no effect for
+    the levels); the pair's draws are taken independent of n (the pair's own part in the 9-cell
+    selection is ignored).  Each metric is sum_n P(n) metric(n) on common draws."""
+    t0 = time.time()
+    R, S = a.reps, a.nseeds
+    pw = draw(POWER, R, S, a.seed + 1)
+    worlds = [(name, kind, draw(c, R, S, a.seed)) for name, kind, c in NULLS]
+    mono = [(p, draw(c, R, S, a.seed + 2)) for p, c in MONO]
+    keys = a.only.split(",") if a.only else ADAPTIVE_KEYS
+    print(f"# budget {BUDGET} trials; reps {R}; adaptive seed rule; level/power in % (MC SE of the mixture, approx.)")
+    for key in keys:
+        d0 = [d for d in make_designs() if d["key"] == key][0]
+        out = {}
+        for tag, eff in (("null", 0.0), ("power", 1.0)):
+            n_ad, tr = expected_trials(d0, 4000, a.seed + 7, eff, full=True)
+            vals, cnt = np.unique(np.minimum(n_ad, S - d0["sel"]), return_counts=True)
+            out[tag] = (vals, cnt / cnt.sum(), tr)
+        vals, w, tr = out["power"]
+        p = sum(wi * rebuild(d0, int(v))(pw)[0].mean() for v, wi in zip(vals, w) if v >= 2)
+        print(f"\n## {key}: n mean {np.dot(vals, w):.2f} (range {vals.min()}-{vals.max()}); 9-cell"
+              f" trials mean {tr.mean():.1f}, max {tr.max()} (null: mean {out['null'][2].mean():.1f})")
+        print(f"power at 1 sd {pct(p, R)}   primary {100 * p * p:.1f} ({100 * 2 * p * se(p, R):.1f})")
+        vals, w, _ = out["null"]
+        runs = {int(v): rebuild(d0, int(v)) for v in vals if v >= 2}
+        worst = 0
+        for name, kind, x in worlds:
+            res = [runs[int(v)](x) for v in vals if v >= 2]
+            ww = [wi for v, wi in zip(vals, w) if v >= 2]
+            ps = sum(wi * r[0].mean() for wi, r in zip(ww, res))
+            pc = sum(wi * r[1].mean() for wi, r in zip(ww, res))
+            worst = max(worst, ps, pc if kind == "null" else 0)
+            print(f"  {name[:33]:34s} sup {pct(ps, R)}  con " +
+                  (pct(pc, R) if kind == "null" else "(right)"))
+        print(f"  worst wrong verdict {100 * worst:.1f}")
+        row = "  2 sd worse, div 0/5/10/25/50/100%: P(con) "
+        for pdv, x in mono:
+            res = [runs[int(v)](x) for v in vals if v >= 2]
+            ww = [wi for v, wi in zip(vals, w) if v >= 2]
+            row += f"{100 * sum(wi * r[1].mean() for wi, r in zip(ww, res)):5.1f} "
+        print(row, flush=True)
     print(f"# run time {time.time() - t0:.0f} s")
 
 
