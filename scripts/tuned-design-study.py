@@ -392,7 +392,7 @@ def budget_seeds(d):
     return n
 
 
-def expected_trials(d, reps, seed, eff_sd=0.0, full=False):
+def expected_trials(d, reps, seed, eff_sd=0.0, full=False, give=0):
     """Mean 9-cell trials: every cell on the default curve (eff_sd: the T=2 cells better by that),
     the selection stage simulated with the job's comparison graph.  For the 'all' designs every rate
     of the range runs on every seed (looks stopping early are ignored: at tiny they stop almost
@@ -429,6 +429,15 @@ def expected_trials(d, reps, seed, eff_sd=0.0, full=False):
     trials = sel + per_seed * d["n"]
     # the adaptive rule: after the selection stage, the most seeds the budget's remainder buys
     n_adapt = (BUDGET - sel) // per_seed
+    if full == "primary":
+        # primary-first: the base seeds less `give`, then the rest of the budget on the two primary
+        # comparisons (attn and mlp T2e1 vs T1e1) at the union of their pair's chosen rates
+        prim = 0
+        for i, j in ((1, 3), (5, 7)):
+            prim = prim + 2 * np.where(b[:, i] == b[:, j], 1, 2)
+        base = np.maximum(n_adapt - give, 2)
+        extra = (BUDGET - sel - per_seed * base) // prim
+        return base, base + extra, sel + per_seed * base + prim * extra
     if full:
         return n_adapt, sel + per_seed * n_adapt
     return trials.mean(), n_adapt.mean(), np.percentile(n_adapt, 5)
@@ -454,6 +463,8 @@ def main():
     ap.add_argument("--adaptive", action="store_true",
                     help="the adaptive seed rule: n = the most seeds the rest of 165 trials buys"
                          " after the 9-cell selection stage; level and power as mixtures over n")
+    ap.add_argument("--primary-first", action="store_true",
+                    help="the recommended design with the rest of the budget on the primary condition")
     ap.add_argument("--budget", type=int, default=BUDGET, help="trials of the 9-cell job (165)")
     a = ap.parse_args()
     globals()["BUDGET"] = a.budget
@@ -461,6 +472,8 @@ def main():
     R, S = a.reps, a.nseeds
     if a.sweep:
         return sweep(a)
+    if a.primary_first:
+        return primary_first(a)
     if a.adaptive:
         return adaptive(a)
     designs = [d for d in make_designs() if d["key"].startswith(a.only)]
@@ -470,11 +483,13 @@ def main():
     print("## Designs, seed budget and 9-cell trials (worst / expected under the null default"
           " curve / expected with T=2 cells 1 sd better); n = seeds judged per rate (fresh"
           " confirmation seeds for single/union/ref2) by the worst-case rule; adaptive n = the most"
-          " seeds the remainder of 165 buys after the simulated 9-cell selection stage")
+          " seeds the remainder of 165 buys after the simulated 9-cell selection stage; * = over the"
+          " budget even at 2 seeds")
     for d in designs:
         e0, na, n5 = expected_trials(d, 2000, a.seed + 7)
         e1 = expected_trials(d, 2000, a.seed + 7, 1.0)[0]
-        print(f"{d['key']:24s} n={d['n']:2d} worst {worst_trials(d):4d} exp {e0:6.1f} / {e1:6.1f}"
+        over = "*" if worst_trials(d) > BUDGET else " "
+        print(f"{d['key']:24s} n={d['n']:2d} worst {worst_trials(d):4d}{over}exp {e0:6.1f} / {e1:6.1f}"
               f"  adaptive n mean {na:4.1f} (5th pct {n5:2.0f})  | {d['label']}")
     print()
     hdr = "case".ljust(34) + "".join(f"{d['key'][:14]:>16s}" for d in designs)
@@ -602,6 +617,47 @@ def adaptive(a):
             ww = [wi for v, wi in zip(vals, w) if v >= 2]
             row += f"{100 * sum(wi * r[1].mean() for wi, r in zip(ww, res)):5.1f} "
         print(row, flush=True)
+    print(f"# run time {time.time() - t0:.0f} s")
+
+
+def primary_first(a):
+    """union-d s2 st1 sh with the adaptive rule, the remainder (and `give` base seeds) spent on the
+    primary condition's two comparisons.  Power of a primary comparison, of another comparison,
+    the primary condition, and the worst level over the brief's nulls at either seed count."""
+    t0 = time.time()
+    R, S = a.reps, a.nseeds
+    d0 = [d for d in make_designs() if d["key"] == "D2 union-d s2 st1 sh"][0]
+    pw = draw(POWER, R, S, a.seed + 1)
+    worlds = [(name, kind, draw(c, R, S, a.seed)) for name, kind, c in NULLS]
+    print(f"# budget {BUDGET}; reps {R}; D2 union-d s2 st1 sh, primary-first seed rule")
+    cache = {}
+
+    def run(n):
+        if n not in cache:
+            cache[n] = rebuild(d0, int(min(n, S - d0["sel"])))
+        return cache[n]
+
+    def mix(ns, f):
+        vals, cnt = np.unique(ns, return_counts=True)
+        return sum(c / cnt.sum() * f(run(int(v))) for v, c in zip(vals, cnt))
+    for give in (0, 1, 2):
+        base, prim, tr = expected_trials(d0, 4000, a.seed + 7, 1.0, full="primary", give=give)
+        pp = mix(prim, lambda r: r(pw)[0].mean())
+        po = mix(base, lambda r: r(pw)[0].mean())
+        b0, p0, tr0 = expected_trials(d0, 4000, a.seed + 7, 0.0, full="primary", give=give)
+        worst, wc = 0, ""
+        for name, kind, x in worlds:
+            if name.startswith("extra"):
+                continue
+            for ns in (b0, p0):
+                v = max(mix(ns, lambda r: r(x)[0].mean()),
+                        mix(ns, lambda r: r(x)[1].mean()) if kind == "null" else 0)
+                if v > worst:
+                    worst, wc = v, name
+        print(f"give {give}: base n mean {base.mean():.2f}, primary n mean {prim.mean():.2f}; trials "
+              f"mean {tr.mean():.1f} max {tr.max()}; power: primary comparison {pct(pp, R)}, "
+              f"other {pct(po, R)}, primary condition {100 * pp * pp:.1f}; worst level "
+              f"{100 * worst:.1f} ({wc})", flush=True)
     print(f"# run time {time.time() - t0:.0f} s")
 
 
