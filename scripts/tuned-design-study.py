@@ -30,9 +30,14 @@ Comparisons assumed for the 9-cell job (cells: Llama; attn/mlp x T in {1,2} x et
   cem-attn-t2-beats-llama: attn T2e1 vs Llama, attn T2e1/2 vs Llama      (2)
 10 comparisons; Llama is in 4, each T1e1 in 3.
 
-Usage:  python scripts/tuned-design-study.py --reps 4000          (all tables)
-        python scripts/tuned-design-study.py --reps 4000 --only D3  (designs whose key starts so)
-        python scripts/tuned-design-study.py --reps 2000 --sweep      (power vs seeds per design)
+Usage (docs/tuned-design-study.md has the tables, run times and the recommendation):
+  python scripts/tuned-design-study.py --reps 10000              every design at the worst-case
+                                                                 seed rule (--only KEY-PREFIX)
+  ... --reps 10000 --adaptive [--alpha 0.0225] [--budget 175]    candidates at the adaptive rule
+  ... --reps 10000 --primary-first --alpha 0.0225                the recommended design (union-d,
+                                                                 selection on 2 seeds, 1 shared
+                                                                 step, primary-first seeds)
+  ... --reps 4000 --sweep --only "KEY,KEY"                       power and level against seeds
 """
 import argparse
 import math
@@ -50,6 +55,7 @@ GRID_LO, GRID_HI = 2, 3
 OPT = 4e-3 * 2 ** 0.2
 CURV = SD / (math.log2(2e-3 / OPT) ** 2 - math.log2(4e-3 / OPT) ** 2)
 BUDGET = 165
+ALPHA = 0.025  # one-sided level per direction of the fresh-seed designs (--alpha)
 BIG = 1e300  # the median of a rate whose selection seeds diverged (ranks last, but in range)
 
 # ---------------------------------------------------------------- the 9-cell job's graph
@@ -298,7 +304,7 @@ def make_designs(nc_override=None):
             lo, hi, b, r, edge = select(x[..., :nsel], ADJ2, steps, share)
             if looks == 1 or nc < 4:
                 ps, pc = conf_p(x, kind, b, r, np.arange(nsel, nsel + nc), nsel)
-                return ps <= 0.025, pc <= 0.025
+                return ps <= ALPHA, pc <= ALPHA
             h = nc // 2  # two looks: n/2 seeds at 0.5%, n at 2% (Bonferroni over the looks)
             ps0, pc0 = conf_p(x, kind, b, r, np.arange(nsel, nsel + h), nsel)
             ps1, pc1 = conf_p(x, kind, b, r, np.arange(nsel, nsel + nc), nsel)
@@ -456,7 +462,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--only", default="", help="run only designs whose key starts with this")
+    ap.add_argument("--only", default="", help="main tables: designs whose key starts with this; --adaptive, --sweep:"
+                         " comma-separated keys")
     ap.add_argument("--sweep", action="store_true",
                     help="power at 1 sd and worst level against seeds, beyond the budget")
     ap.add_argument("--nseeds", type=int, default=24, help="seeds drawn per replication")
@@ -465,9 +472,12 @@ def main():
                          " after the 9-cell selection stage; level and power as mixtures over n")
     ap.add_argument("--primary-first", action="store_true",
                     help="the recommended design with the rest of the budget on the primary condition")
+    ap.add_argument("--alpha", type=float, default=ALPHA,
+                    help="one-sided level per direction of the single-look fresh-seed designs")
     ap.add_argument("--budget", type=int, default=BUDGET, help="trials of the 9-cell job (165)")
     a = ap.parse_args()
     globals()["BUDGET"] = a.budget
+    globals()["ALPHA"] = a.alpha
     t0 = time.time()
     R, S = a.reps, a.nseeds
     if a.sweep:
@@ -583,7 +593,7 @@ def adaptive(a):
     worlds = [(name, kind, draw(c, R, S, a.seed)) for name, kind, c in NULLS]
     mono = [(p, draw(c, R, S, a.seed + 2)) for p, c in MONO]
     keys = a.only.split(",") if a.only else ADAPTIVE_KEYS
-    print(f"# budget {BUDGET} trials; reps {R}; adaptive seed rule; level/power in % (MC SE of the mixture, approx.)")
+    print(f"# budget {BUDGET} trials; alpha {ALPHA} (fresh-seed designs); reps {R}; adaptive seed rule; level/power in % (MC SE of the mixture, approx.)")
     for key in keys:
         d0 = [d for d in make_designs() if d["key"] == key][0]
         out = {}
@@ -629,7 +639,7 @@ def primary_first(a):
     d0 = [d for d in make_designs() if d["key"] == "D2 union-d s2 st1 sh"][0]
     pw = draw(POWER, R, S, a.seed + 1)
     worlds = [(name, kind, draw(c, R, S, a.seed)) for name, kind, c in NULLS]
-    print(f"# budget {BUDGET}; reps {R}; D2 union-d s2 st1 sh, primary-first seed rule")
+    print(f"# budget {BUDGET}; alpha {ALPHA}; reps {R}; D2 union-d s2 st1 sh, primary-first seed rule")
     cache = {}
 
     def run(n):
