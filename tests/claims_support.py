@@ -74,3 +74,30 @@ def curve_grid(t2_factor: float, t1_rates, t2_rates, noise: float = 0.01, rng_se
 def crafted_check(grid, val=None):
     (ch,) = crafted_verdicts(grid, val=val)["same per-step eta=1"].checks
     return ch
+
+
+def noisy(base, factors):
+    return [b * f for b, f in zip(base, factors)]
+
+
+LR_GRID_RATES = (1e-3, 2e-3, 4e-3, 8e-3)
+
+
+def lr_grid():
+    """T=1 and T=2 at four learning rates, with seed noise. Validation prefers lr 4e-3 for both, the
+    rates either side of it worse (each optimum bracketed); at 2e-3 T=2 looks best on test (a choice
+    on test would pick it)."""
+    t1 = [30.0, 31.0, 29.5, 30.2]
+    n = (1.0, 1.004, 0.997, 1.002)
+    test = {(1, "1", "dplr", 1e-3): noisy(t1, [1.06 * x for x in n[::-1]]),
+            (1, "1", "dplr", 2e-3): noisy(t1, [1.02 * x for x in n]), (1, "1", "dplr", 4e-3): t1,
+            (1, "1", "dplr", 8e-3): noisy(t1, [1.04 * x for x in n]),
+            (2, "1", "dplr", 1e-3): noisy(t1, [1.08 * x for x in n]),
+            (2, "1", "dplr", 2e-3): noisy(t1, [0.90 / x for x in n]),
+            (2, "1", "dplr", 4e-3): noisy(t1, [1.03 * x for x in n[::-1]]),
+            (2, "1", "dplr", 8e-3): noisy(t1, [1.06 * x for x in n[::-1]])}
+    val = {(1, "1", "dplr", 1e-3): [x * 1.09 for x in t1], (1, "1", "dplr", 2e-3): [x * 1.05 for x in t1],
+           (1, "1", "dplr", 4e-3): t1, (1, "1", "dplr", 8e-3): [x * 1.06 for x in t1],
+           (2, "1", "dplr", 1e-3): [x * 1.15 for x in t1], (2, "1", "dplr", 2e-3): [x * 1.10 for x in t1],
+           (2, "1", "dplr", 4e-3): [x * 1.04 for x in t1], (2, "1", "dplr", 8e-3): [x * 1.08 for x in t1]}
+    return test, val

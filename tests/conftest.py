@@ -65,3 +65,14 @@ def ray_local():
 
     with local_ray(num_cpus=2):
         yield ray
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, monkeypatch) -> Path:
+    """A sweep folder with the project's scales.yaml for hand-written sweep files
+    (``sweep_support.write_sweep``), named in ``CEMLAB_SWEEPS_DIR`` so that its sweeps load by name."""
+    from sweep_support import local_sweeps
+
+    d = local_sweeps(tmp_path)
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
+    return d

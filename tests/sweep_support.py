@@ -65,6 +65,13 @@ def local_sweeps(tmp_path: Path, **files: str) -> Path:
     return d
 
 
+def write_sweep(d: Path, name: str, text: str) -> Path:
+    """A hand-written sweep file ``name`` in the folder ``d``."""
+    p = d / f"{name}.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
 def run(name: str, cache: Path, report: bool = True, **kw):
     """``cemlab sweep NAME --scale smoke``: the sweep, then (``report``) its report, as the command does."""
     from rich.console import Console

@@ -34,15 +34,6 @@ variants:
 
 
 @pytest.fixture
-def sweep_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "sweeps"
-    d.mkdir()
-    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
-    return d
-
-
-@pytest.fixture
 def repo_sweeps(monkeypatch):
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -32,15 +31,6 @@ axes: {size: [86m], lr: [2.0e-3], seed: [0, 1, 2]}
 variants:
   - {group: cem-attn, label: "cem-attn T{T}", set: {model.attention: cem, model.attn_steps: "{T}"}, axes: {T: [1, 2]}}
 """
-
-
-@pytest.fixture
-def sweep_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "sweeps"
-    d.mkdir()
-    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
-    return d
 
 
 def write(d: Path, name: str, text: str) -> Path:

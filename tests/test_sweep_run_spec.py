@@ -5,7 +5,6 @@ written as a grid."""
 from __future__ import annotations
 
 import math
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -29,15 +28,6 @@ optuna:
   lr: [5.0e-4, 8.0e-3]
   samples: {smoke: 3, tiny: 6}
 """
-
-
-@pytest.fixture
-def sweep_dir(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "sweeps"
-    d.mkdir()
-    shutil.copy(REPO_SWEEPS / "scales.yaml", d / "scales.yaml")
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(d))
-    return d
 
 
 def write(d: Path, name: str, text: str) -> str:

@@ -145,6 +145,16 @@ class Variant(StrictSpec):
         return v
 
 
+def lr_range(v: tuple[float, float], field: str, example: str) -> tuple[float, float]:
+    """A learning-rate range ``[low, high]`` with 0 < low < high <= ``MAX_LR`` (train.lr's limit), or a
+    ``ValueError`` naming ``field`` and giving ``example``: the one check of an lr search's range and of
+    the tuning bounds."""
+    if not 0 < v[0] < v[1] <= MAX_LR:
+        raise ValueError(f"{field} must be [low, high] with 0 < low < high <= {MAX_LR:g} (train.lr's limit), "
+                         f"got {list(v)}; e.g. {example}")
+    return v
+
+
 class LrSearch(StrictSpec):
     """``search: optuna``: Optuna samples each grid cell's learning rate log-uniformly in ``lr``
     (``samples`` trials per cell), and Tune's ASHA scheduler stops the worse trials early, comparing
@@ -167,10 +177,7 @@ class LrSearch(StrictSpec):
     @field_validator("lr")
     @classmethod
     def _range(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0 < v[0] < v[1] <= MAX_LR:
-            raise ValueError(f"lr must be [low, high] with 0 < low < high <= {MAX_LR:g} (train.lr's limit), "
-                             f"got {list(v)}; e.g. [5.0e-4, 8.0e-3]")
-        return v
+        return lr_range(v, "lr", "[5.0e-4, 8.0e-3]")
 
     @field_validator("samples")
     @classmethod
@@ -351,10 +358,7 @@ class Tuning(StrictSpec):
     @field_validator("bounds")
     @classmethod
     def _bounds(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if not 0 < v[0] < v[1] <= MAX_LR:
-            raise ValueError(f"bounds must be [low, high] with 0 < low < high <= {MAX_LR:g} (train.lr's limit), "
-                             f"got {list(v)}; e.g. bounds: [5.0e-4, 1.6e-2]")
-        return v
+        return lr_range(v, "bounds", "bounds: [5.0e-4, 1.6e-2]")
 
     def steps(self, scale: str, like: str | None = None) -> int:
         """Bracketing steps per end at ``scale`` (or at the scale it is ``like``, when it names none); 0 if neither."""
