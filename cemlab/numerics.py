@@ -16,12 +16,17 @@ trial, ``cemlab reproduce``):
     torch's kernels pinned to AVX2 (``ATEN_CPU_CAPABILITY=avx2``), MKL to its conditional numerical
     reproducibility branch for AVX2 (``MKL_CBWR=AVX2,STRICT``) and oneDNN to AVX2 at most
     (``ONEDNN_MAX_CPU_ISA=AVX2``): the same code path on every x86 CPU that has AVX2. Slower on an
-    AVX-512 CPU (measured in docs/reproducibility.md); that it gives the same numbers on CPUs of
-    different kinds is what these libraries document, not something this project has measured.
+    AVX-512 CPU (measured in docs/reproducibility.md). It removes the two code-path differences
+    measured there (torch's and MKL's); whether CPUs of different kinds then agree bit for bit has
+    not been measured.
 
-The variables must be set before the process runs its first torch kernel: :func:`apply` is called
-by ``cemlab.train.run.train`` before it builds anything, and refuses when the kernels already
-dispatched elsewhere. Variables a user set by hand win and are reported as they are.
+The variables must be set before the process runs its first torch kernel: importing ``cemlab`` sets
+them (:func:`export_requested`, which imports nothing but ``os``), so every cemlab process started with
+``CEMLAB_NUMERICS`` in its environment (a sweep's Ray workers inherit it) has them before torch runs;
+:func:`apply`, called by ``cemlab.train.run.train`` and ``cemlab reproduce`` before they build
+anything, sets them too and refuses when torch's kernels already dispatched to another instruction
+set (a mode set by hand in a running process). Variables a user set by hand win and are reported
+as they are.
 """
 
 from __future__ import annotations
@@ -48,6 +53,14 @@ def requested_mode() -> str:
         raise NumericsError(f"{ENV}={os.environ.get(ENV)!r} is not a numerics mode: choose one of "
                             f"{sorted(MODES)} (docs/reproducibility.md), or unset it for 'native'")
     return mode
+
+
+def export_requested() -> None:
+    """At ``import cemlab``: the library variables of ``$CEMLAB_NUMERICS``'s mode, set where unset. An
+    unknown mode is left for :func:`apply` to refuse, with its message, where a run starts."""
+    mode = (os.environ.get(ENV) or "native").strip().lower()
+    for k, v in MODES.get(mode, {}).items():
+        os.environ.setdefault(k, v)
 
 
 def apply(mode: str | None = None) -> str:

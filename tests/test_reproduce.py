@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from cemlab.cli import main
-from cemlab.sweeps import reproduce as rp
+from cemlab.reproduce import trials as rp
 from cemlab.tracking import environment as env_mod
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +107,15 @@ def test_trials_csv_carries_the_environment_columns(rerun):
     assert env_mod.summary(df) == env_mod.describe(df.loc[0].to_dict())
 
 
+def test_a_store_of_runs_that_recorded_this_environment_asks_for_bit_identical(rerun, capsys):
+    _, _, runs = rerun
+    committed = rp.read_committed(str(runs))
+    assert [c.trial_id for c in committed] == [TRIAL]
+    assert committed[0].test == _store_run(runs).data.metrics["test/ppl"]
+    assert main(["reproduce", str(runs), "--trial", TRIAL, "--dry-run", "--runs", str(runs.parent / "again")]) == 0
+    assert "expect bit-identical (same environment kind)" in capsys.readouterr().out
+
+
 def test_a_changed_committed_value_exits_nonzero(tmp_path, data_cache, capsys):
     folder = tmp_path / "main-job"
     shutil.copytree(MAIN, folder)
@@ -180,7 +189,7 @@ def _committed_here(test: float, val: float, **env) -> rp.Committed:
 
 def test_same_environment_kind_asks_for_bit_identical_numbers():
     c = _committed_here(300.0, 250.0)
-    exact, rtol, why = rp.expected(c)
+    exact, rtol, why = rp.expected(c, threads=1)
     assert exact and rtol == 0.0 and "bit-identical" in why
     same = rp.Outcome(c, "finished", 300.0, 250.0, 1.0, exact, rtol)
     one_ulp = rp.Outcome(c, "finished", math.nextafter(300.0, 400.0), 250.0, 1.0, exact, rtol)
@@ -190,7 +199,8 @@ def test_same_environment_kind_asks_for_bit_identical_numbers():
 
 def test_another_environment_kind_is_judged_within_the_tolerance():
     c = _committed_here(300.0, 250.0, env_isa="AVX2" if torch.backends.cpu.get_cpu_capability() != "AVX2" else "AVX512")
-    exact, rtol, why = rp.expected(c)
+    assert not rp.expected(_committed_here(300.0, 250.0), threads=2)[0]   # another thread count: another kind
+    exact, rtol, why = rp.expected(c, threads=1)
     assert not exact and rtol == rp.CROSS_KIND_RTOL and "other environment" in why
     inside = rp.Outcome(c, "finished", 300.0 * (1 + 0.9 * rtol), 250.0, 1.0, exact, rtol)
     outside = rp.Outcome(c, "finished", 300.0 * (1 + 1.1 * rtol), 250.0, 1.0, exact, rtol)
@@ -207,24 +217,24 @@ def test_a_report_of_mixed_environments_says_so():
     assert "not recorded" in env_mod.summary([{"run_id": "r0"}])
 
 
-def _numerics(mode: str) -> subprocess.CompletedProcess:
-    code = ("from cemlab import numerics; m = numerics.apply(); import torch; "
-            "print(torch.backends.cpu.get_cpu_capability(), m)")
-    env = {**{k: v for k, v in os.environ.items() if k not in numerics_vars()}, "CEMLAB_NUMERICS": mode}
+def _python(code: str, mode: str) -> subprocess.CompletedProcess:
+    from cemlab import numerics
+
+    env = {**{k: v for k, v in os.environ.items() if k not in numerics.LIBRARY_VARS}, "CEMLAB_NUMERICS": mode}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
-def numerics_vars() -> tuple[str, ...]:
-    from cemlab import numerics
-
-    return numerics.LIBRARY_VARS
+CAPABILITY = "import torch; torch.ones(4).sum(); print(torch.backends.cpu.get_cpu_capability(), end=' ')"
 
 
-def test_numerics_switch_pins_the_kernels_and_refuses_an_unknown_mode():
+def test_numerics_switch_pins_the_kernels_and_refuses_what_cannot_take_effect():
     if "avx2" not in env_mod.cpu_flags().split():
         pytest.skip("this CPU has no AVX2")
-    done = _numerics("avx2")
+    done = _python(f"import cemlab; {CAPABILITY}; from cemlab import numerics; print(numerics.apply())", "avx2")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["AVX2", "avx2"]
-    bad = _numerics("fastest")
+    assert done.stdout.split() == ["AVX2", "avx2"]     # importing cemlab set the variables before the first kernel
+    late = _python(f"import os; os.environ.pop('CEMLAB_NUMERICS'); {CAPABILITY}; os.environ['CEMLAB_NUMERICS'] = "
+                   "'avx2'; from cemlab import numerics; numerics.apply()", "native")
+    assert late.returncode != 0 and "already run on" in late.stderr
+    bad = _python("from cemlab import numerics; numerics.apply()", "fastest")
     assert bad.returncode != 0 and "CEMLAB_NUMERICS='fastest' is not a numerics mode" in bad.stderr

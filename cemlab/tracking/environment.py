@@ -146,7 +146,8 @@ def _blank(v) -> bool:
     return v is None or (isinstance(v, float) and v != v) or str(v) == ""
 
 
-def this_kind_matches(env: dict[str, str]) -> bool:
-    """Whether a recorded environment is this process's kind (same numbers expected, bit for bit)."""
-    here = environment(threads=int(env.get("env_threads") or 0) or None)
+def this_kind_matches(env: dict[str, str], threads: int | None = None) -> bool:
+    """Whether a recorded environment is the kind a run here with ``threads`` threads would record
+    (default: torch's current count): the same numbers are then expected, bit for bit."""
+    here = environment(threads=threads)
     return all(env.get(c) for c in KIND_COLUMNS) and kind(env) == kind(here)

@@ -30,7 +30,7 @@ from cemlab.tracking import environment as env_mod
 #: Largest relative difference of a test or validation metric accepted between runs of one config on
 #: different environment kinds (or where the committed run did not record its environment): about twice
 #: the largest measured, 8.9e-3 (a validation perplexity of ladder rung 5, its runs on two machines) and
-#: 9.4e-3 (a tiny trial's test perplexity on this machine's AVX-512 and AVX2 code paths), docs/reproducibility.md.
+#: 9.6e-3 (a tiny trial's test perplexity on this machine's AVX-512 and AVX2 code paths), docs/reproducibility.md.
 CROSS_KIND_RTOL = 2e-2
 #: Columns of a committed trial that are read (``trials.csv``); the environment columns are optional.
 NEEDED = ("sweep", "scale", "trial_id", "config_hash", "seed", "lr", "status", "value", "val")
@@ -156,7 +156,8 @@ def _from_store(uri: str) -> list[Committed]:
     return out
 
 
-def choose(trials: list[Committed], n: int | None, names: list[str] | None, seed: int | None) -> tuple[list[Committed], int | None]:
+def choose(trials: list[Committed], n: int | None, names: list[str] | None,
+           seed: int | None) -> tuple[list[Committed], int | None]:
     """The trials to rerun: ``names`` (trial ids, each found once), else ``n`` drawn at random, by
     ``seed`` (drawn when None and returned, so that it can be printed), among those with a result."""
     if names:
@@ -201,9 +202,10 @@ def rebuild(c: Committed):
     raise ReproduceError(f"{c.trial_id}: sweep {c.sweep!r} at scale {c.scale!r} has no such trial in this checkout")
 
 
-def expected(c: Committed) -> tuple[bool, float, str]:
-    """(bit-identical expected, relative tolerance otherwise, why) for committed trial ``c`` on this machine."""
-    if c.env.get("env_isa") and env_mod.this_kind_matches(c.env):
+def expected(c: Committed, threads: int | None = None) -> tuple[bool, float, str]:
+    """(bit-identical expected, relative tolerance otherwise, why) for committed trial ``c`` rerun on this
+    machine with ``threads`` threads (its sweep's; default torch's current count)."""
+    if c.env.get("env_isa") and env_mod.this_kind_matches(c.env, threads):
         return True, 0.0, "bit-identical (same environment kind)"
     why = "environment not recorded" if not c.env.get("env_isa") else "other environment"
     return False, CROSS_KIND_RTOL, f"within {CROSS_KIND_RTOL:g} ({why})"
@@ -219,6 +221,11 @@ def planned_seconds(trial) -> float:
     return trial_seconds(p.flops or 0.0, p.steps)
 
 
+def threads_of(trial) -> int:
+    """The thread count a sweep trains ``trial`` with (``cemlab.sweeps.trial.job.prepare_config``)."""
+    return max(1, int(trial.resources.cpus_per_worker))
+
+
 def rerun(c: Committed, trial, runs: Path, cache_dir: str | None) -> Outcome:
     """Train ``trial`` again as its sweep trains it (its thread count, CPU), in ``runs`` (a fresh
     runs folder with its own store), and compare with ``c``."""
@@ -228,7 +235,7 @@ def rerun(c: Committed, trial, runs: Path, cache_dir: str | None) -> Outcome:
     from cemlab.train.run import train
 
     cfg = trial.config.model_copy(deep=True)
-    cfg.train.num_threads = max(1, int(trial.resources.cpus_per_worker))
+    cfg.train.num_threads = threads_of(trial)
     cfg.train.progress_bar = False
     cfg.train.accelerator = "gpu" if trial.resources.gpus_per_worker > 0 else "cpu"
     cfg.train.checkpoint_dir = str(TrialFiles(runs, runs / "logs").checkpoints(trial))
@@ -236,7 +243,7 @@ def rerun(c: Committed, trial, runs: Path, cache_dir: str | None) -> Outcome:
         cfg.data.cache_dir = cache_dir
     if cfg.hash() != c.config_hash:
         raise ReproduceError(f"{c.trial_id}: preparing the config changed its hash (a bug)")
-    exact, rtol, _ = expected(c)
+    exact, rtol, _ = expected(c, cfg.train.num_threads)
     t0 = time.perf_counter()
     result = train(cfg, tracking_uri=f"sqlite:///{(runs / 'mlflow' / 'mlflow.db').as_posix()}", resume=False)
     from cemlab.tasks import task_of

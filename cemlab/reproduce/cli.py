@@ -8,7 +8,7 @@ for each (bit-identical on the committed run's environment kind, else within a r
 and how long the reruns are planned to take. Then, per trial, the committed and new test and
 validation metrics and their relative differences, and a verdict. Exit codes: 0 every trial holds,
 1 at least one does not, 2 bad input (nothing trained). docs/reproducibility.md says what is
-guaranteed and what was measured; ``cemlab.sweeps.reproduce`` does the work.
+guaranteed and what was measured; ``cemlab.reproduce.trials`` does the work.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fresh_runs(arg: str | None) -> Path:
     from cemlab.paths import runs_dir
-    from cemlab.sweeps.reproduce import ReproduceError
+    from cemlab.reproduce.trials import ReproduceError
 
     path = Path(arg) if arg else runs_dir() / time.strftime("reproduce-%Y%m%d-%H%M%S", time.gmtime())
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -53,7 +53,7 @@ def _fmt(x: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from cemlab import numerics
     from cemlab.paths import cache_dir
-    from cemlab.sweeps import reproduce as rp
+    from cemlab.reproduce import trials as rp
     from cemlab.tracking import environment as env_mod
 
     try:
@@ -65,15 +65,16 @@ def run(args: argparse.Namespace) -> int:
     except (rp.SweepError, numerics.NumericsError) as e:  # ReproduceError is a SweepError
         print(f"cemlab reproduce: {e}", file=sys.stderr)
         return EXIT_INPUT
-    here = env_mod.environment(threads=max(1, int(rebuilt[0].resources.cpus_per_worker)))
+    here = env_mod.environment(threads=rp.threads_of(rebuilt[0]))
     how = f"{len(chosen)} named trial(s)" if seed is None else \
         f"{len(chosen)} of {len(trials)} trials chosen at random with --seed {seed}"
     print(f"cemlab reproduce {args.source}: {how}", flush=True)
     print(f"this machine: {env_mod.describe(here)}")
     planned = [rp.planned_seconds(t) for t in rebuilt]
-    for c, s in zip(chosen, planned):
-        print(f"  {c.scale} {c.trial_id} ({c.config_hash}): expect {rp.expected(c)[2]}; committed on "
-              f"{env_mod.describe(c.env)}; planned {s:.0f} s")
+    for c, t, s in zip(chosen, rebuilt, planned):
+        why = rp.expected(c, rp.threads_of(t))[2]
+        print(f"  {c.scale} {c.trial_id} ({c.config_hash}): expect {why}; committed on {env_mod.describe(c.env)}; "
+              f"planned {s:.0f} s")
     print(f"planned time: {sum(planned):.0f} s one after the other (cemlab plan's per-trial figures); runs folder {runs}",
           flush=True)
     if args.dry_run:
