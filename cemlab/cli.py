@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("cemlab.sweeps.cli.data", "data prepare SWEEP: tokenise a sweep's data into the token store, once, in parallel"),
     "slurm": ("cemlab.sweeps.cli.slurm", "write the sbatch script that runs a sweep on a SLURM allocation"),
     "plan": ("cemlab.sweeps.cli.plan", "list a sweep's trials, what is done, tokens, FLOPs, GPU-hours (trains nothing)"),
+    "reproduce": ("cemlab.reproduce.cli", "rerun a sample of a committed report's trials and check them "
+                  "against the reproducibility guarantee"),
     "report": ("cemlab.report.cli", "make the paper's figures, Akima optima and claim verdicts from MLflow"),
     "ui": ("cemlab.tracking.cli_ui", "open the MLflow dashboard on the project's store"),
     "bench": ("cemlab.bench.cli", "benchmarks that print throughput and memory"),

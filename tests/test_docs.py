@@ -165,6 +165,7 @@ def _readme_codes(lead: str) -> set[int]:
     ("train", "train", "`cemlab train` exit codes:"),
     ("sweep", "sweeps", "`cemlab sweep` exit codes:"),
     ("report", "report", "Exit codes: 0 ok"),
+    ("reproduce", "reproduce", "`cemlab reproduce` exit codes:"),
 ])
 def test_readme_lists_every_exit_code_each_command_defines(command, package, lead):
     defined = _exit_codes(package)

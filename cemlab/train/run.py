@@ -59,10 +59,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from cemlab import timing
+from cemlab import numerics, timing
 from cemlab.config import ConfigError, RunConfig, flatten
 from cemlab.tasks import Task, TaskData, task_of
-from cemlab.tracking import conventions, schema, store
+from cemlab.tracking import conventions, environment, schema, store
 from cemlab.tracking import mlflow_run as mr
 from cemlab.train import checkpoint as ckpt
 from cemlab.train import run_action as dc
@@ -223,6 +223,7 @@ def resolve_config(run_config: RunConfig | dict, *, tracking_uri: str | None, pa
     the precision and the plan (budget, steps, accumulation)."""
     t0 = time.perf_counter()
     cfg = run_config if isinstance(run_config, RunConfig) else RunConfig.model_validate(run_config)
+    numerics.apply()  # $CEMLAB_NUMERICS, before this process's first torch kernel (cemlab.numerics)
     config_hash, name = cfg.hash(), cfg.tracking.run_name or mr.run_name(cfg)
     rank, world = _rank_world(cfg)
     if cfg.train.num_threads:
@@ -427,6 +428,7 @@ def _create_mlflow_run(run: Run, client, start: Start) -> tuple[str, str]:
     parent = run.parent_run_id or run.cfg.tracking.parent_run_id
     experiment_id = store.ensure_experiment(run.cfg.tracking.experiment, client)
     tags = mr.run_tags(run.cfg, role=run.role or ("trial" if parent else "train"), parent_run_id=parent)
+    tags.update(environment.env_tags(environment.environment()))  # what it runs on (cemlab.tracking.environment)
     return mr.start_run(client, experiment_id, run.name, tags, run.cfg, flatten(run.cfg)), experiment_id
 
 

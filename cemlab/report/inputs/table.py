@@ -49,7 +49,7 @@ from cemlab.report.stats.divergence import worst_outcomes
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.tasks import format_eta, get_task, task_of
 from cemlab.tracking.runs import RunRecord, RunStore, pick_run
-from cemlab.tracking import schema
+from cemlab.tracking import environment, schema
 
 #: Status of a grid trial with no run in the store.
 MISSING = "missing"
@@ -200,9 +200,10 @@ def join_trials(trials: Iterable, store: RunStore) -> pd.DataFrame:
             row["chance"] = get_task(row["task"]).chance_value(t.config)
             for col, key in MODEL_FACTS.items():
                 row[col] = run.metrics.get(key, math.nan) if run else math.nan
+            row.update(environment.from_tags(run.tags) if run else dict.fromkeys(environment.TAGS, ""))
             rows.append(row)
     columns = [*TRIAL_COLUMNS, "status", "run_id", "run_name", "run_sweep", "n_runs", "value", "val", "detail",
-               "chance", *MODEL_FACTS]
+               "chance", *MODEL_FACTS, *environment.TAGS]
     return pd.DataFrame(rows, columns=columns)
 
 

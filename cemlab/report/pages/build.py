@@ -46,7 +46,7 @@ from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.inputs.table import MISSING, NOT_FINISHED, cell_display
 from cemlab.report.claims.verdict_tables import integers as _integers, verdict_frame
-from cemlab.tracking import schema
+from cemlab.tracking import environment, schema
 
 #: ``cemlab report`` exit codes.
 EXIT_OK = 0            # every report made has at least one run
@@ -194,6 +194,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
         ("trials", f"{counts['trials']} {what}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items() if status not in ("trials", "runs", "reused"))),
         ("runs reused from other sweeps", str(counts["reused"])),
+        ("environment", environment.summary(trials)),
         ("claims judged", level_note(spec, ctx.scale, ctx.grids.trials(ctx.sweep, ctx.scale),
                                      seeds_run=set(trials.loc[trials["run_id"] != "", "seed"]))),
         *([("learning rate", search_summary(trials, ctx.grids.trials(ctx.sweep, ctx.scale)))] if searched else []),

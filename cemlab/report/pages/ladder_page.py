@@ -48,7 +48,7 @@ from cemlab.report.stats.significance import LEVEL, t_interval
 from cemlab.report.inputs.table import MISSING
 from cemlab.report.stats.trend import DECISIVE, ladder_verdict, trend
 from cemlab.report.claims.verdict_tables import parse_seed_diffs
-from cemlab.tracking import schema
+from cemlab.tracking import environment, schema
 from cemlab.tracking.runs import RunStore
 
 #: The folder of the across-the-ladder page inside a sweep's report folder.
@@ -336,7 +336,7 @@ def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
 def trials_table(rungs: list[Rung]) -> pd.DataFrame:
     """trials.csv: every trial of every rung."""
     cols = ["rung", "rung_scale", "trial_id", "variant", "group", "lr", "seed", "config_hash", "status", "val",
-            "value", "run_id", "run_sweep"]
+            "value", "run_id", "run_sweep", *environment.TAGS]  # environment: rungs that recorded it
     frames = [rg.trials for rg in rungs if len(rg.trials)]
     if not frames:
         return pd.DataFrame(columns=cols)

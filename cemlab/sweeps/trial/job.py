@@ -56,6 +56,8 @@ class TrialJob:
     stages_file: str | None = field(default_factory=lambda: os.environ.get(timing.STAGES_ENV))
     # the memory limit of a trial's worker ($CEMLAB_WORKER_MEMORY_MB, cemlab.sweeps.trial.memory), as the driver has it
     memory_mb: str | None = field(default_factory=lambda: os.environ.get(MEMORY_ENV))
+    # the CPU numerics mode of every trial ($CEMLAB_NUMERICS, cemlab.numerics), as the driver has it
+    numerics: str | None = field(default_factory=lambda: os.environ.get("CEMLAB_NUMERICS"))
 
     def resolve(self, config: dict[str, Any]) -> Trial:
         """The trial a Tune config stands for."""
@@ -73,6 +75,8 @@ class TrialJob:
         stages = {timing.STAGES_ENV: self.stages_file} if self.stages_file else {}
         if self.memory_mb is not None:
             stages[MEMORY_ENV] = self.memory_mb
+        if self.numerics:
+            stages["CEMLAB_NUMERICS"] = self.numerics
         return {**stages, "CEMLAB_RUNS_DIR": self.runs_dir, "CEMLAB_SWEEPS_DIR": self.sweeps_dir,
                 "MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
                 **configure_http(), READ_ONLY_ENV: "1"}  # the sweep prepared the data before the trials: a trial never tokenises
