@@ -16,7 +16,6 @@ is the report's one line, which says when the runs come from more than one kind.
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 from functools import lru_cache
