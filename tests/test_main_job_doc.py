@@ -53,7 +53,10 @@ def claims_table(before: str, after: str, head: tuple[str, str]) -> str:
 
 
 TABLES = {
-    "8 seeds -> 6": lambda: comparisons_table("comparisons-8-seeds.csv", "comparisons.csv", ("8 seeds", "6 seeds")),
+    "AMD EPYC -> Intel Xeon": lambda: comparisons_table("comparisons-20261128.csv", "comparisons.csv",
+                                                        ("2026-11-28, AMD EPYC", "2026-11-29, Intel Xeon")),
+    "8 seeds -> 6": lambda: comparisons_table("comparisons-8-seeds.csv", "comparisons-20261128.csv",
+                                              ("8 seeds", "6 seeds")),
     "two rates -> bracketing": lambda: claims_table("claims-two-rates.csv", "claims-8-seeds.csv",
                                                     ("two rates", "with bracketing")),
 }
@@ -69,5 +72,20 @@ def test_the_pages_tables_are_the_committed_csvs():
 def test_an_effect_is_never_exponentiated_twice():
     """The primary row: the CSV's effect 0.19 is +19.0% (exp(0.19) - 1 = +21.0% would be the old mistake)."""
     row = pd.read_csv(RUN / "comparisons-8-seeds.csv").iloc[0]
-    assert f"{row.effect * 100:+.1f}%" in comparisons_table("comparisons-8-seeds.csv", "comparisons.csv", ("a", "b"))
+    assert f"{row.effect * 100:+.1f}%" in comparisons_table("comparisons-8-seeds.csv", "comparisons-20261128.csv",
+                                                            ("a", "b"))
     assert f"{math.expm1(row.effect) * 100:+.1f}%" not in PAGE.read_text().split("## Up to 8 seeds")[0]
+
+
+def test_the_reruns_trial_numbers_are_the_ones_the_page_gives():
+    """The rerun's per-trial drift against the committed run of the other machine, recomputed."""
+    new, old = pd.read_csv(RUN / "trials.csv"), pd.read_csv(RUN / "trials-20261128.csv")
+    m = old.merge(new, on="trial_id", suffixes=("_o", "_n"))
+    assert len(m) == 162 and (m.config_hash_o == m.config_hash_n).all()
+    rel = (m.value_n - m.value_o).abs() / m.value_o
+    page = PAGE.read_text()
+    facts = [f"{int((m.value_n == m.value_o).sum())} of 162 test perplexities equal", f"median {rel.median():.1e}",
+             f"{int((rel > 1e-2).sum())} beyond 1e-2", f"{int((rel > 2e-2).sum())} beyond 2e-2",
+             f"largest {rel.max():.3f}"]
+    for fact in facts:
+        assert fact in " ".join(page.split()), fact

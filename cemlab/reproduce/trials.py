@@ -29,9 +29,10 @@ from cemlab.tracking import environment as env_mod
 
 #: Largest relative difference of a test or validation metric accepted between runs of one config on
 #: different environment kinds (or where the committed run did not record its environment): about twice
-#: the largest measured, 8.9e-3 (a validation perplexity of ladder rung 5, its runs on two machines) and
-#: 9.6e-3 (a tiny trial's test perplexity on this machine's AVX-512 and AVX2 code paths), docs/reproducibility.md.
-CROSS_KIND_RTOL = 2e-2
+#: the largest measured, 0.127 (the main job's 162 trials on an Intel Xeon against its committed run on
+#: an AMD EPYC: a CEM attention trial at lr 4e-3; 17 of 162 beyond 2e-2, the median 5.5e-6; every large
+#: one at a high rate, where training amplifies a last-bit difference), docs/reproducibility.md.
+CROSS_KIND_RTOL = 0.25
 #: Columns of a committed trial that are read (``trials.csv``); the environment columns are optional.
 NEEDED = ("sweep", "scale", "trial_id", "config_hash", "seed", "lr", "status", "value", "val")
 
