@@ -58,6 +58,12 @@ def edge_of(lrs, scores) -> tuple[float, str]:
     return pairs[i][0], LOWEST if i == 0 else HIGHEST if i == len(pairs) - 1 else ""
 
 
+def steps_taken(grid, lrs) -> int:
+    """The rates of ``lrs`` that are not the grid's (each step beyond the grid adds one): what
+    :attr:`Tried.steps` counts for a family that has the rates ``lrs``."""
+    return sum(1 for x in lrs if not any(abs(x - g) <= REL * g for g in grid))
+
+
 @dataclass(frozen=True)
 class Tried:
     """What a family tried: its rates (any order) and each rate's score (see the module docstring)."""

@@ -20,6 +20,8 @@ import platform
 import re
 from functools import lru_cache
 
+from cemlab.tracking.schema import GIT_COMMIT
+
 #: column (``trials.csv``) -> MLflow tag
 TAGS: dict[str, str] = {
     "env_cpu": "cemlab.env.cpu",            # CPU model name (/proc/cpuinfo), e.g. "Intel(R) Xeon(R) Processor"
@@ -30,7 +32,7 @@ TAGS: dict[str, str] = {
     "env_onednn": "cemlab.env.onednn",      # oneDNN (MKL-DNN) version
     "env_threads": "cemlab.env.threads",    # torch.get_num_threads() when the run started
     "env_numerics": "cemlab.env.numerics",  # cemlab.numerics mode: native | avx2
-    "env_commit": "cemlab.git_commit",      # the cemlab commit (the tag every run already had)
+    "env_commit": GIT_COMMIT,               # the cemlab commit (the tag every run already had)
 }
 
 #: The columns whose values decide a trial's numbers on the CPU (same values: bit-identical, measured).
@@ -75,9 +77,10 @@ def _libraries() -> tuple[str, str]:
     return blas_name, (dnn.group(1) if dnn else "none")
 
 
-def environment(threads: int | None = None) -> dict[str, str]:
+def environment(threads: int | None = None, commit: str | None = None) -> dict[str, str]:
     """This process's environment, by ``trials.csv`` column (see :data:`TAGS`); ``threads``: the run's
-    thread count when known (else torch's current one)."""
+    thread count when known (else torch's current one); ``commit``: the cemlab commit when the caller
+    already has it (else asked of git)."""
     import torch
 
     from cemlab import numerics
@@ -93,7 +96,7 @@ def environment(threads: int | None = None) -> dict[str, str]:
         "env_onednn": onednn,
         "env_threads": str(threads if threads is not None else torch.get_num_threads()),
         "env_numerics": numerics.active_mode(),
-        "env_commit": git_commit() or "",
+        "env_commit": commit if commit is not None else git_commit() or "",
     }
 
 

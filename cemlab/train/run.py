@@ -428,7 +428,8 @@ def _create_mlflow_run(run: Run, client, start: Start) -> tuple[str, str]:
     parent = run.parent_run_id or run.cfg.tracking.parent_run_id
     experiment_id = store.ensure_experiment(run.cfg.tracking.experiment, client)
     tags = mr.run_tags(run.cfg, role=run.role or ("trial" if parent else "train"), parent_run_id=parent)
-    tags.update(environment.env_tags(environment.environment()))  # what it runs on (cemlab.tracking.environment)
+    env = environment.environment(commit=tags.get(schema.GIT_COMMIT, ""))  # run_tags asked git already
+    tags.update(environment.env_tags(env))  # what it runs on (cemlab.tracking.environment)
     return mr.start_run(client, experiment_id, run.name, tags, run.cfg, flatten(run.cfg)), experiment_id
 
 

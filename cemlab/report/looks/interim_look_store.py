@@ -8,7 +8,7 @@ from cemlab.report.inputs.context import ReportContext
 from cemlab.report.inputs.seeded import cell_of, full_grid, seed_of
 from cemlab.report.claims.catalog import claims_for
 from cemlab.report.stats.bracketing import family_edges, tuning_family
-from cemlab.sweeps.tuning_policy import STEP, Tried
+from cemlab.sweeps.tuning_policy import STEP, Tried, steps_taken
 from cemlab.report.looks.interim_look import Look, next_trials, replay
 
 
@@ -72,15 +72,12 @@ def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> 
     t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
     rows, wanted = [], {}
     policy = spec.tuning_policy(scale, trials)
-    grid = set(policy.grid) if policy is not None else set()
-    for r in family_edges(t).itertuples():
-        steps = sum(1 for x in r.lrs if not any(abs(x - g) <= 1e-9 * g for g in grid))
-        nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps)) if policy is not None else None
-        added = nxt.rates[0] if nxt is not None and nxt.state == STEP else None
+    for r in family_edges(t).itertuples() if policy is not None else ():
+        nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps_taken(policy.grid, r.lrs)))
+        added = nxt.rates if nxt.state == STEP else ()
         rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",
-                         added_lr=added, state=nxt.state if nxt is not None else "",
-                         reason=nxt.reason if nxt is not None else ""))
-        for rate in (nxt.rates if nxt is not None and nxt.state == STEP else ()):
+                         added_lr=added[0] if added else None, state=nxt.state, reason=nxt.reason))
+        for rate in added:
             wanted.setdefault(float(rate), set()).add(r.family)
     todo = []
     for rate, families in wanted.items():
