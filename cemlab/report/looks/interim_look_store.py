@@ -10,6 +10,7 @@ from cemlab.report.claims.catalog import claims_for
 from cemlab.report.stats.bracketing import family_edges, tuning_family
 from cemlab.sweeps.tuning_policy import STEP, Tried, steps_taken
 from cemlab.report.looks.interim_look import Look, next_trials, replay
+from cemlab.report.looks.confirmation_look import comparison_graph, selection_verdicts, share_rates
 
 
 def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float | list[float]) -> Look:
@@ -70,15 +71,26 @@ def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> 
     seeds = [int(s) for s in spec.looks(scale, trials)[0]]
     t = ctx.trials()
     t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
-    rows, wanted = [], {}
+    rows, own, have = [], {}, {}
     policy = spec.tuning_policy(scale, trials)
     for r in family_edges(t).itertuples() if policy is not None else ():
         nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps_taken(policy.grid, r.lrs)))
         added = nxt.rates if nxt.state == STEP else ()
         rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",
                          added_lr=added[0] if added else None, state=nxt.state, reason=nxt.reason))
-        for rate in added:
-            wanted.setdefault(float(rate), set()).add(r.family)
+        have[r.family] = [float(x) for x in r.lrs]
+        if added:
+            own[r.family] = {float(x) for x in added}
+    if own and spec.confirmation_budget(scale, trials) is not None:   # compared cells share their rates
+        shared = share_rates(own, have, comparison_graph(selection_verdicts(ctx, seeds)),
+                             spec.rate_ratio(scale, trials), tuple(spec.tuning.bounds))
+        for row in rows:
+            row["shared_lrs"] = sorted(shared.get(row["cell"], set()) - own.get(row["cell"], set()))
+        own = shared
+    wanted: dict[float, set] = {}
+    for fam, rates in own.items():
+        for rate in rates:
+            wanted.setdefault(float(rate), set()).add(fam)
     todo = []
     for rate, families in wanted.items():
         todo += [x for x in spec.expand(scale, overrides=[*(overrides or []), f"lr=[{rate:g}]"])

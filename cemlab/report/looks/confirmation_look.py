@@ -1,0 +1,146 @@
+"""The selection and confirmation stages of a sweep with ``confirmation:`` (``cemlab.sweeps.sweepfile.
+confirmation_section``), judged from its store as ``cemlab report`` reads it.
+
+- **Shared bracketing steps** (:func:`share_rates`): at a confirmation scale a rate a cell's
+  bracketing step adds is also added to every cell it is compared with (the claims' comparisons on
+  the selection seeds, :func:`comparison_graph`), with any rate between filled in, so compared cells
+  always share their rates.
+- **The confirmation stage** (:func:`sweep_confirm`, handed to the sweep layer by ``cemlab sweep``):
+  each comparison's positions chosen on the selection seeds by the report's own code
+  (``verdicts.evaluate`` with ``selection_seeds``: ``Check.confirmation``), the (cell, rate) pairs the
+  union rule needs, and the fresh seeds the trial budget buys for them; the rest of the budget as
+  extra seeds for the primary condition's pairs. It reads which rates were chosen and how many
+  trials ran, never a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cemlab.report.claims.catalog import claims_for
+from cemlab.report.inputs.seeded import cell_of, seed_of
+from cemlab.report.stats.bracketing import tuning_family
+
+
+def comparison_graph(verdicts: list) -> dict[str, set[str]]:
+    """Family -> the families it is compared with, from every comparison of ``verdicts`` (its
+    ``cell_ids``, by tuning family)."""
+    graph: dict[str, set[str]] = {}
+    for v in verdicts:
+        for ch in v.checks:
+            fams = list(dict.fromkeys(tuning_family(c) for c in ch.cell_ids))
+            for f in fams:
+                graph.setdefault(f, set()).update(g for g in fams if g != f)
+    return graph
+
+
+def share_rates(wanted: dict[str, set[float]], have: dict[str, list[float]], graph: dict[str, set[str]],
+                ratio: float, bounds: tuple[float, float]) -> dict[str, set[float]]:
+    """The rates each family gets in a shared bracketing step: its own (``wanted``: family -> rates
+    its policy adds), and every rate a family it is compared with adds, with the rates between its
+    own and that one at the grid's spacing (``ratio``) filled in, inside ``bounds``; none it has."""
+    out = {f: set(r) for f, r in wanted.items()}
+    for f, rates in wanted.items():
+        for g in graph.get(f, ()):
+            own = have.get(g, [])
+            if not own:
+                continue
+            for r in rates:
+                out.setdefault(g, set()).update(_between(own, r, ratio, bounds))
+    return {f: {r for r in rs if not any(math.isclose(r, h, rel_tol=1e-6) for h in have.get(f, []))}
+            for f, rs in out.items() if rs}
+
+
+def _between(own: list[float], rate: float, ratio: float, bounds: tuple[float, float]) -> list[float]:
+    """The rates from the nearest end of ``own`` to ``rate`` at the spacing ``ratio`` (``rate`` included)."""
+    lo, hi = min(own), max(own)
+    out, k = [], 1
+    if rate > hi:
+        while hi * ratio ** k <= rate * (1 + 1e-6):
+            out.append(hi * ratio ** k)
+            k += 1
+    elif rate < lo:
+        while lo / ratio ** k >= rate * (1 - 1e-6):
+            out.append(lo / ratio ** k)
+            k += 1
+    return [float(f"{r:.6g}") for r in out if bounds[0] * (1 - 1e-9) <= r <= bounds[1] * (1 + 1e-9)]
+
+
+def needed_pairs(verdicts: list, only_primary_of: str | None = None) -> dict[str, set[float]]:
+    """Family -> the rates the union rule needs it at on fresh seeds: for each comparison judged on
+    them (``Check.confirmation``), each position's cells at every rate of the union of the chosen
+    rates. ``only_primary_of``: the comparisons of that claim's primary condition only."""
+    out: dict[str, set[float]] = {}
+    for v in verdicts:
+        if only_primary_of is not None and (v.id != only_primary_of or v.role != "primary"):
+            continue
+        for ch in v.checks:
+            conf = getattr(ch, "confirmation", None)
+            if conf is None:
+                continue
+            for fam in dict.fromkeys(tuning_family(c) for c in ch.cell_ids):
+                out.setdefault(fam, set()).update(float(r) for r in conf.rates)
+    return out
+
+
+def selection_verdicts(ctx, selection: list[int]) -> list:
+    """The sweep's claims on the selection seeds with each comparison's choice made there
+    (``verdicts.evaluate`` with ``selection_seeds``; no shared-rate sensitivity)."""
+    from cemlab.report.claims.verdicts import evaluate
+
+    spec = ctx.grids.spec(ctx.sweep)
+    return evaluate(claims_for(spec.claims), ctx.cells, ctx.scale, ctx.trials, ctx.history, sensitivity=False,
+                    selection_seeds=selection)
+
+
+def _count(pairs: dict[str, set[float]]) -> int:
+    return sum(len(r) for r in pairs.values())
+
+
+def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict | None, list]:
+    """The confirmation stage of a running sweep (``cemlab.sweeps.stages.confirmation``; ``inv``: its
+    ``Invocation``) judged from its store: the stage as a dict (the selection seeds, the trials run
+    on them, the budget, the (family, rate) pairs and their count C, the fresh seeds n =
+    floor((budget - run) / C), the primary condition's pairs and the extra seeds the rest buys) and
+    the trials to run, named and hashed as the sweep file's own; (None, []) without a budget."""
+    from cemlab.report.looks.interim_look_store import _context
+
+    spec, scale = inv.spec, inv.scale
+    budget = spec.confirmation_budget(scale, trials)
+    if budget is None:
+        return None, []
+    ctx = _context(inv, overrides)
+    selection = sorted({seed_of(t) for t in trials})
+    t = ctx.trials()
+    spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
+    verdicts = selection_verdicts(ctx, selection)
+    pairs = needed_pairs(verdicts)
+    c = _count(pairs)
+    n = (budget - spent) // c if c else 0
+    primary = needed_pairs(verdicts, spec.confirmation.primary) if spec.confirmation.primary else {}
+    cp = _count(primary)
+    extra = (budget - spent - n * c) // cp if cp and n else 0
+    first = max(selection) + 1
+    base_seeds, extra_seeds = list(range(first, first + n)), list(range(first + n, first + n + extra))
+    todo = _trials_at(spec, scale, overrides, pairs, base_seeds) + _trials_at(spec, scale, overrides, primary,
+                                                                                  extra_seeds)
+    record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget, pairs=c, seeds=n,
+                  fresh_seeds=base_seeds, primary=spec.confirmation.primary, primary_pairs=cp, extra_seeds=extra_seeds,
+                  cells=[dict(cell=f, rates=sorted(r)) for f, r in pairs.items()], added=len(todo))
+    return record, todo
+
+
+def _trials_at(spec, scale: str, overrides: list[str] | None, pairs: dict[str, set[float]], seeds: list[int]) -> list:
+    """The sweep file's trials of ``pairs`` (family -> rates) at ``seeds``, in grid order."""
+    if not pairs or not seeds:
+        return []
+    rates = sorted({r for rs in pairs.values() for r in rs})
+    full = spec.expand(scale, overrides=[*(overrides or []), f"lr=[{','.join(f'{r:g}' for r in rates)}]",
+                                         f"seed=[{','.join(str(s) for s in seeds)}]"])
+    out = []
+    for x in full:
+        fam = tuning_family(cell_of(x))
+        lr = float(x.axes.get("lr", x.config.train.lr))
+        if fam in pairs and any(math.isclose(lr, r, rel_tol=1e-6) for r in pairs[fam]):
+            out.append(x)
+    return out
