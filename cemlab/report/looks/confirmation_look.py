@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from cemlab.report.claims.catalog import claims_for
+from cemlab.report.inputs.context import sweep_context
 from cemlab.report.inputs.seeded import cell_of, seed_of
 from cemlab.report.stats.bracketing import tuning_family
 
@@ -103,13 +104,11 @@ def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict 
     on them, the budget, the (family, rate) pairs and their count C, the fresh seeds n =
     floor((budget - run) / C), the primary condition's pairs and the extra seeds the rest buys) and
     the trials to run, named and hashed as the sweep file's own; (None, []) without a budget."""
-    from cemlab.report.looks.interim_look_store import _context
-
     spec, scale = inv.spec, inv.scale
     budget = spec.confirmation_budget(scale, trials)
     if budget is None:
         return None, []
-    ctx = _context(inv, overrides)
+    ctx = sweep_context(inv, overrides)
     selection = sorted({seed_of(t) for t in trials})
     t = ctx.trials()
     spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
