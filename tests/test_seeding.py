@@ -119,8 +119,8 @@ def test_the_main_job_plans_two_looks_at_its_split_of_alpha(tmp_path, monkeypatc
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(seeded_sweeps(tmp_path)))
     spec = load_sweep("recursion_ablation")
     tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
-    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5]]   # docs/verdicts.md: the seed budget
-    assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts.md: the rule's choice
+    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5]]   # docs/verdicts-history.md: seed budget
+    assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts-history.md: split rule
     assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(0.0025)   # where the looks are not replayed: the strictest
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
     # a seed axis given on the command line is run exactly: one look, no seed added, judged at alpha

@@ -46,12 +46,12 @@ same draws beside it.
   alone; through the whole loop it is (the edge rule re-read at look 1), an expected failure kept
   until the rule changes;
 - the tables of candidate batches and of candidate splits of alpha over the two looks (power at 1 sd,
-  seeds used) from which the main job's plan was chosen (docs/verdicts.md), when
+  seeds used) from which the main job's plan was chosen (docs/verdicts-history.md), when
   ``CEMLAB_SPLIT_TABLE_REPS`` is set: in the world the main job runs in, bracketing look and edge rule.
 
 ``CEMLAB_CALIBRATION_REPS`` sets the draws the look loop and the ideal procedure are compared on
-(default 40) and the replications of the ideal procedure (25 times as many: 1000); docs/verdicts.md
-quotes runs with more.
+(default 40) and the replications of the ideal procedure (25 times as many: 1000);
+docs/verdicts-history.md quotes runs with more.
 """
 
 from __future__ import annotations
@@ -593,7 +593,7 @@ def _falls(con: dict[float, np.ndarray]) -> list[tuple]:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "with up to 6 seeds the scoring alone falls (docs/verdicts.md, 'What 6 seeds weaken'): a rate "
+    "with up to 6 seeds the scoring alone falls (docs/verdicts-history.md, 'What 6 seeds weaken'): a rate "
     "where the variant diverged at every seed scores the constant W, which unpairs that choice"))
 def test_a_worse_variants_contradiction_does_not_fall_as_it_diverges_more_by_its_scoring():
     """T=2 at eta=1 2 sd worse than T=1 at every rate; its runs at 4e-3 and 8e-3 diverge with probability
@@ -717,7 +717,7 @@ def primary_power(splits: list, reps: int, seed: int = 10) -> list[tuple[float, 
 def test_the_power_of_the_main_jobs_primary_condition_at_one_sd():
     """The primary condition needs both sublayers supported: its power at a 1-sd effect is about the
     square of one comparison's (the two are independent), with the shipped split and with the even
-    one. docs/verdicts.md quotes a longer run."""
+    one. docs/verdicts-history.md quotes a longer run."""
     reps = IDEAL_REPS
     (shipped, one), (even, one_even) = primary_power([ALPHAS, [ALPHA / len(LOOKS)] * len(LOOKS)], reps)
     print(f"\nprimary condition (attention and MLP) at 1 sd, {reps} replications: P(supported) {shipped:.3f} with the "
@@ -727,7 +727,7 @@ def test_the_power_of_the_main_jobs_primary_condition_at_one_sd():
     assert shipped < one and even <= shipped + 3 * se
 
 
-#: Candidate splits of the one-sided 2.5% over the two looks: look 0's share (docs/verdicts.md).
+#: Candidate splits of the one-sided 2.5% over the two looks: look 0's share (docs/verdicts-history.md).
 SHARES = (1 / 2, 1 / 4, 1 / 5, 1 / 10, 1 / 20, 1 / 50)
 #: True effects (in sd of the paired log difference) at which the table gives the seeds used.
 EFFECTS = (0, 1, 2, 5, 10)
@@ -804,9 +804,10 @@ def _print_table(rows: dict[str, dict], pick: str, reps: int) -> None:
 
 
 @pytest.mark.skipif("CEMLAB_SPLIT_TABLE_REPS" not in os.environ,
-                    reason="the tables of candidate batches and splits (docs/verdicts.md): set CEMLAB_SPLIT_TABLE_REPS")
+                    reason="the tables of candidate batches and splits (docs/verdicts-history.md): "
+                           "set CEMLAB_SPLIT_TABLE_REPS")
 def test_the_shipped_batch_and_split_are_the_rules_choices_from_the_tables():
-    """The main job's seed budget (``seeding.max_seeds``, fixed by the time rule of docs/verdicts.md) is
+    """The main job's seed budget (``seeding.max_seeds``, fixed by the time rule of docs/verdicts-history.md) is
     reached in batches chosen by the batch rule (even split: ``plan_table``, ``choose_batch``), and
     alpha is split over that plan's two looks by the split rule (``choose_split``), both in the world the
     main job runs in (the bracketing look, the edge rule), on the same draws."""
@@ -826,7 +827,8 @@ def test_the_shipped_batch_and_split_are_the_rules_choices_from_the_tables():
 
 
 @pytest.mark.skipif("CEMLAB_PREVIOUS_PLAN_REPS" not in os.environ,
-                    reason="the previous calibration's exact rate (docs/verdicts.md): set CEMLAB_PREVIOUS_PLAN_REPS")
+                    reason="the previous calibration's exact rate (docs/verdicts-history.md): "
+                           "set CEMLAB_PREVIOUS_PLAN_REPS")
 def test_the_previous_plans_rates_were_noise_around_their_exact_value():
     """The calibration before issue 43 (one learning rate per cell, 3 then 8 seeds, each look at
     alpha / 2): its "3.0% in a longer run" of 2,000 replications was Monte-Carlo noise. The ideal

@@ -13,7 +13,7 @@ false decision of at least one of the ``K`` fixed-size tests, look ``j``'s at le
 union is at most ``sum_j alpha_j = alpha``, whatever rule chose when to stop or which cells to
 extend. It needs only that the looks, their seeds and their levels are fixed before any result is
 seen, which the sweep file fixes. docs/verdicts.md ("Adding seeds where a verdict is open") gives the argument;
-tests/test_verdict_calibration.py measures it.
+tests/test_verdict_calibration.py measures it; docs/verdicts-history.md has the main job's calibration when it ran looks.
 """
 
 from __future__ import annotations
