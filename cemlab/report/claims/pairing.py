@@ -386,7 +386,9 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     conf = None
     if data.selection_seeds and max(n_choices) > 1:   # chosen on the selection seeds, judged on the others
         conf = confirmation_of(cands, logs, data.selection_seeds)
-        by_seed = {c: {s: d for s, d in ds.items() if s not in conf.selection} for c, ds in by_seed.items()}
+        # the fresh seeds only, a divergence's score (the worst finished run of its choice) included
+        fresh = [[t[~t.index.isin(conf.selection)] for t, _ in pos] for pos in logs]
+        by_seed = paired_diffs_by_seed(fresh, coefs, beyond)
         diffs_of = {c: d for c, d in _arrays(by_seed).items() if len(d)}
         chosen = sorted(by_seed.get(conf.chosen, {}).items())
         evidence, iv = union_evidence(diffs_of, chosen, coefs, t, side, data.margin, conf)

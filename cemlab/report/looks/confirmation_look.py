@@ -98,12 +98,33 @@ def _count(pairs: dict[str, set[float]]) -> int:
     return sum(len(r) for r in pairs.values())
 
 
+def confirmation_plan(verdicts: list, budget: int, spent: int, selection: list[int],
+                      primary: str | None = None) -> dict:
+    """The arithmetic of the confirmation stage, from the selection stage's verdicts alone
+    (``selection_verdicts``: which rates each comparison chose) and the trials run on the
+    ``selection`` seeds (``spent``): the (family -> rates) pairs the union rule needs (``pairs``) and
+    their count C (``c``), the fresh seeds n = floor((budget - spent) / C) (``n``), the pairs of
+    ``primary``'s primary condition (``primary_pairs``) and their count (``cp``), the whole extra
+    seeds the rest of the budget buys for them (``extra``), and the seeds themselves (``base_seeds``,
+    ``extra_seeds``, after the selection seeds). Reads which rates were chosen, never a verdict."""
+    pairs = needed_pairs(verdicts)
+    c = _count(pairs)
+    n = (budget - spent) // c if c else 0
+    prim = needed_pairs(verdicts, primary) if primary else {}
+    cp = _count(prim)
+    extra = (budget - spent - n * c) // cp if cp and n else 0
+    first = max(selection) + 1
+    return dict(pairs=pairs, c=c, n=n, primary_pairs=prim, cp=cp, extra=extra,
+                base_seeds=list(range(first, first + n)), extra_seeds=list(range(first + n, first + n + extra)))
+
+
 def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict | None, list]:
     """The confirmation stage of a running sweep (``cemlab.sweeps.stages.confirmation``; ``inv``: its
     ``Invocation``) judged from its store: the stage as a dict (the selection seeds, the trials run
     on them, the budget, the (family, rate) pairs and their count C, the fresh seeds n =
-    floor((budget - run) / C), the primary condition's pairs and the extra seeds the rest buys) and
-    the trials to run, named and hashed as the sweep file's own; (None, []) without a budget."""
+    floor((budget - run) / C), the primary condition's pairs and the extra seeds the rest buys:
+    :func:`confirmation_plan`) and the trials to run, named and hashed as the sweep file's own;
+    (None, []) without a budget."""
     spec, scale = inv.spec, inv.scale
     budget = spec.confirmation_budget(scale, trials)
     if budget is None:
@@ -112,20 +133,15 @@ def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict 
     selection = sorted({seed_of(t) for t in trials})
     t = ctx.trials()
     spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
-    verdicts = selection_verdicts(ctx, selection)
-    pairs = needed_pairs(verdicts)
-    c = _count(pairs)
-    n = (budget - spent) // c if c else 0
-    primary = needed_pairs(verdicts, spec.confirmation.primary) if spec.confirmation.primary else {}
-    cp = _count(primary)
-    extra = (budget - spent - n * c) // cp if cp and n else 0
-    first = max(selection) + 1
-    base_seeds, extra_seeds = list(range(first, first + n)), list(range(first + n, first + n + extra))
+    plan = confirmation_plan(selection_verdicts(ctx, selection), budget, spent, selection, spec.confirmation.primary)
+    pairs, primary = plan["pairs"], plan["primary_pairs"]
+    base_seeds, extra_seeds = plan["base_seeds"], plan["extra_seeds"]
     todo = _trials_at(spec, scale, overrides, pairs, base_seeds) + _trials_at(spec, scale, overrides, primary,
                                                                                   extra_seeds)
-    record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget, pairs=c, seeds=n,
-                  fresh_seeds=base_seeds, primary=spec.confirmation.primary, primary_pairs=cp, extra_seeds=extra_seeds,
-                  cells=[dict(cell=f, rates=sorted(r)) for f, r in pairs.items()], added=len(todo))
+    record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget, pairs=plan["c"],
+                  seeds=plan["n"], fresh_seeds=base_seeds, primary=spec.confirmation.primary, primary_pairs=plan["cp"],
+                  extra_seeds=extra_seeds, cells=[dict(cell=f, rates=sorted(r)) for f, r in pairs.items()],
+                  added=len(todo))
     return record, todo
 
 
