@@ -127,3 +127,32 @@ def test_a_required_rate_without_fresh_runs_fails_the_test_instead_of_dropping_o
     ch = _check(vals, val=vals)
     assert ch.confirmation.rates == (4e-3, 8e-3)
     assert ch.evidence.p_claim == 1.0 and ch.verdict != SUPPORTED, ch.describe()
+
+
+def test_the_confirmation_plan_gives_the_primary_condition_its_fixed_seeds_first():
+    """``confirmation_plan`` with ``primary_seeds``: the primary pairs get that many fresh seeds, the
+    others floor((budget - spent - seeds x primary pairs) / other pairs), at most as many; without it,
+    n for every pair and the left-over seeds to the primary pairs. Counted here by hand."""
+    from types import SimpleNamespace
+
+    from cemlab.report.looks.confirmation_look import confirmation_plan
+    from cemlab.report.stats.confirmation import UnionChoice
+
+    def check(label, fams, rates):
+        ids = tuple(f'{{"T": {f}, "lr": {r}}}' for f, r in zip(fams, rates))
+        return SimpleNamespace(label=label, cell_ids=ids, confirmation=UnionChoice((0, 0), ((0,), (0,)), (0, 1),
+                                                                                     tuple(sorted(set(rates)))))
+
+    prim = SimpleNamespace(id="p", role="primary", checks=[check("a", (1, 2), (0.004, 0.008))])   # 2 cells x 2 rates
+    other = SimpleNamespace(id="o", role="primary", checks=[check("b", (3, 4), (0.004, 0.004)),    # 2 x 1
+                                                            check("c", (2, 5), (0.004, 0.004))])   # 5 new, 2 has it
+    verdicts = [prim, other]
+    fixed = confirmation_plan(verdicts, 180, 60, [0, 1], "p", primary_seeds=9)
+    assert (fixed["c"], fixed["cp"]) == (7, 4)
+    n = min(9, (180 - 60 - 9 * 4) // (7 - 4))
+    assert (fixed["n"], fixed["extra"]) == (n, 9 - n) == (9, 0)
+    tight = confirmation_plan(verdicts, 120, 60, [0, 1], "p", primary_seeds=9)
+    assert (tight["n"], tight["n"] + tight["extra"]) == ((120 - 60 - 36) // 3, 9) == (8, 9)
+    assert tight["base_seeds"] == list(range(2, 10)) and tight["extra_seeds"] == [10]
+    left = confirmation_plan(verdicts, 120, 60, [0, 1], "p")
+    assert (left["n"], left["extra"]) == ((120 - 60) // 7, (120 - 60 - 8 * 7) // 4) == (8, 1)

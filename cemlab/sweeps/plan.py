@@ -119,6 +119,8 @@ class Plan:
     bracketing_note: str = ""  # tuning: why this grid brackets nothing although the scale would (unbracketable)
     budget: int | None = None  # confirmation: the trial budget of the whole job (None: no confirmation stage)
     confirmation_alpha: float | None = None  # confirmation: the two-sided level of each tuned comparison
+    primary_seeds: int | None = None  # confirmation: the primary condition's fresh seeds, fixed (None: left over)
+    primary: str | None = None        # confirmation: the claim whose primary condition they are
 
     @property
     def max_trials(self) -> int:
@@ -153,7 +155,8 @@ class Plan:
         if self.budget is None:
             return {}
         return {"selection_seeds": self.looks[0] if self.looks else [], "budget": self.budget,
-                "alpha": self.confirmation_alpha, "min_trials": self.min_trials, "max_trials": self.max_trials}
+                "alpha": self.confirmation_alpha, "primary": self.primary, "primary_seeds": self.primary_seeds,
+                "min_trials": self.min_trials, "max_trials": self.max_trials}
 
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
@@ -372,6 +375,9 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials),
                           budget=spec.confirmation_budget(scale, trials),
                           confirmation_alpha=spec.confirmation.alpha if spec.confirmation is not None else None,
+                          primary=spec.confirmation.primary if spec.confirmation is not None else None,
+                          primary_seeds=spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale))
+                          if spec.confirmation is not None else None,
                           bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else "",
                           gpu_slots=slots_plan(scale_rows, client) if client is not None else {}))
     return plans

@@ -266,9 +266,12 @@ def _print_plan(plan, console) -> None:
         console.print(f"Bracketing: {plan.bracketing_note}", markup=False)
     conf = plan.confirmation()
     if conf:
+        first = (f"{conf['primary_seeds']} fresh seeds first for {conf['primary']}'s primary condition, the other cells "
+                 f"at most as many" if conf.get("primary_seeds") else
+                 f"the rest to {conf['primary']}'s primary condition" if conf.get("primary") else "")
         console.print(f"Confirmation: each cell's rate chosen on seeds {','.join(map(str, conf['selection_seeds']))}, then "
                       f"fresh seeds at the chosen rates of the cells it is compared with, as many as a budget of "
-                      f"{conf['budget']} trials buys (the rest to the primary condition); each tuned comparison at "
+                      f"{conf['budget']} trials buys{f' ({first})' if first else ''}; each tuned comparison at "
                       f"alpha {conf['alpha']:g} (one-sided {conf['alpha'] / 2:g}): {conf['min_trials']} trials at least "
                       f"(the selection stage), {conf['max_trials']} at most", markup=False)
     seeding = plan.seeding()
