@@ -182,10 +182,10 @@ def test_the_main_jobs_plan_counts_the_shared_step_then_the_confirmation_budget(
     plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
     b = plan.bracketing()
     # selection: 9 cells x 2 rates x seeds 0-1; the shared step may give a cell a rate beyond each end
-    assert len(plan.rows) == 36 and plan.max_trials == 180 == plan.confirmation()["budget"]
+    assert len(plan.rows) == 36 and plan.max_trials == 165 == plan.confirmation()["budget"]
     # the better of two rates is an end: every cell's own first step is certain, so 36 + 18 at least
     # (all that `cemlab sweep --no-seeding` runs); the confirmation stage fills the budget, never past it
-    assert b["min_trials"] == 36 + 18 == plan.min_trials and b["max_trials"] == 180
+    assert b["min_trials"] == 36 + 18 == plan.min_trials and b["max_trials"] == 165
     assert b["rates"] == [0.001, 0.002, 0.004, 0.008] and b["shared"]
     assert b["steps"] == [{"step": 0, "cells": 18, "max_trials": 36}] and b["seeds"] == 2
     assert len(b["cells"]) == 9 and all(c["extra"] == 2 and c["least"] == 1 and c["lr"] == [0.002, 0.004]
@@ -193,15 +193,15 @@ def test_the_main_jobs_plan_counts_the_shared_step_then_the_confirmation_budget(
     assert plan.seeding() == {} and plan.confirmation()["alpha"] == 0.045
     assert plan.confirmation()["selection_seeds"] == [0, 1]
     j = _plan_json(plan)
-    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 180)
+    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 165)
     assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the later stages, for the "
             "cells whose best rate is an end of theirs, each rate also to every cell compared with it: step 0 adds up "
-            "to 36 trials (18 cell rates x 2 seeds); 54 trials at least, 180 at most")
+            "to 36 trials (18 cell rates x 2 seeds); 54 trials at least, 165 at most")
     assert line in out and out.index("Bracketing:") < out.index("Confirmation:")
-    assert "a budget of 180 trials" in out and "one-sided 0.0225" in out
-    assert "at scale tiny: 36 trials (54-180 trials with the added rates and seeds)" in out
+    assert "a budget of 165 trials" in out and "one-sided 0.0225" in out
+    assert "at scale tiny: 36 trials (54-165 trials with the added rates and seeds)" in out
     # a scale that brackets nothing: the plan as before
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False)
     assert smoke.bracketing() == {} and smoke.max_trials == smoke.min_trials == len(smoke.rows)

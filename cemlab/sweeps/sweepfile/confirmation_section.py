@@ -28,14 +28,14 @@ class Confirmation(StrictSpec):
     """``confirmation:``: a selection stage on the grid's seeds, then fresh seeds at the chosen rates."""
 
     budget: dict[str, int] = Field(description="Per scale name, the trials of the whole job at most (selection "
-                                               "and confirmation), e.g. {tiny: 180}.")
+                                               "and confirmation), e.g. {tiny: 165}.")
     alpha: float = Field(default=0.045, description="The two-sided level of each tuned comparison's decision (each "
                                                     f"one-sided test at alpha / 2), at most the sweep's {ALPHA:g}.")
     primary: str | None = Field(default=None, description="The claim whose primary condition's cells get the seeds "
                                                           "the budget has left, e.g. t2-beats-t1.")
     primary_seeds: dict[str, int] = Field(default_factory=dict, description="Per scale name, the fresh seeds the "
                                           "primary condition's cells get first, whatever the selection chose, e.g. "
-                                          "{tiny: 9}; the other cells then share what the budget has left, at most as "
+                                          "{tiny: 8}; the other cells then share what the budget has left, at most as "
                                           "many. A scale not named: the primary condition gets what is left over.")
 
     @field_validator("primary_seeds")
@@ -44,7 +44,7 @@ class Confirmation(StrictSpec):
         bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 2}
         if bad:
             raise ValueError(f"primary_seeds must be whole numbers >= 2 per scale (a paired t-test needs two seeds), "
-                             f"got {bad}; e.g. primary_seeds: {{tiny: 9}}")
+                             f"got {bad}; e.g. primary_seeds: {{tiny: 8}}")
         return v
 
     def primary_seeds_at(self, scale: str, scale_spec=None) -> int | None:
@@ -56,11 +56,11 @@ class Confirmation(StrictSpec):
     @classmethod
     def _budget(cls, v: dict[str, int]) -> dict[str, int]:
         if not v:
-            raise ValueError("name at least one scale, e.g. budget: {tiny: 180}, or remove the confirmation block")
+            raise ValueError("name at least one scale, e.g. budget: {tiny: 165}, or remove the confirmation block")
         bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
         if bad:
             raise ValueError(f"budget must be whole numbers of trials >= 1 per scale, got {bad}; e.g. "
-                             f"budget: {{tiny: 180}}")
+                             f"budget: {{tiny: 165}}")
         return v
 
     @field_validator("alpha")

@@ -36,7 +36,7 @@ Sweep file schema (every mapping forbids unknown keys)::
       max_steps: {tiny: 1}          # per scale: steps per end; a scale not named brackets nothing
       bounds: [5.0e-4, 1.6e-2]      # absolute lr bounds, inclusive
     confirmation:                   # optional: rates chosen on the grid's seeds, then fresh seeds at them
-      budget: {tiny: 180}           # per scale: trials of the whole job at most
+      budget: {tiny: 165}           # per scale: trials of the whole job at most
       alpha: 0.045                  # two-sided level of each tuned comparison (one-sided 0.0225)
       primary: t2-beats-t1          # the claim whose primary condition gets the seeds left over
     ladder:                         # optional: rungs of training length (cemlab.sweeps.sweepfile.ladder_section)
