@@ -75,7 +75,7 @@ def fast_over(name: str, seeds: tuple | None = None) -> dict:
         fixed = None if seeds is None else (seeds[0][s:e], seeds[1][s:e])
         f = w.fast(w.draw(world, e - s, SEED, skip=s // w.CHUNK), fixed)
         parts.append(dict(alone=f["alone"], cond=f["verdict"][PRIMARY_COND], n=f["n"], extra=f["extra"],
-                          trials=f["trials"], c=f["c"], top=2 + f["n"] + f["extra"]))
+                          trials=f["trials"], c=f["c"], spent=f["spent"], top=2 + f["n"] + f["extra"]))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -216,7 +216,8 @@ def test_each_wrong_verdict_at_most_two_and_a_half_percent_per_direction(name, k
 def test_power_at_one_sd():
     """B 1 sd better (every T=2 cell), default curve: one primary comparison supported in at least 50%
     of draws and the primary condition (attention and MLP both) in at least 25%, each within 2 Monte-Carlo
-    SEs; never contradicted. The other T=2 comparisons (n seeds) are printed."""
+    SEs; a T=2 comparison contradicted (wrong) within the level. The other T=2 comparisons (n seeds) are
+    printed (the sweep file's budget of 180 was set for 50% there, with the study's 10 comparisons)."""
     name = POWER[0]
     one, se1 = group_rate(name, "primary", 0)
     both, se2 = rate(measured(name)["cond"] == 1)
@@ -226,7 +227,8 @@ def test_power_at_one_sd():
     print(f"\npower at 1 sd ({REPS} draws): one primary comparison {pct(one, se1)}, primary condition "
           f"{pct(both, se2)}, another T=2 comparison {pct(other, se3)} ({each})")
     assert one + 2 * se1 >= 0.50 and both + 2 * se2 >= 0.25
-    assert not measured(name)["alone"][:, :8, 1].any()
+    wrong, se = rate(measured(name)["alone"][:, :8, 1].mean(1))   # a better T=2 cell contradicted
+    assert wrong <= bound(se, 8)
 
 
 @functools.cache
@@ -296,7 +298,9 @@ def test_the_table():
         pct(*rate(measured(n)["cond"] == 2)) for n, _, _ in MONO) + "\n  n mean " + " / ".join(
         f"{measured(n)['n'].mean():.2f}" for n, _, _ in MONO) + "; extra mean " + " / ".join(
         f"{measured(n)['extra'].mean():.2f}" for n, _, _ in MONO) + "; trials mean " + " / ".join(
-        f"{measured(n)['trials'].mean():.1f}" for n, _, _ in MONO) + "\n  at the fresh seeds bought without divergence "
+        f"{measured(n)['trials'].mean():.1f}" for n, _, _ in MONO) + "; C mean " + " / ".join(
+        f"{measured(n)['c'].mean():.2f}" for n, _, _ in MONO) + "; selection trials mean " + " / ".join(
+        f"{measured(n)['spent'].mean():.1f}" for n, _, _ in MONO) + "\n  at the fresh seeds bought without divergence "
         + " / ".join(pct(*rate(at_fixed_seeds(n))) for n, _, _ in MONO))
     top = max(max(group_rate(n, g, d)[0] for g in GROUPS for d in ((0, 1) if k == "null" else (0,)))
               for n, k, _ in CASES)
