@@ -132,8 +132,7 @@ def test_sequential_seeding_holds_its_level_and_buys_power():
     two planned looks, each at its level of ``seeding.alpha_split``), a comparison of two tuned cells
     (2 rates each, every choice tested), a decision kept once made: the false-decisive rate with
     every true tuned effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full
-    alpha. (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on
-    frames, with divergence.)"""
+    alpha."""
     from cemlab.sweeps.sweepfile.load import load_sweep
     from sweep_support import REPO_SWEEPS
 

@@ -13,7 +13,7 @@ false decision of at least one of the ``K`` fixed-size tests, look ``j``'s at le
 union is at most ``sum_j alpha_j = alpha``, whatever rule chose when to stop or which cells to
 extend. It needs only that the looks, their seeds and their levels are fixed before any result is
 seen, which the sweep file fixes. docs/verdicts.md ("Adding seeds where a verdict is open") gives the argument and the
-calibration (tests/test_seeding_calibration.py) that measures it.
+calibration that measured it for the main job's former seed looks.
 """
 
 from __future__ import annotations
