@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from cemlab.report.claims.catalog import claims_for
+from cemlab.report.inputs.context import sweep_context
 from cemlab.report.inputs.seeded import cell_of, seed_of
 from cemlab.report.stats.bracketing import tuning_family
 
@@ -98,20 +99,32 @@ def _count(pairs: dict[str, set[float]]) -> int:
 
 
 def confirmation_plan(verdicts: list, budget: int, spent: int, selection: list[int],
-                      primary: str | None = None) -> dict:
+                      primary: str | None = None, primary_seeds: int | None = None) -> dict:
     """The arithmetic of the confirmation stage, from the selection stage's verdicts alone
     (``selection_verdicts``: which rates each comparison chose) and the trials run on the
     ``selection`` seeds (``spent``): the (family -> rates) pairs the union rule needs (``pairs``) and
     their count C (``c``), the fresh seeds n = floor((budget - spent) / C) (``n``), the pairs of
     ``primary``'s primary condition (``primary_pairs``) and their count (``cp``), the whole extra
     seeds the rest of the budget buys for them (``extra``), and the seeds themselves (``base_seeds``,
-    ``extra_seeds``, after the selection seeds). Reads which rates were chosen, never a verdict."""
+    ``extra_seeds``, after the selection seeds). Reads which rates were chosen, never a verdict.
+
+    ``primary_seeds`` (the file's ``confirmation.primary_seeds``): the primary condition's pairs get
+    that many fresh seeds first, whatever the selection chose (so that its verdict's seeds never
+    shrink because a variant diverged and its cells chose other rates), and every other pair n =
+    floor((budget - spent - primary_seeds x its pairs) / the other pairs' count) of them, at most as
+    many; the primary pairs' seeds beyond n are ``extra``."""
     pairs = needed_pairs(verdicts)
     c = _count(pairs)
-    n = (budget - spent) // c if c else 0
     prim = needed_pairs(verdicts, primary) if primary else {}
     cp = _count(prim)
-    extra = (budget - spent - n * c) // cp if cp and n else 0
+    if primary_seeds is not None and cp:
+        tp = min(primary_seeds, (budget - spent) // cp)
+        rest = c - cp
+        n = min(tp, (budget - spent - tp * cp) // rest) if rest else tp
+        extra = tp - n
+    else:
+        n = (budget - spent) // c if c else 0
+        extra = (budget - spent - n * c) // cp if cp and n else 0
     first = max(selection) + 1
     return dict(pairs=pairs, c=c, n=n, primary_pairs=prim, cp=cp, extra=extra,
                 base_seeds=list(range(first, first + n)), extra_seeds=list(range(first + n, first + n + extra)))
@@ -124,23 +137,23 @@ def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict 
     floor((budget - run) / C), the primary condition's pairs and the extra seeds the rest buys:
     :func:`confirmation_plan`) and the trials to run, named and hashed as the sweep file's own;
     (None, []) without a budget."""
-    from cemlab.report.looks.interim_look_store import _context
-
     spec, scale = inv.spec, inv.scale
     budget = spec.confirmation_budget(scale, trials)
     if budget is None:
         return None, []
-    ctx = _context(inv, overrides)
+    ctx = sweep_context(inv, overrides)
     selection = sorted({seed_of(t) for t in trials})
     t = ctx.trials()
     spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
-    plan = confirmation_plan(selection_verdicts(ctx, selection), budget, spent, selection, spec.confirmation.primary)
+    plan = confirmation_plan(selection_verdicts(ctx, selection), budget, spent, selection, spec.confirmation.primary,
+                             spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale)))
     pairs, primary = plan["pairs"], plan["primary_pairs"]
     base_seeds, extra_seeds = plan["base_seeds"], plan["extra_seeds"]
     todo = _trials_at(spec, scale, overrides, pairs, base_seeds) + _trials_at(spec, scale, overrides, primary,
                                                                                   extra_seeds)
     record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget, pairs=plan["c"],
                   seeds=plan["n"], fresh_seeds=base_seeds, primary=spec.confirmation.primary, primary_pairs=plan["cp"],
+                  primary_seeds=plan["n"] + plan["extra"],
                   extra_seeds=extra_seeds, cells=[dict(cell=f, rates=sorted(r)) for f, r in pairs.items()],
                   added=len(todo))
     return record, todo

@@ -73,7 +73,8 @@ def seeds_text(seeds: Sequence[int]) -> str:
 def selection_score(val: Mapping, test: Mapping, seeds: Sequence[int]) -> tuple[float, bool]:
     """A candidate's score on the selection ``seeds`` (lower is better) and whether every run it has
     there diverged: the median of its log validation metric, a worst outcome (``test`` at +inf: a
-    divergence, a non-finite or exploded metric) ranked last (+inf); NaN where it has no run there."""
+    divergence, a non-finite or exploded metric) ranked last (+inf), its log test metric where no
+    validation was logged (as ``bracketing.rate_score``); NaN where it has no run there."""
     vals, dead = [], []
     for s in seeds:
         t = _get(test, s)
@@ -81,7 +82,8 @@ def selection_score(val: Mapping, test: Mapping, seeds: Sequence[int]) -> tuple[
             continue
         worst = not math.isfinite(t)
         v = _get(val, s)
-        vals.append(math.inf if worst or v is None or not math.isfinite(v) else float(v))
+        v = t if v is None or math.isnan(v) else v
+        vals.append(math.inf if worst or not math.isfinite(v) else float(v))
         dead.append(worst)
     if not vals:
         return math.nan, False

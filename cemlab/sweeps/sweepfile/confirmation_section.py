@@ -9,7 +9,9 @@ chosen rate is then its lowest median validation metric over them (a divergence 
 and at the chosen rate of every cell it is compared with, on fresh seeds: ``n = floor((budget -
 trials run so far) / C)`` of them, ``C`` the distinct (cell, rate) pairs needed; what the budget has
 left buys whole extra seeds for the cells of the ``primary`` claim's primary condition, at the
-union of their pair's chosen rates. The rule reads which rates were chosen and how many trials ran,
+union of their pair's chosen rates. With ``primary_seeds`` the primary condition's pairs get that many
+fresh seeds first, whatever the selection chose, and the other pairs share the rest (at most as
+many each): its verdict then never has fewer seeds because a variant diverged. The rule reads which rates were chosen and how many trials ran,
 never a verdict. The report judges each tuned comparison on the fresh seeds by the union rule at
 ``alpha`` (``cemlab.report.stats.confirmation``). The design and its measured error rates and power:
 ``docs/verdicts.md`` and ``docs/tuned-design-study.md``.
@@ -31,6 +33,24 @@ class Confirmation(StrictSpec):
                                                     f"one-sided test at alpha / 2), at most the sweep's {ALPHA:g}.")
     primary: str | None = Field(default=None, description="The claim whose primary condition's cells get the seeds "
                                                           "the budget has left, e.g. t2-beats-t1.")
+    primary_seeds: dict[str, int] = Field(default_factory=dict, description="Per scale name, the fresh seeds the "
+                                          "primary condition's cells get first, whatever the selection chose, e.g. "
+                                          "{tiny: 9}; the other cells then share what the budget has left, at most as "
+                                          "many. A scale not named: the primary condition gets what is left over.")
+
+    @field_validator("primary_seeds")
+    @classmethod
+    def _primary_seeds(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 2}
+        if bad:
+            raise ValueError(f"primary_seeds must be whole numbers >= 2 per scale (a paired t-test needs two seeds), "
+                             f"got {bad}; e.g. primary_seeds: {{tiny: 9}}")
+        return v
+
+    def primary_seeds_at(self, scale: str, scale_spec=None) -> int | None:
+        """The primary condition's fresh seeds at ``scale`` (or at the scale it is ``like``); None: not fixed."""
+        like = getattr(scale_spec, "like", None)
+        return self.primary_seeds.get(scale, self.primary_seeds.get(like) if like else None)
 
     @field_validator("budget")
     @classmethod
@@ -70,6 +90,12 @@ def check_confirmation(spec, scales: dict[str, ScaleSpec]) -> None:
     if not spec.claims:
         raise SweepError(f"{src}: confirmation: spends fresh seeds on the cells the file's claims compare, and it "
                          f"lists no claims: list them (claims: [...]) or remove confirmation")
+    if conf.primary_seeds and conf.primary is None:
+        raise SweepError(f"{src}: confirmation.primary_seeds: gives seeds to the primary condition of "
+                         f"confirmation.primary, which is not set: name the claim (primary: ...) or remove primary_seeds")
+    for name in conf.primary_seeds:
+        if name not in scales:
+            raise SweepError(f"{src}: confirmation.primary_seeds.{name}: unknown scale; choose one of {sorted(scales)}")
     if conf.primary is not None and conf.primary not in spec.claims:
         raise SweepError(f"{src}: confirmation.primary: {conf.primary!r} is not among the file's claims "
                          f"{spec.claims}; name one of them or leave primary out")
