@@ -37,6 +37,7 @@ GRID = SPEC.expand("tiny")
 POLICY = SPEC.tuning_policy("tiny", GRID)
 RATIO, BOUNDS = SPEC.rate_ratio("tiny", GRID), tuple(SPEC.tuning.bounds)
 BUDGET, ALPHA, PRIMARY = SPEC.confirmation_budget("tiny", GRID), SPEC.confirmation.alpha, SPEC.confirmation.primary
+PRIMARY_SEEDS = SPEC.confirmation.primary_seeds_at("tiny")   # the primary condition's fixed fresh seeds
 SELECTION = [int(s) for s in SPEC.looks("tiny", GRID)[0]]
 #: The claims of the main job with comparisons at tiny (precond-t2-not-t1 has no diag cell there and
 #: test-time-recursion reads run histories: neither adds a confirmation pair, which the tests check).
@@ -189,7 +190,7 @@ def cemlab_loop(v: np.ndarray, graph: dict) -> dict:
     sel = grid + [(i, k, SELECTION) for i, rs in enumerate(rates) for k in rs if k not in GRID_IDX]
     t = frame(v, sel)
     selection = judge(t, final=False)
-    plan = confirmation_plan(selection, BUDGET, len(t), SELECTION, PRIMARY)
+    plan = confirmation_plan(selection, BUDGET, len(t), SELECTION, PRIMARY, PRIMARY_SEEDS)
     fresh = [(FAMILY.index(f), rate_idx(r), seeds) for key, seeds in (("pairs", plan["base_seeds"]),
                                                                       ("primary_pairs", plan["extra_seeds"]))
              for f, rs in plan[key].items() for r in sorted(rs)]
@@ -279,9 +280,15 @@ def fast(v: np.ndarray, seeds: tuple | None = None) -> dict:
         mask[:, b] |= u
     c = _POP[mask].sum(1)
     spent = 2 * (hi - lo + 1).sum(1)
-    n = (BUDGET - spent) // c
     cp = sum(2 * _POP[(1 << chosen[:, COMPARISONS[k][3]]) | (1 << chosen[:, COMPARISONS[k][4]])] for k in PRIMARY_CMP)
-    extra = np.where(n > 0, (BUDGET - spent - n * c) // cp, 0)
+    if PRIMARY_SEEDS is not None:   # confirmation_plan: the primary pairs' seeds first, the rest share what is left
+        tp = np.minimum(PRIMARY_SEEDS, (BUDGET - spent) // cp)
+        rest = c - cp
+        n = np.where(rest > 0, np.minimum(tp, (BUDGET - spent - tp * cp) // np.maximum(rest, 1)), tp)
+        extra = tp - n
+    else:
+        n = (BUDGET - spent) // c
+        extra = np.where(n > 0, (BUDGET - spent - n * c) // cp, 0)
     if seeds is not None:
         n, extra = seeds
     fresh = logs[..., SELECTION[-1] + 1:]
