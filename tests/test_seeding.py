@@ -2,7 +2,7 @@
 level each look judges at, the trials a look adds and which cells it opens.
 
 The sweep itself (Ray, MLflow) is tested at smoke scale in ``test_sweep_run_seeding.py``; the
-error rates of the procedure in ``test_seeding_calibration.py``.
+error rates of the procedure, for the main job's former seed looks, in docs/verdicts.md.
 """
 
 from __future__ import annotations
