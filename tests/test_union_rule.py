@@ -156,3 +156,43 @@ def test_the_confirmation_plan_gives_the_primary_condition_its_fixed_seeds_first
     assert tight["base_seeds"] == list(range(2, 10)) and tight["extra_seeds"] == [10]
     left = confirmation_plan(verdicts, 120, 60, [0, 1], "p")
     assert (left["n"], left["extra"]) == ((120 - 60) // 7, (120 - 60 - 8 * 7) // 4) == (8, 1)
+
+
+def test_the_test_time_claim_judges_the_rate_chosen_on_the_selection_seeds_on_the_other_seeds():
+    """A T=2 cell at two rates: 2e-3 best on validation at seeds 0-1 (and run on seeds 2-7), 8e-3 only on
+    seeds 0-1, where T'=2T blows up. Every rate tested would need 8e-3 too (two seeds: never decided);
+    with the confirmation stage the claim judges the chosen 2e-3 on seeds 2-7 only: 2% better, supported."""
+    from cemlab.report.claims import catalog, verdicts
+    from cemlab.report.inputs.table import aggregate
+    from cemlab.tracking import schema
+    from claims_support import crafted_trials
+
+    at = [30.0, 31.0, 29.5, 30.2, 30.8, 29.9, 30.4, 30.1]
+    values = {(2, "1", "dplr", 2e-3): at, (2, "1", "dplr", 8e-3): [33.0, 34.0]}
+    val = {(2, "1", "dplr", 2e-3): at, (2, "1", "dplr", 8e-3): [33.0, 34.0]}
+    trials = crafted_trials(values, val)
+    wiggle = (0.978, 0.982, 0.979, 0.981, 0.980, 0.977, 0.979, 0.981)
+    curves = {}
+    for r in trials.itertuples():
+        ppl = float(r.value)
+        more = ppl * wiggle[r.seed] if r.lr == 2e-3 else 1e6
+        curves[r.run_id] = [(1, 40.0), (2, ppl), (4, more)]
+
+    def history(run_id, key):
+        assert key == schema.TEST_PPL_AT_STEPS
+        return curves.get(run_id, [])
+
+    cells = aggregate(trials)
+    claim = [c for c in catalog.CLAIMS if c.id == "test-time-recursion"]
+
+    def judged(selection):
+        (v,) = [x for x in verdicts.evaluate(claim, lambda s: cells if s == "recursion_ablation" else cells.iloc[:0],
+                                             "tiny", lambda s: trials if s == "recursion_ablation" else trials.iloc[:0],
+                                             history, selection_seeds=selection, alpha=ALPHA) if x.checks]
+        return v.checks[0]
+
+    chosen = judged(SEL)
+    assert chosen.verdict == SUPPORTED and chosen.iv.n == 6 and "seeds 0-1" in chosen.choice, chosen.describe()
+    d = np.log([a * w for a, w in zip(at[2:], wiggle[2:])]) - np.log(at[2:])
+    assert chosen.evidence.p_claim == pytest.approx(stats.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-9)
+    assert judged(None).verdict != SUPPORTED        # every rate tested: 8e-3 blows up
