@@ -98,6 +98,13 @@ def _sweep_bracket(*args):
     return sweep_bracket(*args)
 
 
+def _sweep_confirm(*args):
+    """The report's judge of a sweep's confirmation stage (imported when the stage is judged)."""
+    from cemlab.report.looks.confirmation_look import sweep_confirm
+
+    return sweep_confirm(*args)
+
+
 def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
                                                                                  args.sweep), looker=_sweep_look,
-                              ladder_after=report_after_ladder, bracketer=_sweep_bracket))
+                              ladder_after=report_after_ladder, bracketer=_sweep_bracket, confirmer=_sweep_confirm))
     return int(module.run(args) or 0)
 
 

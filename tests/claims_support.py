@@ -42,13 +42,17 @@ def crafted_trials(values: dict[tuple, list[float]], val: dict[tuple, list[float
     return pd.DataFrame(rows)
 
 
-def crafted_verdicts(values, sweeps: dict[str, list[str]] | None = None, val=None) -> dict[str, verdicts.Verdict]:
+def crafted_verdicts(values, sweeps: dict[str, list[str]] | None = None, val=None, selection_seeds=None,
+                     alpha: float = verdicts.ALPHA) -> dict[str, verdicts.Verdict]:
+    """``t2-beats-t1`` judged on ``crafted_trials`` by ``verdicts.evaluate`` (``selection_seeds``: the
+    union rule of a sweep with a confirmation stage, rates chosen on those seeds)."""
     trials = crafted_trials(values, val)
     cells = aggregate(trials)
     empty = pd.DataFrame(columns=cells.columns)
     out = verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
                             lambda s: cells if s == "recursion_ablation" else empty, "tiny",
-                            lambda s: trials if s == "recursion_ablation" else trials.iloc[:0], sweeps=sweeps)
+                            lambda s: trials if s == "recursion_ablation" else trials.iloc[:0], sweeps=sweeps,
+                            selection_seeds=selection_seeds, alpha=alpha)
     return {v.condition: v for v in out}
 
 

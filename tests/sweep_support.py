@@ -120,3 +120,27 @@ def trial_state(runs: Path, log_dir: Path, trial_id: str) -> dict:
         return json.loads((runs / "checkpoints" / m.group(1) / "state.json").read_text()) if m else {}
     except (OSError, ValueError):
         return {}
+
+
+#: The main job's seeding plan before its confirmation stage (seeds 0-2 at tiny, looks 3 -> 6 at
+#: 0.0025 + 0.0475): the seed-look machinery is still the sweep file's ``seeding:``, tested on it.
+SEEDED_MAIN_JOB = """\
+seeding:
+  max_seeds: {tiny: 6}
+  batch: 3
+  alpha_split: {tiny: [0.0025, 0.0475]}
+"""
+
+
+def seeded_sweeps(tmp_path: Path) -> Path:
+    """A copy of the project's sweep folder whose ``recursion_ablation`` adds seeds by looks at tiny
+    (``SEEDED_MAIN_JOB``, seeds 0-2) instead of its confirmation stage."""
+    d = tmp_path / "seeded-sweeps"
+    shutil.copytree(REPO_SWEEPS, d, dirs_exist_ok=True)
+    p = d / "recursion_ablation.yaml"
+    text = p.read_text()
+    head, _, rest = text.partition("\nconfirmation:\n")
+    tail = rest[rest.index("\n# The ladder"):] if "\n# The ladder" in rest else ""
+    head = head.replace("precond: [dplr], seed: [0, 1]}", "precond: [dplr], seed: [0, 1, 2]}", 1)
+    p.write_text(head + "\n" + SEEDED_MAIN_JOB + tail.lstrip("\n"))
+    return d

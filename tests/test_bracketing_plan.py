@@ -123,7 +123,11 @@ def test_the_main_jobs_rates_at_tiny(repo_sweeps):
     # the ladder's rungs bracket as the ladder's base scale (workstation) does
     assert all(spec.bracket_steps(rung) == 1 for rung in spec.rungs())
     assert spec.bracket_steps("smoke") == 0 and spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]
-    assert set(family_extra(spec, "tiny", grid).values()) == {1} and len(family_extra(spec, "tiny", grid)) == 9
+    # tiny has a confirmation stage: steps are shared by compared cells, so a family may get the rate
+    # beyond either end (its own step, or a compared cell's), 2 at most; the workstation rungs step alone
+    assert set(family_extra(spec, "tiny", grid).values()) == {2} and len(family_extra(spec, "tiny", grid)) == 9
+    ws = spec.expand("workstation")
+    assert set(family_extra(spec, "workstation", ws).values()) == {1}
 
 
 def test_a_command_line_lr_axis_that_cannot_be_bracketed_brackets_nothing_and_says_so(repo_sweeps, capsys):
@@ -170,29 +174,34 @@ def test_a_rate_added_by_override_is_the_trial_of_a_file_listing_it(sweep_dir):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_main_jobs_plan_counts_the_bracketing_step_before_the_seed_look(repo_sweeps, capsys):
+def test_the_main_jobs_plan_counts_the_shared_step_then_the_confirmation_budget(repo_sweeps, capsys):
     from cemlab.cli import main
     from cemlab.sweeps.cli.plan import _plan_json
     from cemlab.sweeps.plan import plan_sweep
 
     plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
     b = plan.bracketing()
-    assert len(plan.rows) == 54 and plan.max_trials == 54 + 27 + 9 * 3 * 3 == 162
-    # the better of two rates is an end: every cell's first step is certain, so 54 + 27 at least
-    assert b["min_trials"] == 54 + 27 == plan.min_trials and b["max_trials"] == 162
-    assert b["rates"] == [0.001, 0.002, 0.004, 0.008]
-    assert b["steps"] == [{"step": 0, "cells": 9, "max_trials": 27}] and b["seeds"] == 3
-    assert len(b["cells"]) == 9 and all(c["extra"] == c["least"] == 1 and c["lr"] == [0.002, 0.004] for c in b["cells"])
-    assert plan.seeding()["max_trials"] == 162
+    # selection: 9 cells x 2 rates x seeds 0-1; the shared step may give a cell a rate beyond each end
+    assert len(plan.rows) == 36 and plan.max_trials == 165 == plan.confirmation()["budget"]
+    # the better of two rates is an end: every cell's own first step is certain, so 36 + 18 at least
+    # (all that `cemlab sweep --no-seeding` runs); the confirmation stage fills the budget, never past it
+    assert b["min_trials"] == 36 + 18 == plan.min_trials and b["max_trials"] == 165
+    assert b["rates"] == [0.001, 0.002, 0.004, 0.008] and b["shared"]
+    assert b["steps"] == [{"step": 0, "cells": 18, "max_trials": 36}] and b["seeds"] == 2
+    assert len(b["cells"]) == 9 and all(c["extra"] == 2 and c["least"] == 1 and c["lr"] == [0.002, 0.004]
+                                        for c in b["cells"])
+    assert plan.seeding() == {} and plan.confirmation()["alpha"] == 0.045
+    assert plan.confirmation()["selection_seeds"] == [0, 1]
     j = _plan_json(plan)
-    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (81, 162)
+    assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 165)
     assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the seed looks, for the "
-            "cells whose best rate is an end of theirs: step 0 adds up to 27 trials (9 cells x 3 seeds); 81 trials at "
-            "least, 162 at most")
-    assert line in out and out.index("Bracketing:") < out.index("Seeding:")
-    assert "at scale tiny: 54 trials (81-162 trials with the added rates and seeds)" in out
+    line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the later stages, for the "
+            "cells whose best rate is an end of theirs, each rate also to every cell compared with it: step 0 adds up "
+            "to 36 trials (18 cell rates x 2 seeds); 54 trials at least, 165 at most")
+    assert line in out and out.index("Bracketing:") < out.index("Confirmation:")
+    assert "a budget of 165 trials" in out and "one-sided 0.0225" in out
+    assert "at scale tiny: 36 trials (54-165 trials with the added rates and seeds)" in out
     # a scale that brackets nothing: the plan as before
     smoke = plan_sweep("recursion_ablation", "smoke", read_store=False)
     assert smoke.bracketing() == {} and smoke.max_trials == smoke.min_trials == len(smoke.rows)
@@ -330,8 +339,8 @@ def test_no_bracketing_hands_the_runner_no_judge_and_its_resume_command_keeps_th
 
 
 def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatch, repo_sweeps):
-    """``_run_trials``: grid -> bracketing steps -> seed looks, each handed its judge and the overrides
-    (the guards and the live table stood in for: nothing runs)."""
+    """``_run_trials``: grid -> bracketing steps -> seed looks -> confirmation, each handed its judge and
+    the overrides (the guards and the live table stood in for: nothing runs)."""
     import contextlib
 
     import cemlab.sweeps.runner as runner
@@ -353,12 +362,16 @@ def test_the_runner_brackets_after_the_grid_and_before_the_seed_looks(monkeypatc
                         lambda inv, trials, overrides, judge: order.append(("brackets", overrides, judge)))
     monkeypatch.setattr(runner.seeding, "add_seeds",
                         lambda inv, trials, overrides, judge: order.append(("seeds", overrides, judge)))
+    monkeypatch.setattr(runner.confirmation, "add_seeds",
+                        lambda inv, trials, overrides, judge: order.append(("confirmation", overrides, judge)))
     spec = load_sweep("recursion_ablation")
     inv = SimpleNamespace(spec=spec, uri="sqlite:///x.db", progress=None, overrides=["train.val_interval=10"])
-    bracketer, looker = object(), object()
-    assert runner._run_trials(inv, spec.expand("tiny"), None, False, 30.0, looker, bracketer) == (False, None)
-    assert order == [("grid", 54), ("brackets", ["train.val_interval=10"], bracketer),
-                     ("seeds", ["train.val_interval=10"], looker)]
+    bracketer, looker, confirmer = object(), object(), object()
+    assert runner._run_trials(inv, spec.expand("tiny"), None, False, 30.0, looker, bracketer,
+                              confirmer) == (False, None)
+    assert order == [("grid", 36), ("brackets", ["train.val_interval=10"], bracketer),
+                     ("seeds", ["train.val_interval=10"], looker),
+                     ("confirmation", ["train.val_interval=10"], confirmer)]
 
 
 def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_sweeps, tmp_path, monkeypatch):
@@ -375,7 +388,8 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
     assert "seed looks" not in cheap and cheap.endswith(": 81 trials")
     # a rung that adds seeds names its bracketing step before its seed looks, as they run
-    text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace("  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:")
+    text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace(
+        "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:") + "seeding: {max_seeds: {workstation: 3}, batch: 3}\n"
     shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(write(tmp_path, "recursion_ablation", text).parent))
     seeded = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))

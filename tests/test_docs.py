@@ -108,16 +108,16 @@ def test_readme_counts_the_main_jobs_trials_and_cells_as_the_sweep_file_plans_th
     assert (n, n_cells, n_lrs, n_seeds) == (len(trials), len(cells), len(lrs), len(seeds))
     from cemlab.sweeps.plan import plan_sweep
 
-    # at most: every cell bracketed by a rate beyond its edge, then open to the last seed look; at
-    # least: the grid and its bracketing step, certain with two rates (the better of two is an end)
+    # at most: the confirmation stage's budget; at least: the selection stage (the grid and its
+    # bracketing step, certain with two rates: the better of two is an end), all --no-seeding runs
     plan = plan_sweep("recursion_ablation", "tiny", read_store=False)
     most, least = plan.max_trials, plan.min_trials
     spec = load_sweep("recursion_ablation")
-    looks = spec.looks("tiny", trials)
-    assert most == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * len(looks[-1])
-    assert least == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * len(looks[0]) and n_lrs == 2
+    assert most == spec.confirmation_budget("tiny", trials) and n_lrs == 2
+    assert least == len(cells) * (n_lrs + spec.bracket_steps("tiny")) * n_seeds
     assert f"at scale tiny: <{least} to {most}> finished" in text
-    assert f"(at most {most} models;" in text
+    assert f"as many as a budget of {most} models buys" in text
+    assert f"one-sided {spec.confirmation.alpha / 2:.2%}" in text
 
 
 def test_readme_quotes_the_last_make_test_as_its_commit_records_it():

@@ -82,7 +82,7 @@ def test_a_rung_with_seed_looks_times_every_look_it_may_run(tmp_path, monkeypatc
     from sweep_support import REPO_SWEEPS
 
     text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace(
-        "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:")
+        "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:") + "seeding: {max_seeds: {workstation: 3}}\n"
     (tmp_path / "recursion_ablation.yaml").write_text(text)
     shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(tmp_path))

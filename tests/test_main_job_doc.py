@@ -53,7 +53,12 @@ def claims_table(before: str, after: str, head: tuple[str, str]) -> str:
 
 
 TABLES = {
-    "AMD EPYC -> Intel Xeon": lambda: comparisons_table("comparisons-20261128.csv", "comparisons.csv",
+    "every choice -> the union rule": lambda: comparisons_table(
+        "comparisons-20261129-every-choice.csv", "comparisons.csv",
+        ("2026-11-29 01:12, every choice and the edge rule", "2026-11-29 03:32, the union rule")),
+    "claims: every choice -> the union rule": lambda: claims_table(
+        "claims-20261129-every-choice.csv", "claims.csv", ("every choice and the edge rule", "the union rule")),
+    "AMD EPYC -> Intel Xeon": lambda: comparisons_table("comparisons-20261128.csv", "comparisons-20261129-every-choice.csv",
                                                         ("2026-11-28, AMD EPYC", "2026-11-29, Intel Xeon")),
     "8 seeds -> 6": lambda: comparisons_table("comparisons-8-seeds.csv", "comparisons-20261128.csv",
                                               ("8 seeds", "6 seeds")),
@@ -79,7 +84,7 @@ def test_an_effect_is_never_exponentiated_twice():
 
 def test_the_reruns_trial_numbers_are_the_ones_the_page_gives():
     """The rerun's per-trial drift against the committed run of the other machine, recomputed."""
-    new, old = pd.read_csv(RUN / "trials.csv"), pd.read_csv(RUN / "trials-20261128.csv")
+    new, old = pd.read_csv(RUN / "trials-20261129-every-choice.csv"), pd.read_csv(RUN / "trials-20261128.csv")
     m = old.merge(new, on="trial_id", suffixes=("_o", "_n"))
     assert len(m) == 162 and (m.config_hash_o == m.config_hash_n).all()
     rel = (m.value_n - m.value_o).abs() / m.value_o

@@ -2,7 +2,7 @@
 level each look judges at, the trials a look adds and which cells it opens.
 
 The sweep itself (Ray, MLflow) is tested at smoke scale in ``test_sweep_run_seeding.py``; the
-error rates of the procedure in ``test_seeding_calibration.py``.
+error rates of the procedure, for the main job's former seed looks, in docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cemlab.report.claims.verdicts import Check, Verdict
 from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.sweeps.sweepfile.schema import Seeding, SweepError
 
-from sweep_support import REPO_SWEEPS
+from sweep_support import REPO_SWEEPS, seeded_sweeps
 
 HEAD = """\
 figure: "Fig X"
@@ -115,12 +115,12 @@ def test_each_look_judges_at_alpha_over_the_planned_looks():
         look_alpha(0)
 
 
-def test_the_main_job_plans_two_looks_at_its_split_of_alpha(monkeypatch):
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+def test_the_main_job_plans_two_looks_at_its_split_of_alpha(tmp_path, monkeypatch):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(seeded_sweeps(tmp_path)))
     spec = load_sweep("recursion_ablation")
     tiny, smoke = spec.expand("tiny"), spec.expand("smoke")
-    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5]]   # docs/verdicts.md: the seed budget
-    assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts.md: the rule's choice
+    assert spec.looks("tiny", tiny) == [[0, 1, 2], [0, 1, 2, 3, 4, 5]]   # docs/verdicts-history.md: seed budget
+    assert spec.look_alphas("tiny", tiny) == pytest.approx([0.0025, 0.0475])   # docs/verdicts-history.md: split rule
     assert sweep_alpha(spec, "tiny", tiny) == pytest.approx(0.0025)   # where the looks are not replayed: the strictest
     assert sweep_alpha(spec, "smoke", smoke) == ALPHA     # no budget at smoke: the fixed design
     # a seed axis given on the command line is run exactly: one look, no seed added, judged at alpha
@@ -197,7 +197,7 @@ def test_a_split_of_alpha_is_carried_into_the_plan_the_looks_and_the_page(sweep_
     assert spec.seeding.alphas("tiny", [0], None) == pytest.approx([ALPHA / 3] * 3)
 
 
-def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeypatch, capsys):
+def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(tmp_path, monkeypatch, capsys):
     """``cemlab sweep recursion_ablation --scale tiny "seed=[0]"`` adds no seed to its 18 trials:
     the plan has one look, the seeding stage asks no judge for a look, and the plan and the sweep's
     first lines say why (no training: the plan, the stage with a judge that must not be called,
@@ -213,7 +213,7 @@ def test_a_seed_axis_given_on_the_command_line_adds_no_seeds_and_says_so(monkeyp
     from cemlab.sweeps.stages.progress import print_start
     from cemlab.sweeps.stages.seeding import add_seeds
 
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(seeded_sweeps(tmp_path)))
     spec = load_sweep("recursion_ablation")
     plan = plan_sweep(spec, "tiny", read_store=False, overrides=["seed=[0]"])
     # no seed added; the file's bracketing step still may add one rate per cell at that seed (9 trials)
@@ -280,16 +280,20 @@ def test_only_the_cells_of_open_comparisons_in_open_conditions_get_seeds():
     assert open_cells(verdicts[1:], "mine") == ([], [])
 
 
-def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(monkeypatch):
+def test_a_claim_is_judged_at_the_level_of_its_seeded_sweep_in_every_report(tmp_path, monkeypatch):
+    """In the seeded plan the strictest look's level; with the confirmation stage (the project's own
+    file) the stage's level, 0.045."""
     from cemlab.report.claims.catalog import all_claims
     from cemlab.report.inputs.grids import SweepGrids
     from cemlab.report.stats.sequential import claim_alpha
 
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(seeded_sweeps(tmp_path)))
     grids, by_id = SweepGrids(), {c.id: c for c in all_claims()}
     assert claim_alpha(by_id["t2-beats-t1"], grids, "tiny") == pytest.approx(0.0025)   # the strictest look
     assert claim_alpha(by_id["t2-beats-t1"], grids, "smoke") == ALPHA
     assert claim_alpha(by_id["attn-small-cost"], grids, "tiny") == ALPHA
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
+    assert claim_alpha(by_id["t2-beats-t1"], SweepGrids(), "tiny") == pytest.approx(0.045)
 
 
 def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkeypatch):
@@ -303,8 +307,10 @@ def test_every_sweep_that_judges_claims_runs_at_least_three_seeds_at_tiny(monkey
             assert name != "lr_search" or "judges no claim" in spec.description
             continue
         judged += 1
-        seeds = spec.looks("tiny", spec.expand("tiny"))[0]
-        assert len(seeds) >= 3, (name, seeds)
+        grid = spec.expand("tiny")
+        seeds = spec.looks("tiny", grid)[0]
+        # three seeds, or a confirmation stage: its selection seeds, then fresh ones (docs/verdicts.md)
+        assert len(seeds) >= 3 or (spec.confirmation_budget("tiny", grid) and len(seeds) >= 2), (name, seeds)
     assert judged >= 8
 
 

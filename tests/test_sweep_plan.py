@@ -157,8 +157,8 @@ def test_plan_at_80_columns_prints_its_summary_first_and_folds_every_cell_whole(
     assert max(len(ln) for ln in lines) <= 80 and "…" not in buf.getvalue()
     top = next(i for i, ln in enumerate(lines) if ln.startswith("┏"))
     summary = " ".join(" ".join(lines[:top]).split())
-    for part in (f"recursion_ablation ({plan.figure}) at scale tiny: 54 trials", "Total: ", "Seeding: 2 planned looks",
-                 "81 trials at least, 162 at most", "Bracketing: up to 1 step per end", "At the paper scale",
+    for part in (f"recursion_ablation ({plan.figure}) at scale tiny: 36 trials", "Total: ", "Confirmation: each cell",
+                 "54 trials at least, 165 at most", "Bracketing: up to 1 step per end", "At the paper scale",
                  "Data step at the paper scale"):
         assert part in summary, part
     body = lines[next(i for i, ln in enumerate(lines) if ln.startswith("┡")) + 1:-1]

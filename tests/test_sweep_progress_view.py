@@ -68,7 +68,7 @@ def test_80x24_shows_labels_status_step_and_whole_numbers_with_the_progress_line
     assert len(set(labels.values())) == len(trials)                                         # every trial told apart
     for eta in ("1", "0.5"):                                                        # eta and lr in the label
         assert any(v.startswith(f"cem-attn T2 dplr eta={eta} lr=4e-3 s0") for v in labels.values()), labels
-    assert any(v.startswith("cem-mlp T2 dplr eta=0.5 lr=4e-3 s2") for v in labels.values())  # eta and preconditioner
+    assert any(v.startswith("cem-mlp T2 dplr eta=0.5 lr=4e-3 s1") for v in labels.values())  # eta and preconditioner
     shown = [t for t in trials if _row_line(lines, labels[t.trial_id])]
     for t in trials[14:16]:                                                         # the running ones
         assert re.search(r"running\s+80/160\s.*260\.12", _row_line(lines, labels[t.trial_id]))
@@ -146,7 +146,7 @@ def test_without_a_terminal_one_line_per_validation_report(trials):
         progress.update(a, {tr.STEP_KEY: 80, tr.TOTAL_KEY: 160, schema.VAL_PPL: 250.25})  # no new step: no line
     lines = [ln for ln in out.getvalue().splitlines() if "validated" in ln]
     assert len(lines) == 2 and "\x1b[" not in out.getvalue()
-    assert "llama s0  step 40/160  loss 5.500  val ppl 400.50  [0/3 done" in lines[0]
+    assert "llama lr=2e-3 s0  step 40/160  loss 5.500  val ppl 400.50  [0/3 done" in lines[0]
     assert "step 80/160" in lines[1] and "val ppl 250.25" in lines[1]
 
 
@@ -187,3 +187,8 @@ def test_the_end_names_each_bracketing_step_and_seed_look_in_order():
         "look 0 on seeds 0,1,2: 1 claim condition(s) open, 2 cell(s) got 30 trials",
         "look 1 on seeds 0,1,2,3,4,5,6,7: 0 claim condition(s) open, 0 cell(s) got 0 trials"]
     assert looks_made(SimpleNamespace(brackets=[], looks=[])) == []
+    stage = {"pairs": 16, "seeds": 7, "extra_seeds": [9, 10], "primary": "t2-beats-t1", "added": 128, "spent": 52,
+             "budget": 180}
+    assert looks_made(SimpleNamespace(brackets=[], looks=[], confirmation=stage)) == [
+        "confirmation: 16 (cell, rate) pairs x 7 fresh seeds, 2 extra for t2-beats-t1 (128 trials; 52 on the "
+        "selection seeds, budget 180)"]

@@ -143,3 +143,27 @@ def test_the_shared_rate_verdict_counts_a_comparison_missing_at_a_rate_as_missin
     assert v.n_comparisons == 2, v
     assert "lr 0.008: " + NOT_ENOUGH in v.verdict_shared_lr and "lr 0.008: supported" not in v.verdict_shared_lr
     assert "lr 0.002: supported" in v.verdict_shared_lr, v.verdict_shared_lr
+
+
+def test_a_divergence_on_a_fresh_seed_is_scored_from_the_fresh_seeds_only():
+    """A comparison judged on fresh seeds (``selection_seeds``, the union rule) scores a diverged fresh
+    run as the worst finished run of its choice at the *fresh* paired seeds, as the design study does
+    (docs/tuned-design-study.md, "The world"): the selection seeds chose the rates and are not judged
+    on. Before, the worst run was taken over the selection seeds too, so a bad selection run (here T=1's
+    200 at seed 1) set the diverged fresh run's score."""
+    t1_low = [150.0, 200.0, 150.0, 148.0, 149.0, 152.0]          # chosen (median 175 over seeds 0-1)
+    t2_low = [150.0, 150.0, 150.0, math.nan, 150.5, 149.0]      # chosen; diverged at fresh seed 3
+    values = {(1, "1", "dplr", 2e-3): t1_low, (1, "1", "dplr", 4e-3): [190.0] * 6,
+              (2, "1", "dplr", 2e-3): t2_low, (2, "1", "dplr", 4e-3): [190.0, 190.0, 191.0, 189.0, 190.0, 190.5]}
+    trials = _trials(values, values)
+    cells = aggregate(trials)
+    (v,) = [x for x in verdicts.evaluate([c for c in claims.CLAIMS if c.id == "t2-beats-t1"],
+                                          lambda s: cells if s == "recursion_ablation" else cells.iloc[:0], "tiny",
+                                          lambda s: trials if s == "recursion_ablation" else trials.iloc[:0],
+                                          sensitivity=False, selection_seeds=[0, 1]) if x.checks]
+    (ch,) = v.checks
+    assert ch.confirmation.rates == (2e-3,) and ch.iv.n == 4   # judged on seeds 2-5 at the chosen 2e-3
+    d = ch.diffs_of[ch.confirmation.chosen]
+    # seed 3: the worst finished run of the choice on the fresh seeds (T=1's 152 at seed 5) less T=1's 148
+    assert d[1] == pytest.approx(math.log(152.0 / 148.0)) and d[1] > math.log1p(0.01)
+    assert d[0] == pytest.approx(0.0) and d[2] == pytest.approx(math.log(150.5 / 149.0))

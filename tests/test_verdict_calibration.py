@@ -128,16 +128,17 @@ def test_power_at_one_sd_is_printed_beside_the_old_method():
 
 
 def test_sequential_seeding_holds_its_level_and_buys_power():
-    """The main job's seeding as its sweep file ships it (3 seeds, then 8 where a comparison is open;
-    two planned looks, each at its level of ``seeding.alpha_split``), a comparison of two tuned cells
-    (2 rates each, every choice tested), a decision kept once made: the false-decisive rate with
-    every true tuned effect zero, and power and mean seeds at 1 sd beside 3 fixed seeds at the full
-    alpha. (tests/test_seeding_calibration.py runs the same loop through ``verdicts.evaluate`` on
-    frames, with divergence.)"""
-    from cemlab.sweeps.sweepfile.load import load_sweep
-    from sweep_support import REPO_SWEEPS
+    """The seeding section as the main job shipped it before its confirmation stage (3 seeds, then 6
+    where a comparison is open; two planned looks, each at its level of ``seeding.alpha_split``:
+    ``sweep_support.SEEDED_MAIN_JOB``), a comparison of two tuned cells (2 rates each, every choice
+    tested), a decision kept once made: the false-decisive rate with every true tuned effect zero, and
+    power and mean seeds at 1 sd beside 3 fixed seeds at the full alpha."""
+    import yaml
 
-    seeding = load_sweep(REPO_SWEEPS / "recursion_ablation.yaml").seeding
+    from cemlab.sweeps.sweepfile.schema import Seeding
+    from sweep_support import SEEDED_MAIN_JOB
+
+    seeding = Seeding.model_validate(yaml.safe_load(SEEDED_MAIN_JOB)["seeding"])
     looks = [len(s) for s in seeding.looks("tiny", [0, 1, 2])]
     alphas = seeding.alphas("tiny", [0, 1, 2])
 

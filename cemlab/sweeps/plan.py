@@ -41,7 +41,8 @@ from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
-from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_least, family_of, unbracketable
+from cemlab.sweeps.sweepfile.tuning_section import (family_extra, family_least, family_of, shared_steps,
+                                                    unbracketable)
 from cemlab.tasks import task_of
 from cemlab.tracking import outcomes, schema
 from cemlab.sweeps.gpu_slots import NoMeasurement, measured_slots, slots_plan
@@ -116,12 +117,19 @@ class Plan:
     split_note: str = ""                                  # seeding: why the looks take the even split, if so
     brackets: dict[str, Any] = field(default_factory=dict)  # tuning: the bracketing steps (bracket_plan)
     bracketing_note: str = ""  # tuning: why this grid brackets nothing although the scale would (unbracketable)
+    budget: int | None = None  # confirmation: the trial budget of the whole job (None: no confirmation stage)
+    confirmation_alpha: float | None = None  # confirmation: the two-sided level of each tuned comparison
+    primary_seeds: int | None = None  # confirmation: the primary condition's fresh seeds, fixed (None: left over)
+    primary: str | None = None        # confirmation: the claim whose primary condition they are
 
     @property
     def max_trials(self) -> int:
         """Trials if every cell took every rate it can reach beyond its worse end (``tuning``) and then
-        stayed open to the last look (``seeding``) at all its rates; the grid's without either."""
+        stayed open to the last look (``seeding``) at all its rates; the grid's without either. With a
+        confirmation stage: its trial budget (it never runs past it), or the selection stage's most."""
         extra = sum(f["extra"] for f in self.brackets.get("cells", []))
+        if self.budget is not None:
+            return max(self.budget, len(self.rows) + extra * self.brackets.get("seeds", 0))
         if not self.looks or not self.looks[0]:
             return len(self.rows)
         return (len(self.rows) // len(self.looks[0]) + extra) * len(self.looks[-1])
@@ -129,7 +137,9 @@ class Plan:
     @property
     def min_trials(self) -> int:
         """Trials if the grid's runs finish and every cell stops as early as it can: the grid's, plus
-        the bracketing step that is certain (a family of two rates, ``family_least``) at the grid's seeds."""
+        the bracketing step that is certain (a family of two rates, ``family_least``) at the grid's seeds.
+        With a confirmation stage the same: the selection stage, which is all ``cemlab sweep
+        --no-seeding`` runs; the stage itself then fills the budget to within one seed of its pairs."""
         least = sum(f.get("least", 0) for f in self.brackets.get("cells", []))
         return len(self.rows) + least * self.brackets.get("seeds", 0)
 
@@ -139,6 +149,14 @@ class Plan:
         if not self.brackets:
             return {}
         return {**self.brackets, "min_trials": self.min_trials, "max_trials": self.max_trials}
+
+    def confirmation(self) -> dict:
+        """The confirmation stage ({} without): the selection seeds, the budget, the level."""
+        if self.budget is None:
+            return {}
+        return {"selection_seeds": self.looks[0] if self.looks else [], "budget": self.budget,
+                "alpha": self.confirmation_alpha, "primary": self.primary, "primary_seeds": self.primary_seeds,
+                "min_trials": self.min_trials, "max_trials": self.max_trials}
 
     def seeding(self) -> dict:
         """The planned looks of a ``seeding`` sweep: seeds of each, the two-sided level each judges at
@@ -355,6 +373,11 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           seeding_note=seeds_given_note(spec, scale, trials),
                           gpu_time=gpu_time_estimate(scale_rows, mfu), alphas=spec.look_alphas(scale, trials),
                           split_note=spec.split_note(scale, trials), brackets=bracket_plan(spec, scale, trials),
+                          budget=spec.confirmation_budget(scale, trials),
+                          confirmation_alpha=spec.confirmation.alpha if spec.confirmation is not None else None,
+                          primary=spec.confirmation.primary if spec.confirmation is not None else None,
+                          primary_seeds=spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale))
+                          if spec.confirmation is not None else None,
                           bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else "",
                           gpu_slots=slots_plan(scale_rows, client) if client is not None else {}))
     return plans
@@ -378,8 +401,10 @@ def bracket_plan(spec: SweepSpec, scale: str, trials: list[Trial]) -> dict[str, 
                                  "extra": extra[f], "least": least[f]})
         if a["lr"] not in c["lr"]:
             c["lr"].append(a["lr"])
-    per_step = [sum(1 for e in extra.values() if e > k) for k in range(steps)]
+    wide = 2 if shared_steps(spec, scale, trials) else 1   # shared: a step may add a rate beyond each end
+    per_step = [sum(min(wide, max(0, e - wide * k)) for e in extra.values()) for k in range(steps)]
     return {"policy": spec.tuning.policy, "max_steps": steps, "ratio": spec.rate_ratio(scale, trials),
+            "shared": wide == 2,
             "bounds": list(spec.tuning.bounds),
             "rates": spec.tuning_rates(scale, trials), "seeds": seeds,
             "steps": [{"step": k, "cells": n, "max_trials": n * seeds} for k, n in enumerate(per_step) if n],

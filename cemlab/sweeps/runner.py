@@ -18,7 +18,8 @@ goes down them once:
    best learning rate is an end of its rates the rate beyond it, step by step
    (``cemlab.sweeps.stages.bracketing``), and a sweep with ``seeding:`` then judges its claims at
    each planned look and runs more seeds of the cells still open, both through the same two stages
-   (``cemlab.sweeps.stages.seeding``);
+   (``cemlab.sweeps.stages.seeding``), and a sweep with ``confirmation:`` runs fresh seeds at each
+   cell's chosen rates (``cemlab.sweeps.stages.confirmation``);
 5. **record** the outcomes: check them against the store, finish the parent run, write
    ``<runs>/logs/<sweep>-<scale>/summary.json`` (``cemlab.sweeps.stages.record.finish``);
 6. **report progress** all along: one table while trials run, a summary at the end
@@ -59,7 +60,7 @@ from rich.console import Console
 
 from cemlab import timing
 from cemlab.paths import runs_dir, sweep_log_dir
-from cemlab.sweeps.stages import bracketing, execute, preflight, record, seeding, trial_actions
+from cemlab.sweeps.stages import bracketing, confirmation, execute, preflight, record, seeding, trial_actions
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.gpu_slots import with_share
@@ -83,7 +84,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
               cache_dir: str | Path | None = None, console: "Console | None" = None, live: bool | None = None,
               interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
               looker: "seeding.Looker | None" = None, stop_ray_later: bool = False,
-              bracketer: "bracketing.Bracketer | None" = None, gpu_slots: str = "scale") -> SweepResult:
+              bracketer: "bracketing.Bracketer | None" = None, gpu_slots: str = "scale",
+              confirmer: "confirmation.Confirmer | None" = None) -> SweepResult:
     """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
     for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
     ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
@@ -92,6 +94,8 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     with ``seeding`` (``cemlab.report.looks.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
     ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
     (``cemlab.report.looks.interim_look_store.sweep_bracket``; None: the grid's rates only);
+    ``confirmer``: judges the confirmation stage of a sweep with ``confirmation``
+    (``cemlab.report.looks.confirmation_look.sweep_confirm``; None: the selection seeds only);
     ``gpu_slots``: ``scale`` (the scale's ``gpus_per_worker``) or ``measured`` (trials per GPU from the
     store's finished runs of this scale, ``cemlab.sweeps.gpu_slots``; refused without them);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
@@ -133,7 +137,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
         inv.overrides, inv.gpu_share = list(overrides or []), share
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         with timing.stage("trials"):
-            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker, bracketer)
+            interrupted, lost = _run_trials(inv, trials, console, live, interval, looker, bracketer, confirmer)
         if interrupted or lost:
             _shutdown_ray()  # ends every trial process of this driver before their runs are marked
             owns_ray = False
@@ -234,7 +238,8 @@ def ray_abandoned() -> bool:
 
 def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: bool | None,
                 interval: float, looker: "seeding.Looker | None" = None,
-                bracketer: "bracketing.Bracketer | None" = None) -> tuple[bool, str | None]:
+                bracketer: "bracketing.Bracketer | None" = None,
+                confirmer: "confirmation.Confirmer | None" = None) -> tuple[bool, str | None]:
     """Decide and execute every trial under the progress table and the guards. Returns whether
     Ctrl-C / SIGTERM interrupted them, and why the store was lost (None: it was not)."""
     interrupted = False
@@ -249,6 +254,7 @@ def _run_trials(inv: Invocation, trials: list[Trial], console: "Console", live: 
                         execute.run_grid(inv, trial_actions.decide_grid(inv, trials))
                         bracketing.add_rates(inv, trials, inv.overrides, bracketer)  # rates beyond a best edge
                         seeding.add_seeds(inv, trials, inv.overrides, looker)  # more seeds where a verdict is open
+                        confirmation.add_seeds(inv, trials, inv.overrides, confirmer)  # fresh seeds at chosen rates
             except Exception as e:  # a store call of the driver failed: is the store gone?
                 if not watch.confirm_lost(e):
                     raise

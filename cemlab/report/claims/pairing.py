@@ -17,9 +17,10 @@ from cemlab.report.stats.significance import LEVEL, NOT_ENOUGH, Interval, t_inte
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide
 from cemlab.report.stats.bounds import (Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
                                         paired_diffs_by_seed)
+from cemlab.report.stats.confirmation import UnionChoice
 from cemlab.report.inputs.table import selection_key
 from cemlab.report.claims.shown_effect import (  # noqa: F401 (chosen_diffs, shown_diffs: re-exported)
-    chosen_diffs, evidence_and_interval, shown_diffs)
+    chosen_diffs, confirmation_of, evidence_and_interval, shown_diffs, union_evidence)
 from cemlab.report.stats.bracketing import position_edges, untuned_sides
 from cemlab.report.stats.divergence import UNUSABLE, outcome_note, outcomes, usable_cells
 from cemlab.report.stats.percent import percent
@@ -97,6 +98,9 @@ class Check:
     #: The sides no test could decide because a cell that could erase them is not bracketed
     #: (``untuned_sides``): 'supported', 'contradicted', 'negligible'.
     edge_blocks: tuple = ()
+    #: A tuned comparison judged on fresh seeds (``confirmation.UnionChoice``: each position's
+    #: chosen rate and the union it is tested over); None: every choice tested on every seed.
+    confirmation: UnionChoice | None = None
 
     def __post_init__(self):
         if not self.verdict:
@@ -109,8 +113,8 @@ class Check:
         (``bounds.decision_bounds``); ``holm``: the side ('supported' or 'contradicted') held to a Holm step."""
         self.alpha_claim, self.alpha_against, self.alpha_negligible = alpha_claim, alpha_against, alpha_negligible
         self.bounds = (decision_bounds(self.diffs_of, self.test_coefs, self.n_choices or (), self.side, alpha_claim,
-                                       alpha_against, self.verdict, alpha_negligible, self.discrete)
-                       if self.diffs_of else None)
+                                       alpha_against, self.verdict, alpha_negligible, self.discrete,
+                                       self.confirmation) if self.diffs_of else None)
         if self.bounds is not None and self.edge_blocks:
             self.bounds = voided_ends(self.bounds, self.side, self.edge_blocks)
         self.how = decided_how(self.evidence, self.side, alpha_claim, alpha_against, self.iv.n, self.discrete, holm)
@@ -122,7 +126,7 @@ class Check:
         that decides the claim's side (``bounds.deciding_choice``), else of the effect shown."""
         if self.diffs_of and not self.discrete and self.side != "within":
             combo = deciding_choice(self.diffs_of, self.test_coefs, self.n_choices or (), self.alpha_claim,
-                                    upper=self.side == "below")
+                                    upper=self.side == "below", conf=self.confirmation)
             d = np.asarray(self.diffs_of.get(combo, []), dtype=float) if combo is not None else np.array([])
             d = d[np.isfinite(d)]
             if len(d) >= 2:
@@ -225,14 +229,17 @@ class ClaimData:
     is a candidate) or ``shared`` (every cell at the one rate ``lr``). ``margin``: the claim's
     smallest effect of interest, a relative change kept as log(1 + margin), the scale of the effects
     (``relative_margin=False``: already on the effect's scale, as the learning-rate claim's log2 ratio).
-    ``edge_seeds``: the seeds each cell's bracketing is read on (``bracketing.position_edges``)."""
+    ``edge_seeds``: the seeds each cell's bracketing is read on (``bracketing.position_edges``).
+    ``selection_seeds``: a sweep that chooses each cell's rate on these seeds and confirms on the
+    others (``confirmation``): a comparison with candidates is then judged by the union rule on the
+    other seeds only (``compare``)."""
 
     def __init__(self, cells_of: Callable[[str], pd.DataFrame],
                  trials_of: Callable[[str], pd.DataFrame] | None = None,
                  history: Callable[[str, str], list] | None = None, sweeps: list[str] | None = None,
                  margin: float = SESOI, lr_mode: str = "tuned", own: tuple[str, ...] = (),
                  alpha: float = ALPHA, lr: float = math.nan, relative_margin: bool = True,
-                 edge_seeds: list[int] | None = None):
+                 edge_seeds: list[int] | None = None, selection_seeds: list[int] | None = None):
         self._cells_of = cells_of
         self._trials_of = trials_of
         self.history = history
@@ -247,6 +254,7 @@ class ClaimData:
         #: The seeds each cell's bracketing is read on (a seeded sweep: its first look's, the ones its
         #: bracketing look read); None: every seed read (``bracketing.position_edges``).
         self.edge_seeds = edge_seeds
+        self.selection_seeds = list(selection_seeds) if selection_seeds else None
 
     def sweep(self, i: int = 0) -> str:
         """The ``i``-th sweep of the claim's entry (its own sweep first); '' if it names fewer."""
@@ -375,15 +383,28 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
         missing.append(f"{label}: no seed at which every compared cell has a value")
         return Check(label, text, Interval(math.nan, math.nan, math.nan, 0), t, side, condition, fmt=fmt,
                      margin=data.margin, cells=where, verdict=NOT_ENOUGH, cell_ids=ids)
-    chosen = chosen_diffs(logs, by_seed)
-    evidence, iv = evidence_and_interval(diffs_of, chosen, coefs, n_choices, t, side, data.margin)
-    edges = position_edges(cands, logs, data.edge_seeds) if max(n_choices) > 1 else ()
-    evidence, blocks = untuned_sides(evidence, coefs, side, edges)
-    choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
-              "); effect shown: each choice on the median validation metric of the cell's other seeds"
-              ) if max(n_choices) > 1 else ""
+    conf = None
+    if data.selection_seeds and max(n_choices) > 1:   # chosen on the selection seeds, judged on the others
+        conf = confirmation_of(cands, logs, data.selection_seeds)
+        # the fresh seeds only, a divergence's score (the worst finished run of its choice) included
+        fresh = [[t[~t.index.isin(conf.selection)] for t, _ in pos] for pos in logs]
+        by_seed = paired_diffs_by_seed(fresh, coefs, beyond)
+        diffs_of = {c: d for c, d in _arrays(by_seed).items() if len(d)}
+        chosen = sorted(by_seed.get(conf.chosen, {}).items())
+        evidence, iv = union_evidence(diffs_of, chosen, coefs, t, side, data.margin, conf)
+        blocks: tuple = ()
+        choice = conf.describe(n_choices)
+    else:
+        chosen = chosen_diffs(logs, by_seed)
+        evidence, iv = evidence_and_interval(diffs_of, chosen, coefs, n_choices, t, side, data.margin)
+        choice = ("every choice tested (" + " x ".join(map(str, n_choices)) +
+                  "); effect shown: each choice on the median validation metric of the cell's other seeds"
+                  ) if max(n_choices) > 1 else ""
+    edges = position_edges(cands, logs, data.edge_seeds or data.selection_seeds) if max(n_choices) > 1 else ()
+    if conf is None:
+        evidence, blocks = untuned_sides(evidence, coefs, side, edges)
     return Check(label, text, iv, t, side, condition, regime_of(rows), fmt=fmt, margin=data.margin, cells=where,
-                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices,
+                 cell_ids=ids, evidence=evidence, choice=choice, n_choices=n_choices, confirmation=conf,
                  seed_diffs=shown_diffs(chosen), edges=tuple(edges), edge_blocks=blocks,
                  diverged="; ".join(str(getattr(r, "attrs", {}).get("diverged", "")) for r in rows
                                     if isinstance(r, pd.Series) and r.attrs.get("diverged")),

@@ -26,6 +26,7 @@ from cemlab.models.preconditioners import PRECONDITIONERS
 from cemlab.paper import NEGLIGIBLE
 from cemlab.report.claims.shown_effect import chosen_diffs, evidence_and_interval, shown_diffs
 from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs_by_seed
+from cemlab.report.stats.confirmation import seeds_text, selection_score
 from cemlab.report.stats.significance import t_interval
 from cemlab.report.claims.verdicts import Check, ClaimData, compare, etas_of, num, pick_cell, regime_of, rel, sizes_of
 from cemlab.tracking import schema
@@ -233,12 +234,29 @@ def _test_time_ratios(at: pd.Series, more: pd.Series, chance: float, margin: flo
     return pd.Series(d, dtype=float).sort_index()
 
 
+def _chosen_on_selection(curves: list, ratios: list, selection: list[int]) -> tuple[list, list]:
+    """A sweep with a confirmation stage: the cell's candidate rate with the lowest median validation
+    on the ``selection`` seeds (``confirmation.selection_score``, as its tuned comparisons choose it),
+    its ratios on the other seeds only."""
+    def logs(x: pd.Series) -> dict:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return {s: float(np.log(v)) if v > 0 else math.inf for s, v in x.astype(float).items()}
+
+    scores = [selection_score(logs(val), logs(at), selection)[0] for at, _, val in curves]
+    ok = [j for j, s in enumerate(scores) if not math.isnan(s)]
+    j = min(ok, key=lambda i: scores[i]) if ok else 0
+    keep = ratios[j][~ratios[j].index.isin(list(selection))]
+    at, more, val = curves[j]
+    return [(at.drop(list(selection), errors="ignore"), more.drop(list(selection), errors="ignore"), val)], [keep]
+
+
 def rule_test_time_recursion(data: ClaimData):
     """Beyond the paper (its sec. 5.2 leaves test-time scaling to future work): a CEM model trained
     with T=2 evaluated with 2T steps has lower test perplexity than at its training T (per seed,
     the log ratio of test/ppl_at_steps at T'=2T over T'=T; per sublayer, size, preconditioner and
     eta). The model is the cell at its tuned rate: the claim must hold at every rate of the cell
-    (every choice tested); the effect shown takes the rate on the other seeds' validation."""
+    (every choice tested); the effect shown takes the rate on the other seeds' validation. In a sweep
+    with a confirmation stage the rate is the one chosen on the selection seeds, judged on the others."""
     missing: list[str] = []
     checks = []
     if data.history is None:
@@ -263,6 +281,11 @@ def rule_test_time_recursion(data: ClaimData):
             continue
         chance = float(row.get("chance", math.nan))
         ratios = [_test_time_ratios(at, more, chance, data.margin) for at, more, _ in curves]
+        how = f"every rate tested ({len(curves)})" if len(curves) > 1 else ""
+        if data.selection_seeds and len(curves) > 1:   # the rate chosen on the selection seeds, judged on the others
+            curves, ratios = _chosen_on_selection(curves, ratios, data.selection_seeds)
+            how = (f"the rate with the lowest median validation on seeds {seeds_text(data.selection_seeds)}, judged "
+                   f"on the other seeds")
         diffs_of = {(j,): r.to_numpy() for j, r in enumerate(ratios)}
         chosen = chosen_diffs([[(r, val) for r, (_, _, val) in zip(ratios, curves)]],
                               {(j,): dict(r.items()) for j, r in enumerate(ratios)})
@@ -272,7 +295,7 @@ def rule_test_time_recursion(data: ClaimData):
         b = np.concatenate([more.to_numpy(dtype=float) for _, more, _ in curves])
         checks.append(Check(label, f"{label}: test ppl at T'={T} {num(a.mean())}, at T'={2 * T} {num(b.mean())}",
                             iv, 0.0, "below", cond, regime_of([row]), margin=data.margin,
-                            evidence=ev, choice=f"every rate tested ({len(curves)})" if len(curves) > 1 else "",
+                            evidence=ev, choice=how,
                             n_choices=(len(curves),), cell_ids=tuple(str(c) for c in g["cell"]),
                             diffs_of=diffs_of, test_coefs=(0.0,), seed_diffs=shown_diffs(chosen)))
     return checks, missing

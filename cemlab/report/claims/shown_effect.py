@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.stats.bounds import every_choice_bound
+from cemlab.report.stats.confirmation import UnionChoice, choose, selection_score
 from cemlab.report.stats.decision import Evidence, comparison_evidence
 from cemlab.report.stats.significance import LEVEL, Interval, t_interval
 
@@ -80,3 +81,24 @@ def chosen_diffs(logs: list, by_seed: dict[tuple, dict]) -> list[tuple[int, floa
         combo = tuple(min(range(len(pos)), key=lambda j: _median_other(*pos[j], s)) for pos in logs)
         diffs.append((int(s), float(by_seed.get(combo, {}).get(s, math.nan))))
     return diffs
+
+
+def confirmation_of(cands: list, logs: list, selection: list[int]) -> UnionChoice:
+    """Each position's chosen candidate on the ``selection`` seeds and the union it is judged over
+    (``confirmation.choose``), from the candidates' learning rates and per-seed (test, validation) logs."""
+    rates = [[float(c.get("lr", math.nan)) for c in cs] for cs in cands]
+    scored = [[selection_score(v, t, selection) for t, v in pos] for pos in logs]
+    return choose(rates, [[s for s, _ in pos] for pos in scored], [[d for _, d in pos] for pos in scored], selection)
+
+
+def union_evidence(diffs_of: dict, chosen: list, coefs, tol: float, side: str, margin: float,
+                   conf: UnionChoice) -> tuple[Evidence, Interval]:
+    """The evidence of a comparison judged on fresh seeds by the union rule (``conf``), and the
+    interval shown: the effect of the chosen rates' paired differences on those seeds, its 95% mark
+    the union bounds at one-sided 2.5% each (so the effect always lies inside it)."""
+    evidence = comparison_evidence(diffs_of, coefs, (1,) * len(coefs), tol, side, margin, conf=conf)
+    shown_iv = t_interval([d for _, d in chosen])
+    a = (1.0 - LEVEL) / 2
+    low = every_choice_bound(diffs_of, coefs, (), a, upper=False, conf=conf)
+    high = every_choice_bound(diffs_of, coefs, (), a, upper=True, conf=conf)
+    return evidence, Interval(shown_iv.effect, low, high, shown_iv.n, shown_iv.sd, shown_iv.note)

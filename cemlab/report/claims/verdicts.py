@@ -49,6 +49,12 @@ METHOD = ("paired t-test over seeds on the log scale; every choice tested; inter
           "'any' and contradictions; a diverged run is its cell's worst outcome; a side stands only where the cells "
           "that could erase it have a bracketed learning-rate optimum; the interval shown is the one that decided, "
           "at its level (docs/verdicts.md)")
+#: The method of a sweep with a confirmation stage (``selection_seeds``).
+METHOD_UNION = ("paired t-test over seeds on the log scale; each cell's learning rate chosen on the selection seeds "
+                "(lowest median validation), judged on the fresh seeds only: the favoured cell at its chosen rate "
+                "against the other at every rate of the union of their chosen rates; intersection-union for 'all', "
+                "Holm for 'any' and contradictions; a diverged run is its cell's worst outcome; the interval shown is "
+                "the one that decided, at its level (docs/verdicts.md)")
 
 
 @dataclass
@@ -194,7 +200,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
              trials_of: Callable[[str], pd.DataFrame] | None = None,
              history: Callable[[str, str], list] | None = None,
              sweeps: dict[str, list[str]] | None = None, alpha: float = ALPHA,
-             sensitivity: bool = True, edge_seeds: list[int] | None = None) -> list[Verdict]:
+             sensitivity: bool = True, edge_seeds: list[int] | None = None,
+             selection_seeds: list[int] | None = None) -> list[Verdict]:
     """Verdicts of ``claims`` (``cemlab.report.claims.catalog.Claim``) from the cells (and per-seed trials)
     of their sweeps at ``scale``: one per claim and condition, the claim's primary condition first
     marked ``primary``, the others ``sensitivity``. A claim reads the sweeps its entry names
@@ -206,7 +213,9 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
     sensitivity verdict ``verdict_shared_lr`` puts all cells at one shared rate, at each rate of
     the grid (``n/a`` with the reason for a grid with one rate), at the same ``alpha``; without
     ``sensitivity`` it is left out (``not judged``: the looks of a running sweep, which it opens no
-    cell for)."""
+    cell for). ``selection_seeds``: a sweep with a confirmation stage: each tuned comparison chooses
+    its cells' rates on these seeds and is judged on the others by the union rule
+    (``cemlab.report.stats.confirmation``)."""
     out = []
     for c in claims:
         own = tuple(getattr(c, "sweeps", ()))
@@ -214,7 +223,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
 
         def data_of(mode="tuned", lr=math.nan):
             return ClaimData(cells_of, trials_of, history, mine_sweeps, c.margin, mode, own, alpha, lr,
-                             relative_margin=getattr(c, "relative_margin", True), edge_seeds=edge_seeds)
+                             relative_margin=getattr(c, "relative_margin", True), edge_seeds=edge_seeds,
+                             selection_seeds=selection_seeds)
 
         first = data_of()
         checks, missing = c.evaluate(first)
@@ -235,7 +245,8 @@ def evaluate(claims: list, cells_of: Callable[[str], pd.DataFrame], scale: str,
             v = Verdict(c.id, c.paper, c.claim, c.rule, mine_sweeps or [], verdict,
                         "; ".join(ch.describe() for ch in mine), scale, missing, cond, paper_regime=c.paper_regime,
                         margin=c.margin, primary=c.primary, n_comparisons=len(mine), checks=mine,
-                        role="primary" if cond == primary_cond else "sensitivity", combine=c.combine)
+                        role="primary" if cond == primary_cond else "sensitivity", combine=c.combine,
+                        method=METHOD_UNION if selection_seeds else METHOD)
             if len(rates) > 1 and not first.per_rate:
                 v.verdict_shared_lr = "n/a: the rule reads each seed's whole learning-rate curve, not one rate per cell"
             elif len(rates) > 1 and not sensitivity:

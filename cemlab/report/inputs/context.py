@@ -80,3 +80,10 @@ class ReportContext:
 
     def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         return self.store.history(run_id, key)
+
+
+def sweep_context(inv, overrides: list[str] | None) -> ReportContext:
+    """The report's view of a running sweep's store (``inv``: its ``Invocation``)."""
+    grids = SweepGrids(overrides)
+    name = grids.add_file(inv.spec.path) if inv.spec.path is not None else inv.spec.name
+    return ReportContext(name, inv.scale, RunStore(inv.uri, client=inv.client), grids)

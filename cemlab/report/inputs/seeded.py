@@ -17,14 +17,26 @@ def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None
     neither): the trials the looks may add, named and hashed as the file's own."""
     looks = spec.looks(scale, trials)
     extra = []
-    if len(looks) > 1:
-        extra.append(f"seed=[{','.join(str(s) for s in looks[-1])}]")
+    fresh = confirmation_seeds(spec, scale, trials)
+    if len(looks) > 1 or fresh:
+        extra.append(f"seed=[{','.join(str(s) for s in (looks[-1] if len(looks) > 1 else looks[0] + fresh))}]")
     rates = reachable_rates(spec, scale, trials)
     if rates:
         extra.append(f"lr=[{','.join(f'{r:g}' for r in rates)}]")
     if not extra:
         return list(trials)
     return spec.expand(scale, overrides=[*(overrides or []), *extra])
+
+
+def confirmation_seeds(spec, scale: str, trials: list) -> list[int]:
+    """Every fresh seed a sweep's confirmation stage could add at ``scale`` (``confirmation:``): after
+    the grid's seeds, as many as the budget could buy for one comparison of two cells at one rate
+    (the most it can give any cell); [] without a budget there."""
+    budget = spec.confirmation_budget(scale, trials) if trials and hasattr(spec, "confirmation_budget") else None
+    if budget is None:
+        return []
+    top = max(seed_of(t) for t in trials)
+    return list(range(top + 1, top + 1 + max(0, budget - len(trials)) // 2))
 
 
 def reachable_rates(spec, scale: str, trials: list) -> list[float]:
@@ -53,7 +65,8 @@ def seeded_grid(grids, sweep: str, scale: str, store) -> list:
     rates its bracketing looks added (those with a run in ``store``), in grid order."""
     planned = grids.trials(sweep, scale)
     spec = grids.spec(sweep)
-    if (getattr(spec, "seeding", None) is None and getattr(spec, "tuning", None) is None) or not planned:
+    if (getattr(spec, "seeding", None) is None and getattr(spec, "tuning", None) is None
+            and getattr(spec, "confirmation", None) is None) or not planned:
         return planned
     try:
         full = full_grid(spec, scale, planned, grids.overrides)

@@ -163,6 +163,13 @@ def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
         why = " ".join(str(spec.description or "").split())
         return "none: this sweep's file lists no claim" + (f" ({why})" if why else "")
     looks = spec.looks(scale, trials) if trials else [[]]
+    if trials and spec.confirmation_budget(scale, trials) is not None:
+        conf = spec.confirmation
+        return (f"{len(spec.claims)} claim(s); each tuned comparison chooses every cell's learning rate on seeds "
+                f"{', '.join(map(str, looks[0]))} (the lowest median validation metric) and is judged on the fresh "
+                f"seeds of the confirmation stage, its favoured cell at the chosen rate against the other at every "
+                f"rate of the union of their chosen rates, each one-sided test at {conf.alpha / 2:g} (alpha "
+                f"{conf.alpha:g}; trial budget {spec.confirmation_budget(scale, trials)}; docs/verdicts.md)")
     if len(looks) < 2:
         return (f"{len(spec.claims)} claim(s), each at alpha {ALPHA:g} on the seeds of the grid (every one-sided "
                 f"decision at {ALPHA / 2:g}; a claim that also reads a seeded sweep at that sweep's strictest look's "
@@ -200,7 +207,9 @@ def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:
     """The seeds a report's verdicts read each cell's bracketing on: a seeded sweep's first look (the
     one its bracketing look read, as ``LookLoop`` passes it); None for a sweep without seed looks,
     whose verdicts read every seed."""
-    looks = planned_looks(ctx, sweep)[2]
+    spec, trials, looks = planned_looks(ctx, sweep)
+    if spec is not None and trials and spec.confirmation_budget(ctx.scale, trials) is not None:
+        return [int(x) for x in looks[0]]   # the selection seeds
     return [int(x) for x in looks[0]] if len(looks) >= 2 else None
 
 
@@ -215,6 +224,14 @@ def sweep_verdicts(claims: list, ctx, sweep: str | None = None) -> list:
 
     sweep = sweep or ctx.sweep
     spec, trials, looks = planned_looks(ctx, sweep)
+    budget = spec.confirmation_budget(ctx.scale, trials) if spec is not None and trials else None
+    if budget is not None:   # rates chosen on the grid's seeds, judged on the fresh ones (union rule)
+        out = evaluate(claims, ctx.cells, ctx.scale, ctx.trials, ctx.history, alpha=spec.confirmation.alpha,
+                       selection_seeds=[int(s) for s in looks[0]])
+        have = ctx.trials(sweep)
+        for v in out:
+            v.seed_budget = int(have["seed"].nunique()) if len(have) else len(looks[0])
+        return out
     if len(looks) < 2:
         out = [v for c in claims for v in evaluate([c], ctx.cells, ctx.scale, ctx.trials, ctx.history,
                                                    alpha=claim_alpha(c, ctx.grids, ctx.scale))]

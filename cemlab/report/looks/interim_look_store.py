@@ -4,12 +4,13 @@ the sweep layer never imports the report. The looks themselves: ``cemlab.report.
 
 from __future__ import annotations
 
-from cemlab.report.inputs.context import ReportContext
+from cemlab.report.inputs.context import ReportContext, sweep_context
 from cemlab.report.inputs.seeded import cell_of, full_grid, seed_of
 from cemlab.report.claims.catalog import claims_for
 from cemlab.report.stats.bracketing import family_edges, tuning_family
 from cemlab.sweeps.tuning_policy import STEP, Tried, steps_taken
 from cemlab.report.looks.interim_look import Look, next_trials, replay
+from cemlab.report.looks.confirmation_look import comparison_graph, selection_verdicts, share_rates
 
 
 def look_from_store(sweep: str, scale: str, store, grids, index: int, alpha: float | list[float]) -> Look:
@@ -29,16 +30,6 @@ def _look_and_cells(ctx: ReportContext, index: int, alpha: float | list[float]) 
     return look, set(trials["cell"]) if len(trials) else set()
 
 
-def _context(inv, overrides: list[str] | None) -> ReportContext:
-    """The report's view of a running sweep's store (``inv``: its ``Invocation``)."""
-    from cemlab.report.inputs.grids import SweepGrids
-    from cemlab.tracking.runs import RunStore
-
-    grids = SweepGrids(overrides)
-    name = grids.add_file(inv.spec.path) if inv.spec.path is not None else inv.spec.name
-    return ReportContext(name, inv.scale, RunStore(inv.uri, client=inv.client), grids)
-
-
 def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[dict | None, list]:
     """Look ``j`` of a running seeded sweep (``cemlab.sweeps.stages.seeding``; ``inv``: its
     ``Invocation``) judged from its store: the look as a dict and the trials of the next seeds for
@@ -46,7 +37,7 @@ def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[
     the last look); (None, []) when an earlier look left nothing open."""
     spec = inv.spec
     looks = spec.looks(inv.scale, trials)
-    look, have = _look_and_cells(_context(inv, overrides), j, spec.look_alphas(inv.scale, trials))
+    look, have = _look_and_cells(sweep_context(inv, overrides), j, spec.look_alphas(inv.scale, trials))
     if look.index != j:
         return None, []
     last = j == len(looks) - 1
@@ -66,19 +57,30 @@ def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> 
     rates, best rate, edge and the rate added) and the trials to run; ([] when every cell is
     bracketed or can go no further)."""
     spec, scale = inv.spec, inv.scale
-    ctx = _context(inv, overrides)
+    ctx = sweep_context(inv, overrides)
     seeds = [int(s) for s in spec.looks(scale, trials)[0]]
     t = ctx.trials()
     t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
-    rows, wanted = [], {}
+    rows, own, have = [], {}, {}
     policy = spec.tuning_policy(scale, trials)
     for r in family_edges(t).itertuples() if policy is not None else ():
         nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps_taken(policy.grid, r.lrs)))
         added = nxt.rates if nxt.state == STEP else ()
         rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",
                          added_lr=added[0] if added else None, state=nxt.state, reason=nxt.reason))
-        for rate in added:
-            wanted.setdefault(float(rate), set()).add(r.family)
+        have[r.family] = [float(x) for x in r.lrs]
+        if added:
+            own[r.family] = {float(x) for x in added}
+    if own and spec.confirmation_budget(scale, trials) is not None:   # compared cells share their rates
+        shared = share_rates(own, have, comparison_graph(selection_verdicts(ctx, seeds)),
+                             spec.rate_ratio(scale, trials), tuple(spec.tuning.bounds))
+        for row in rows:
+            row["shared_lrs"] = sorted(shared.get(row["cell"], set()) - own.get(row["cell"], set()))
+        own = shared
+    wanted: dict[float, set] = {}
+    for fam, rates in own.items():
+        for rate in rates:
+            wanted.setdefault(float(rate), set()).add(fam)
     todo = []
     for rate, families in wanted.items():
         todo += [x for x in spec.expand(scale, overrides=[*(overrides or []), f"lr=[{rate:g}]"])

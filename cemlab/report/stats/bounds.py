@@ -13,6 +13,7 @@ import numpy as np
 
 from cemlab.report.stats.significance import CONTRADICTED, NEGLIGIBLE, NOT_ENOUGH
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide, holm
+from cemlab.report.stats.confirmation import UnionChoice
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,8 +81,11 @@ def t_bound(diffs, alpha: float, upper: bool) -> float:
 
 
 def _choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float,
-                  upper: bool) -> tuple[float, tuple | None]:
+                  upper: bool, conf: UnionChoice | None = None) -> tuple[float, tuple | None]:
     """``every_choice_bound`` and the choice whose bound it is."""
+    if conf is not None:   # the upper end decides 'below', the lower 'above' (every_choice_p)
+        diffs_of = conf.restrict(diffs_of, coefs, "below" if upper else "above", np.array([]))
+        n_choices = (1,) * len(coefs)
     sign = 1 if upper else -1
     free = [i for i, c in enumerate(coefs) if c * sign > 0]
     m = int(np.prod([n_choices[i] for i in free])) if free else 1
@@ -98,25 +102,28 @@ def _choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: fl
     return (sign * best if math.isfinite(best) else math.nan), combo
 
 
-def every_choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> float:
+def every_choice_bound(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool,
+                       conf: UnionChoice | None = None) -> float:
     """The bound dual to ``every_choice_p``: an upper (``upper``) or lower confidence bound at
     one-sided ``alpha`` of the tuned effect sum_i c_i min_j mu_ij. For the upper bound the
     positions with c_i > 0 may be chosen (as for 'below'): the smallest, over their choices, of the
     largest upper bound at ``alpha / m`` over the other positions' choices (``m``: the number of
     choices that may be picked); the lower bound mirrors it. A choice without a bound counts as no
-    bound. 'below tol' is decided at ``alpha`` exactly when this upper bound is at most ``tol``."""
-    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[0]
+    bound. 'below tol' is decided at ``alpha`` exactly when this upper bound is at most ``tol``.
+    ``conf``: on fresh seeds, over the choices ``UnionChoice.required`` names."""
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper, conf)[0]
 
 
-def deciding_choice(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool) -> tuple | None:
+def deciding_choice(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, alpha: float, upper: bool,
+                    conf: UnionChoice | None = None) -> tuple | None:
     """The choice whose bound is ``every_choice_bound``'s (the picked positions' best choice, at the
     others' worst); None without one."""
-    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper)[1]
+    return _choice_bound(diffs_of, coefs, n_choices, alpha, upper, conf)[1]
 
 
 def decision_bounds(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, side: str, alpha_claim: float,
                     alpha_against: float, verdict: str = "", alpha_negligible: float | None = None,
-                    discrete: bool = False) -> Bounds | None:
+                    discrete: bool = False, conf: UnionChoice | None = None) -> Bounds | None:
     """The interval that decided a comparison (``Bounds``) from the per-seed differences of every
     choice, at the one-sided levels its tests were held to: ``alpha_claim`` for the claim's side
     (supported), ``alpha_against`` for the other (contradicted).
@@ -130,22 +137,25 @@ def decision_bounds(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, side: s
       contradicted iff the interval lies wholly outside +-tol).
 
     None for an exact sign test (``discrete``): its decision is no t interval (the row says what
-    decided, ``decided_how``)."""
+    decided, ``decided_how``). ``conf``: a comparison judged on fresh seeds, each end over the choices
+    its direction requires (``confirmation.UnionChoice``)."""
     if discrete:
         return None
-    choice = " over every choice" if max(n_choices, default=1) > 1 else ""
+    choice = (" over the union of chosen rates" if conf is not None else
+              " over every choice" if max(n_choices, default=1) > 1 else "")
+
+    def end(a: float, upper: bool) -> float:
+        return every_choice_bound(diffs_of, coefs, n_choices, a, upper, conf)
 
     def both(a: float, how: str) -> Bounds:
-        return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a, upper=False),
-                      every_choice_bound(diffs_of, coefs, n_choices, a, upper=True), a, a, how + choice)
+        return Bounds(end(a, False), end(a, True), a, a, how + choice)
 
     if verdict == NEGLIGIBLE and alpha_negligible is not None:
         return both(alpha_negligible, "negligible")
     if side == "within":
         return both(alpha_against / 2, "tost") if verdict == CONTRADICTED else both(alpha_claim, "tost")
     a_low, a_high = (alpha_against, alpha_claim) if side == "below" else (alpha_claim, alpha_against)
-    return Bounds(every_choice_bound(diffs_of, coefs, n_choices, a_low, upper=False),
-                  every_choice_bound(diffs_of, coefs, n_choices, a_high, upper=True), a_low, a_high, "t" + choice)
+    return Bounds(end(a_low, False), end(a_high, True), a_low, a_high, "t" + choice)
 
 
 def decided_how(evidence: "Evidence | None", side: str, alpha_claim: float, alpha_against: float, n: int,

@@ -14,6 +14,7 @@ from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGI
 # decision is held to half of it (a seeded sweep's looks share it out). One definition, in the sweep
 # file's schema, which checks each file's split of it.
 from cemlab.sweeps.sweepfile.schema import ALPHA
+from cemlab.report.stats.confirmation import UnionChoice
 
 
 # ----------------------------------------------------------------------------------------------
@@ -37,13 +38,18 @@ def _p(x: float) -> float:
     return float(x) if math.isfinite(x) else 1.0
 
 
-def every_choice_p(pvals: dict[tuple, float], coefs, n_choices, direction: str) -> float:
+def every_choice_p(pvals: dict[tuple, float], coefs, n_choices, direction: str,
+                   conf: "UnionChoice | None" = None) -> float:
     """p-value that the *tuned* effect sum_i c_i min_j mu_ij lies on ``direction`` ('below' or
     'above') of the tolerance, from the p-values of every choice (one candidate j per position i:
     a learning rate, or one of several cells the claim may pick from). For 'below' a position with
     c_i > 0 may be chosen (any one choice below bounds the tuned effect), one with c_i <= 0 must hold
     at every choice; for 'above' the reverse. The chosen positions pay Bonferroni over their choices.
-    Nothing is selected on the seeds that judge: every choice is tested."""
+    Nothing is selected on the seeds that judge: every choice is tested. ``conf``: a comparison
+    judged on fresh seeds (``confirmation.UnionChoice``): the positions that may be picked are fixed
+    at their chosen candidate (no Bonferroni factor), the others range over the union."""
+    if conf is not None:
+        pvals, n_choices = conf.restrict(pvals, coefs, direction, 1.0), (1,) * len(coefs)
     sign = 1 if direction == "below" else -1
     free = [i for i, c in enumerate(coefs) if c * sign > 0]
     worst: dict[tuple, float] = {}
@@ -57,15 +63,16 @@ def every_choice_p(pvals: dict[tuple, float], coefs, n_choices, direction: str) 
 
 
 def comparison_evidence(diffs_of: dict[tuple, np.ndarray], coefs, n_choices, tol: float, side: str,
-                        margin: float = 0.0, discrete: bool = False) -> Evidence:
+                        margin: float = 0.0, discrete: bool = False, conf: "UnionChoice | None" = None) -> Evidence:
     """The ``Evidence`` of a comparison from the per-seed differences of every choice (``diffs_of``:
     choice -> differences), on the claim's ``side`` of ``tol`` ('below', 'above', or 'within':
-    |effect| < tol, two one-sided tests). ``discrete``: an exact sign test instead of the t-test."""
+    |effect| < tol, two one-sided tests). ``discrete``: an exact sign test instead of the t-test;
+    ``conf``: the choices each direction requires on fresh seeds (``every_choice_p``)."""
     test = sign_pvalues if discrete else t_pvalues
 
     def p(direction: str, at: float) -> float:
         ps = {c: test(d, at)[0 if direction == "below" else 1] for c, d in diffs_of.items()}
-        return every_choice_p(ps, coefs, n_choices, direction)
+        return every_choice_p(ps, coefs, n_choices, direction, conf)
 
     if side == "within":
         return Evidence(max(p("below", tol), p("above", -tol)), min(1.0, 2 * min(p("above", tol), p("below", -tol))))

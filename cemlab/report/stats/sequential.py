@@ -12,8 +12,8 @@ So a false decision (a decisive verdict where the truth is the other way, or non
 false decision of at least one of the ``K`` fixed-size tests, look ``j``'s at level ``alpha_j``: the
 union is at most ``sum_j alpha_j = alpha``, whatever rule chose when to stop or which cells to
 extend. It needs only that the looks, their seeds and their levels are fixed before any result is
-seen, which the sweep file fixes. docs/verdicts.md ("Adding seeds where a verdict is open") gives the argument and the
-calibration (tests/test_seeding_calibration.py) that measures it.
+seen, which the sweep file fixes. docs/verdicts.md ("Adding seeds where a verdict is open") gives the argument;
+tests/test_verdict_calibration.py measures it; docs/verdicts-history.md has the main job's calibration when it ran looks.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from cemlab.sweeps.look_levels import ALPHA, look_alpha, split_text  # noqa: F40
 
 def sweep_alphas(spec, scale: str, trials: list, alpha: float = ALPHA) -> list[float]:
     """The level of each planned look of ``spec`` at ``scale`` for its grid ``trials``
-    (``SweepSpec.look_alphas``); ``[alpha]`` for a sweep without ``seeding`` there."""
+    (``SweepSpec.look_alphas``); ``[alpha]`` for a sweep without ``seeding`` there; the level of its
+    confirmation stage (``confirmation.alpha``) where it has one at the scale."""
+    if trials and getattr(spec, "confirmation", None) is not None and spec.confirmation_budget(scale, trials):
+        return [min(alpha, spec.confirmation.alpha)]
     if getattr(spec, "seeding", None) is None or not trials:
         return [alpha]
     return spec.look_alphas(scale, trials)

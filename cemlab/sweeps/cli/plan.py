@@ -264,6 +264,16 @@ def _print_plan(plan, console) -> None:
         console.print(_bracketing_line(brackets), markup=False)
     if plan.bracketing_note:
         console.print(f"Bracketing: {plan.bracketing_note}", markup=False)
+    conf = plan.confirmation()
+    if conf:
+        first = (f"{conf['primary_seeds']} fresh seeds first for {conf['primary']}'s primary condition, the other cells "
+                 f"at most as many" if conf.get("primary_seeds") else
+                 f"the rest to {conf['primary']}'s primary condition" if conf.get("primary") else "")
+        console.print(f"Confirmation: each cell's rate chosen on seeds {','.join(map(str, conf['selection_seeds']))}, then "
+                      f"fresh seeds at the chosen rates of the cells it is compared with, as many as a budget of "
+                      f"{conf['budget']} trials buys{f' ({first})' if first else ''}; each tuned comparison at "
+                      f"alpha {conf['alpha']:g} (one-sided {conf['alpha'] / 2:g}): {conf['min_trials']} trials at least "
+                      f"(the selection stage), {conf['max_trials']} at most", markup=False)
     seeding = plan.seeding()
     if seeding:
         looks = "; ".join(f"look {lk['look']}: seeds {','.join(map(str, lk['seeds']))} at alpha {lk['alpha']:.4g} "
@@ -303,11 +313,13 @@ def _print_plan(plan, console) -> None:
 def _bracketing_line(b: dict) -> str:
     """``Plan.bracketing`` for people: steps per end, ratio and bounds, each step's trials at most."""
     n = b["max_steps"]
-    steps = "; ".join(f"step {s['step']} adds up to {s['max_trials']} trials ({s['cells']} cells x {b['seeds']} seeds)"
+    what = "cell rates" if b.get("shared") else "cells"
+    steps = "; ".join(f"step {s['step']} adds up to {s['max_trials']} trials ({s['cells']} {what} x {b['seeds']} seeds)"
                       for s in b["steps"]) or "no rate beyond the grid's ends lies within the bounds"
+    shared = ", each rate also to every cell compared with it" if b.get("shared") else ""
     return (f"Bracketing: up to {n} step{'s' if n > 1 else ''} per end (lr x{b['ratio']:.3g} or /{b['ratio']:.3g} "
-            f"within [{b['bounds'][0]:g}, {b['bounds'][1]:g}]), before the seed looks, for the cells whose best "
-            f"rate is an end of theirs: {steps}; {b['min_trials']} trials at least, {b['max_trials']} at most")
+            f"within [{b['bounds'][0]:g}, {b['bounds'][1]:g}]), before the later stages, for the cells whose best "
+            f"rate is an end of theirs{shared}: {steps}; {b['min_trials']} trials at least, {b['max_trials']} at most")
 
 
 def _duration(s: float) -> str:

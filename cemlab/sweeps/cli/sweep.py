@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="do not build the sweep's report at the end")
     parser.add_argument("--no-seeding", action="store_true",
                         help="run the grid's own seeds only, even where the sweep file gives a seed budget (no seeds "
-                             "added; the report still judges at the planned looks' levels, which is stricter)")
+                             "added by looks or a confirmation stage; the report still judges at the planned levels)")
     parser.add_argument("--no-bracketing", action="store_true",
                         help="run the grid's learning rates only, even where the sweep file's tuning: brackets them "
                              "(no rate added beyond a cell's best edge; the report then says which cells are not "
@@ -106,20 +106,21 @@ def _mark_interrupted(args: argparse.Namespace, scale: str) -> int:
 
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
         looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None,
-        bracketer: Callable | None = None) -> int:
+        bracketer: Callable | None = None, confirmer: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
     (``cemlab.report.looks.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code); ``bracketer``:
     judges the bracketing steps of a sweep with ``tuning``
-    (``cemlab.report.looks.interim_look_store.sweep_bracket``)."""
+    (``cemlab.report.looks.interim_look_store.sweep_bracket``); ``confirmer``: judges the confirmation stage
+    of a sweep with ``confirmation`` (``cemlab.report.looks.confirmation_look.sweep_confirm``)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
-        return _run_ladder(args, looker, ladder_after, bracketer)
-    return _run_scale(args, args.scale, after, looker, bracketer)
+        return _run_ladder(args, looker, ladder_after, bracketer, confirmer)
+    return _run_scale(args, args.scale, after, looker, bracketer, confirmer)
 
 
 def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResult, Console], None] | None",
-               looker: Callable | None, bracketer: Callable | None = None) -> int:
+               looker: Callable | None, bracketer: Callable | None = None, confirmer: Callable | None = None) -> int:
     """The sweep at ``scale``: ``--scale``, or one rung of ``--ladder`` / ``--rung``, which is
     resumed by rerunning the command as it was given (``resume_command(args)``)."""
     from rich.console import Console
@@ -142,7 +143,8 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
                            interval=args.interval, command=resume_command(args),
                            looker=None if args.no_seeding else looker, stop_ray_later=True,
                            bracketer=None if getattr(args, "no_bracketing", False) else bracketer,
-                           gpu_slots=getattr(args, "gpu_slots", "scale"))
+                           gpu_slots=getattr(args, "gpu_slots", "scale"),
+                           confirmer=None if args.no_seeding else confirmer)
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)  # while Ray stops
     except (SweepError, StoreError, ServerError, ValueError) as e:
@@ -159,7 +161,7 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
     return result.exit_code
 
 
-def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None) -> int:
+def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None, confirmer=None) -> int:
     """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
     sweep at the rung's scale (``cemlab.sweeps.sweepfile.ladder_section``), run as ``cemlab sweep`` runs a scale,
     every rung checked (warm-up, epochs) before the first trial; then the across-the-ladder report,
@@ -181,7 +183,7 @@ def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None) 
     for scale in scales:
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
         # each rung's report is built with the ladder's
-        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer)
+        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer, confirmer=confirmer)
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break

@@ -86,6 +86,7 @@ class SweepResult:
     command: str = ""                    # the command line that reruns (resumes) this sweep
     looks: list[dict] = field(default_factory=list)   # seeding: the looks made (cemlab.sweeps.stages.seeding)
     brackets: list[dict] = field(default_factory=list)   # tuning: the bracketing steps made (stages.bracketing)
+    confirmation: dict = field(default_factory=dict)     # confirmation: the stage made (stages.confirmation)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -138,6 +139,7 @@ class Invocation:
     overrides: list[str] = field(default_factory=list)   # the command line's key=value
     looks: list[dict] = field(default_factory=list)      # seeding: each look made (cemlab.sweeps.stages.seeding)
     brackets: list[dict] = field(default_factory=list)   # tuning: each bracketing step (stages.bracketing)
+    confirmation: dict = field(default_factory=dict)     # confirmation: the stage (stages.confirmation)
     #: cemlab sweep --gpu-slots measured: the GPUs per worker of every trial that holds a GPU (a runtime
     #: choice, not the sweep file's; ``gpu_slots.with_share``), None: the scale's setting
     gpu_share: float | None = None

@@ -144,6 +144,12 @@ def looks_made(result) -> list[str]:
         moved = sum(1 for c in cells if c.get("added_lr") is not None) if isinstance(cells, list) else "?"
         lines.append(f"bracketing step {b.get('step', '?')}: {moved} of {n} cells best at an edge got the rate "
                      f"beyond it ({b.get('added', 0)} trials)")
+    conf = getattr(result, "confirmation", None) or {}
+    if conf:
+        lines.append(f"confirmation: {conf.get('pairs', '?')} (cell, rate) pairs x {conf.get('seeds', '?')} fresh seeds, "
+                     f"{len(conf.get('extra_seeds', []))} extra for {conf.get('primary') or 'none'} "
+                     f"({conf.get('added', 0)} trials; {conf.get('spent', '?')} on the selection seeds, budget "
+                     f"{conf.get('budget', '?')})")
     for lk in getattr(result, "looks", None) or []:
         cells = lk.get("open_cells", [])
         n = len(cells) if isinstance(cells, list) else int(cells)

@@ -268,7 +268,7 @@ def finish(state: Invocation, interrupted: bool, t0: float, store_error: str | N
                          state.parent_reopened, outcomes, state.searches, reused, interrupted=interrupted,
                          seconds=time.time() - t0, store_error=store_error, concurrent_with=waited_on,
                          counts_checked=checked, looks=list(state.looks),
-                         brackets=list(state.brackets))
+                         brackets=list(state.brackets), confirmation=dict(state.confirmation))
     if store_error is None:
         try:
             _finish_parent_run(state, result)
@@ -321,6 +321,7 @@ def _write_summary(log_dir: Path, result: SweepResult) -> None:
         "searches": [s.__dict__ for s in result.searches],
         "looks": result.looks,
         "brackets": result.brackets,
+        "confirmation": result.confirmation,
     }
     # One file per parent run, and summary.json (the latest), each replaced atomically: a
     # concurrent sweep of the same name never leaves a mix of two.

@@ -35,6 +35,10 @@ Sweep file schema (every mapping forbids unknown keys)::
     tuning:                         # optional: rates added beyond a cell's best edge (bracketing)
       max_steps: {tiny: 1}          # per scale: steps per end; a scale not named brackets nothing
       bounds: [5.0e-4, 1.6e-2]      # absolute lr bounds, inclusive
+    confirmation:                   # optional: rates chosen on the grid's seeds, then fresh seeds at them
+      budget: {tiny: 165}           # per scale: trials of the whole job at most
+      alpha: 0.045                  # two-sided level of each tuned comparison (one-sided 0.0225)
+      primary: t2-beats-t1          # the claim whose primary condition gets the seeds left over
     ladder:                         # optional: rungs of training length (cemlab.sweeps.sweepfile.ladder_section)
       scale: workstation            # every rung is this scale's size, trained for the rung's tokens
       size: 86m
@@ -90,6 +94,7 @@ from cemlab.sweeps.sweepfile.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, 
                                        ScaleSpec, SearchKind, Seeding, SweepError, Trial, Tuning, Variant, StrictSpec,
                                        lr_ratio)
 from cemlab.sweeps.sweepfile import tuning_section
+from cemlab.sweeps.sweepfile.confirmation_section import Confirmation, check_confirmation
 from cemlab.tasks import get_task
 
 
@@ -110,6 +115,8 @@ class SweepSpec(StrictSpec):
     optuna: LrSearch | None = Field(default=None, description="Settings of search: optuna.")
     seeding: Seeding | None = Field(default=None, description="Seeds added where a claim's verdict is open.")
     tuning: Tuning | None = Field(default=None, description="Learning rates added beyond a cell's best edge.")
+    confirmation: Confirmation | None = Field(default=None, description="Rates chosen on the grid's seeds, then "
+                                                                        "fresh seeds at them, up to a trial budget.")
     ladder: Ladder | None = Field(default=None, description="Rungs of training length (cemlab sweep --ladder).")
 
     _path: Path | None = PrivateAttr(default=None)
@@ -229,6 +236,17 @@ class SweepSpec(StrictSpec):
             return ""
         like = self.all_scales().get(scale)
         return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
+
+    def confirmation_budget(self, scale: str, trials: list["Trial"] | None = None) -> int | None:
+        """The trial budget of the confirmation stage at ``scale`` (``confirmation.budget``, else its
+        ``like`` scale's); None without one, and for grid ``trials`` whose seed axis the command line
+        gave (those seeds exactly, none added)."""
+        if self.confirmation is None or self.search == "optuna":
+            return None
+        if trials is not None and any(t.seeds_given for t in trials):
+            return None
+        sc = self.all_scales().get(scale)
+        return self.confirmation.budget_at(scale, sc.like if sc is not None else None)
 
     def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
         """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's, a
@@ -360,6 +378,7 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
     if spec.ladder is not None:
         _add_rungs(spec, scales)
     tuning_section.check_tuning(spec, {**scales, **spec._rungs})
+    check_confirmation(spec, scales)
     return spec
 
 

@@ -35,11 +35,21 @@ def family_rates(trials: list[Trial]) -> dict[tuple, list[float]]:
 
 def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     """Family -> how many rates its tuning policy may add to it at most (``Policy.most``); {} without
-    bracketing."""
+    bracketing. At a scale with a confirmation stage the steps are shared by compared cells, so a
+    family may get rates beyond both ends: every reachable rate it lacks (``Policy.reachable``)."""
     policy = spec.tuning_policy(scale, trials)
     if policy is None:
         return {}
+    if shared_steps(spec, scale, trials):
+        return {f: sum(1 for r in policy.reachable() if not any(abs(r / x - 1) < 1e-6 for x in lrs))
+                for f, lrs in family_rates(trials).items()}
     return {f: policy.most(lrs) for f, lrs in family_rates(trials).items()}
+
+
+def shared_steps(spec, scale: str, trials: list[Trial]) -> bool:
+    """Whether the bracketing steps at ``scale`` are shared by compared cells (a rate one adds is
+    added to every cell it is compared with): at a scale with a confirmation stage."""
+    return spec.confirmation_budget(scale, trials) is not None
 
 
 def family_least(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:

@@ -1,0 +1,107 @@
+"""The ``confirmation:`` section of a sweep file: each cell's learning rate chosen on the grid's own
+seeds, then fresh seeds at the chosen rates, with the seed count set by a trial budget.
+
+At a scale the section names, the grid's seed axis is the *selection* stage: the grid and its
+bracketing steps (``tuning:``; at such a scale a rate a cell adds is added to every cell it is
+compared with, so that compared cells share their rates) run on those seeds only. Each cell's
+chosen rate is then its lowest median validation metric over them (a divergence last). The
+*confirmation* stage (``cemlab.sweeps.stages.confirmation``) runs each cell at its own chosen rate
+and at the chosen rate of every cell it is compared with, on fresh seeds: ``n = floor((budget -
+trials run so far) / C)`` of them, ``C`` the distinct (cell, rate) pairs needed; what the budget has
+left buys whole extra seeds for the cells of the ``primary`` claim's primary condition, at the
+union of their pair's chosen rates. With ``primary_seeds`` the primary condition's pairs get that many
+fresh seeds first, whatever the selection chose, and the other pairs share the rest (at most as
+many each): its verdict then never has fewer seeds because a variant diverged. The rule reads which rates were chosen and how many trials ran,
+never a verdict. The report judges each tuned comparison on the fresh seeds by the union rule at
+``alpha`` (``cemlab.report.stats.confirmation``). The design and its measured error rates and power:
+``docs/verdicts.md`` and ``docs/tuned-design-study.md``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from cemlab.sweeps.sweepfile.schema import ALPHA, ScaleSpec, StrictSpec, SweepError
+
+
+class Confirmation(StrictSpec):
+    """``confirmation:``: a selection stage on the grid's seeds, then fresh seeds at the chosen rates."""
+
+    budget: dict[str, int] = Field(description="Per scale name, the trials of the whole job at most (selection "
+                                               "and confirmation), e.g. {tiny: 165}.")
+    alpha: float = Field(default=0.045, description="The two-sided level of each tuned comparison's decision (each "
+                                                    f"one-sided test at alpha / 2), at most the sweep's {ALPHA:g}.")
+    primary: str | None = Field(default=None, description="The claim whose primary condition's cells get the seeds "
+                                                          "the budget has left, e.g. t2-beats-t1.")
+    primary_seeds: dict[str, int] = Field(default_factory=dict, description="Per scale name, the fresh seeds the "
+                                          "primary condition's cells get first, whatever the selection chose, e.g. "
+                                          "{tiny: 8}; the other cells then share what the budget has left, at most as "
+                                          "many. A scale not named: the primary condition gets what is left over.")
+
+    @field_validator("primary_seeds")
+    @classmethod
+    def _primary_seeds(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 2}
+        if bad:
+            raise ValueError(f"primary_seeds must be whole numbers >= 2 per scale (a paired t-test needs two seeds), "
+                             f"got {bad}; e.g. primary_seeds: {{tiny: 8}}")
+        return v
+
+    def primary_seeds_at(self, scale: str, scale_spec=None) -> int | None:
+        """The primary condition's fresh seeds at ``scale`` (or at the scale it is ``like``); None: not fixed."""
+        like = getattr(scale_spec, "like", None)
+        return self.primary_seeds.get(scale, self.primary_seeds.get(like) if like else None)
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: dict[str, int]) -> dict[str, int]:
+        if not v:
+            raise ValueError("name at least one scale, e.g. budget: {tiny: 165}, or remove the confirmation block")
+        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
+        if bad:
+            raise ValueError(f"budget must be whole numbers of trials >= 1 per scale, got {bad}; e.g. "
+                             f"budget: {{tiny: 165}}")
+        return v
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: float) -> float:
+        if not 0 < v <= ALPHA:
+            raise ValueError(f"alpha: {v} must lie in (0, {ALPHA:g}] (two-sided; each one-sided test at alpha / 2), "
+                             f"e.g. alpha: 0.045")
+        return v
+
+    def budget_at(self, scale: str, like: str | None = None) -> int | None:
+        """The trial budget at ``scale`` (or at the scale it is ``like``); None where neither is named."""
+        return self.budget.get(scale, self.budget.get(like) if like else None)
+
+
+def check_confirmation(spec, scales: dict[str, ScaleSpec]) -> None:
+    """``confirmation``: known scales, no scale that also adds seeds by looks (``seeding.max_seeds``),
+    a ``primary`` among the file's claims, and claims to judge. ``spec``: the ``SweepSpec`` (untyped:
+    ``cemlab.sweeps.sweepfile.load`` imports this module)."""
+    conf = spec.confirmation
+    if conf is None:
+        return
+    src = spec.source
+    if spec.search == "optuna":
+        raise SweepError(f"{src}: confirmation: chooses each cell's rate from a grid; a search: optuna sweep samples "
+                         f"its learning rate instead: remove confirmation (or use search: grid)")
+    if not spec.claims:
+        raise SweepError(f"{src}: confirmation: spends fresh seeds on the cells the file's claims compare, and it "
+                         f"lists no claims: list them (claims: [...]) or remove confirmation")
+    if conf.primary_seeds and conf.primary is None:
+        raise SweepError(f"{src}: confirmation.primary_seeds: gives seeds to the primary condition of "
+                         f"confirmation.primary, which is not set: name the claim (primary: ...) or remove primary_seeds")
+    for name in conf.primary_seeds:
+        if name not in scales:
+            raise SweepError(f"{src}: confirmation.primary_seeds.{name}: unknown scale; choose one of {sorted(scales)}")
+    if conf.primary is not None and conf.primary not in spec.claims:
+        raise SweepError(f"{src}: confirmation.primary: {conf.primary!r} is not among the file's claims "
+                         f"{spec.claims}; name one of them or leave primary out")
+    for name in conf.budget:
+        if name not in scales:
+            raise SweepError(f"{src}: confirmation.budget.{name}: unknown scale; choose one of {sorted(scales)}")
+        if spec.seeding is not None and name in spec.seeding.max_seeds:
+            raise SweepError(f"{src}: confirmation.budget.{name} and seeding.max_seeds.{name}: a scale adds seeds "
+                             f"either by looks (seeding) or by the confirmation stage, not both; remove one")
