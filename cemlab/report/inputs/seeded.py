@@ -31,12 +31,15 @@ def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None
 def confirmation_seeds(spec, scale: str, trials: list) -> list[int]:
     """Every fresh seed a sweep's confirmation stage could add at ``scale`` (``confirmation:``): after
     the grid's seeds, as many as the budget could buy for one comparison of two cells at one rate
-    (the most it can give any cell); [] without a budget there."""
+    (the most it can give any cell), or the primary condition's fixed seeds where the file gives them
+    (no pair gets more); [] without a budget there."""
     budget = spec.confirmation_budget(scale, trials) if trials and hasattr(spec, "confirmation_budget") else None
     if budget is None:
         return []
     top = max(seed_of(t) for t in trials)
-    return list(range(top + 1, top + 1 + max(0, budget - len(trials)) // 2))
+    fixed = spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale))
+    n = fixed if fixed is not None else max(0, budget - len(trials)) // 2
+    return list(range(top + 1, top + 1 + n))
 
 
 def reachable_rates(spec, scale: str, trials: list) -> list[float]:
