@@ -229,7 +229,7 @@ def test_zero_spread_decides_nothing_and_says_why():
 
 def test_a_diverged_run_is_an_outcome_and_a_missing_comparison_counts():
     """Preconditioner 'none' diverged at every seed at T=2: the divergence is its outcome, the worst
-    one (scored as the worst finished run of the comparison), so over 8 seeds 'T=2 beats T=1 for every
+    one (scored as the worst finished run of the comparison: no seed of that choice finished), so over 8 seeds 'T=2 beats T=1 for every
     preconditioner' is contradicted by it (it was 'not enough runs'). Over 3 seeds it is not: three
     divergences against none is what Fisher's exact test puts at one-sided p = 1/20, above any level
     here, and a divergence no longer borrows a scale (the chance value, 100 sd away) that made it
@@ -395,8 +395,9 @@ def test_a_finished_run_with_a_non_finite_or_exploded_metric_is_an_outcome(value
 
 def test_seeds_for_power_stay_finite_with_a_divergence_in_the_data():
     """A divergence in the comparison that decides used to put a chance-valued seed (100 sd away) into
-    the sd that the power calculation reads: 'inf seeds'. Scored as the worst finished run, it widens
-    the sd by what that run would, and the seeds stay finite."""
+    the sd that the power calculation reads: 'inf seeds'. Scored from the finished runs (the t
+    statistic's peak, or the worst finished run: docs/verdicts.md), it stays on their scale, and the
+    seeds stay finite."""
     grid = _grid8(0.97, rng_seed=53)
     grid[(2, "1", "dplr", 4e-3)][0] = math.nan
     grid[(1, "1", "dplr", 4e-3)][7] = math.nan

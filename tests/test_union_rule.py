@@ -196,3 +196,36 @@ def test_the_test_time_claim_judges_the_rate_chosen_on_the_selection_seeds_on_th
     d = np.log([a * w for a, w in zip(at[2:], wiggle[2:])]) - np.log(at[2:])
     assert chosen.evidence.p_claim == pytest.approx(stats.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-9)
     assert judged(None).verdict != SUPPORTED        # every rate tested: 8e-3 blows up
+
+
+@pytest.mark.parametrize("side,tol", [("below", 0.0), ("below", 0.02), ("above", -0.01), ("within", 0.05)])
+def test_a_divergence_never_weakens_the_test_against_its_cell(side, tol):
+    """``bounds.paired_diffs_by_seed`` on random comparisons of A and B (log(B / A)) where B diverged
+    at some seeds: the one-sided t-test that B loses (scipy's ``ttest_1samp`` against the claim's
+    point) is at least as strong on the scored divergences as on any finished values B could have had
+    there instead (a grid of common values and random ones per seed), wherever the finished seeds lean
+    against B; and the scores mirror when A and B swap."""
+    from cemlab.report.stats.bounds import WORST, beyond_of, paired_diffs, test_points
+
+    rng = np.random.default_rng(7)
+    point = test_points(tol, side)[1]
+    beyond = beyond_of(tol, side, 0.0)
+    checked = 0
+    for _ in range(60):
+        n, k = int(rng.integers(3, 8)), int(rng.integers(1, 3))
+        a = rng.normal(5.0, 0.05, n + k)
+        done = a[:n] + rng.normal(rng.normal(0.05, 0.05), 0.03, n)
+        b = {s: (float(done[s]) if s < n else WORST) for s in range(n + k)}
+        diffs = paired_diffs([[dict(enumerate(a))], [b]], (-1.0, 1.0), beyond, test_points(tol, side))[(0, 0)]
+        mirror = paired_diffs([[b], [dict(enumerate(a))]], (-1.0, 1.0), (-beyond[1], -beyond[0]),
+                              (-point, -test_points(tol, side)[0]))[(0, 0)]
+        assert mirror == pytest.approx(-diffs)
+        if not (done - a[:n] - point).sum() > 0:
+            continue
+        checked += 1
+        p_div = stats.ttest_1samp(diffs, point, alternative="greater").pvalue
+        others = [np.full(k, x) for x in np.linspace(-0.3, 0.6, 91)] + [rng.normal(0.1, 0.2, k) for _ in range(200)]
+        for x in others:
+            p = stats.ttest_1samp(np.concatenate([done - a[:n], x]), point, alternative="greater").pvalue
+            assert p_div <= p + 1e-12
+    assert checked >= 30

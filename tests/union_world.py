@@ -225,15 +225,21 @@ def _pvals(d: np.ndarray, m: np.ndarray, tol: float) -> tuple[np.ndarray, np.nda
 
 
 def _diffs(a: np.ndarray, b: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``bounds.paired_diffs_by_seed`` of log(B / A) on the first ``m`` fresh seeds (inf: diverged): a
-    divergence scored as the worst finished run of the two at those seeds, at least beyond the margin;
-    both diverged, or nothing finished: 0."""
+    """``bounds.paired_diffs_by_seed`` of log(B / A) on the first ``m`` fresh seeds (inf: diverged), the
+    tests' point at 0: a divergence of one side scored at sum(d^2) / sum(d) over the seeds where both
+    finished when those lean against it (the t statistic's maximiser), else as the worst finished run of
+    the two at those seeds; at least beyond the margin; both diverged, or nothing finished: 0."""
     mask = np.arange(a.shape[1])[None] < m[:, None]
     both = np.concatenate([np.where(mask, a, -np.inf), np.where(mask, b, -np.inf)], 1)
     w = np.where(np.isfinite(both), both, -np.inf).max(1)[:, None]
     ai, bi = np.isinf(a), np.isinf(b)
-    with np.errstate(invalid="ignore"):
-        d = np.where(bi & ~ai, np.maximum(w - a, MARGIN), np.where(ai & ~bi, np.minimum(b - w, -MARGIN), b - a))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        done = np.where(mask & ~ai & ~bi, b - a, 0.0)
+        s1, s2 = done.sum(1)[:, None], (done ** 2).sum(1)[:, None]
+        peak = s2 / np.where(s1 != 0, s1, 1.0)
+        up = np.where(s1 > 0, peak, w - a)
+        down = np.where(s1 < 0, peak, b - w)
+        d = np.where(bi & ~ai, np.maximum(up, MARGIN), np.where(ai & ~bi, np.minimum(down, -MARGIN), b - a))
     return np.where((ai & bi) | ~np.isfinite(w), 0.0, d)
 
 

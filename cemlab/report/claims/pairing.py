@@ -16,7 +16,7 @@ from cemlab.paper import SESOI
 from cemlab.report.stats.significance import LEVEL, NOT_ENOUGH, Interval, t_interval
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide
 from cemlab.report.stats.bounds import (Bounds, beyond_of, decided_how, deciding_choice, decision_bounds,
-                                        paired_diffs_by_seed)
+                                        paired_diffs_by_seed, test_points)
 from cemlab.report.stats.confirmation import UnionChoice
 from cemlab.report.inputs.table import selection_key
 from cemlab.report.claims.shown_effect import (  # noqa: F401 (chosen_diffs, shown_diffs: re-exported)
@@ -374,8 +374,8 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     cands = [_candidates(r) for r in rows]
     coefs = coefficients(f, len(rows))
     logs = [[data.seed_logs(c) for c in cs] for cs in cands]
-    beyond = beyond_of(t, side, data.margin)
-    by_seed = paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond)
+    beyond, at = beyond_of(t, side, data.margin), test_points(t, side)
+    by_seed = paired_diffs_by_seed([[t for t, _ in pos] for pos in logs], coefs, beyond, at)
     diffs_of = _arrays(by_seed)
     n_choices = tuple(len(cs) for cs in cands)
     ids = tuple(str(c.get("cell", "")) for cs in cands for c in cs)
@@ -386,9 +386,9 @@ def compare(data: ClaimData, missing: list[str], label: str, rows: list, f: Call
     conf = None
     if data.selection_seeds and max(n_choices) > 1:   # chosen on the selection seeds, judged on the others
         conf = confirmation_of(cands, logs, data.selection_seeds)
-        # the fresh seeds only, a divergence's score (the worst finished run of its choice) included
+        # the fresh seeds only, a divergence's score (from the finished fresh seeds of its choice) included
         fresh = [[t[~t.index.isin(conf.selection)] for t, _ in pos] for pos in logs]
-        by_seed = paired_diffs_by_seed(fresh, coefs, beyond)
+        by_seed = paired_diffs_by_seed(fresh, coefs, beyond, at)
         diffs_of = {c: d for c, d in _arrays(by_seed).items() if len(d)}
         chosen = sorted(by_seed.get(conf.chosen, {}).items())
         evidence, iv = union_evidence(diffs_of, chosen, coefs, t, side, data.margin, conf)

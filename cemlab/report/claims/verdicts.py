@@ -12,8 +12,9 @@ The method is stated for a reviewer in ``docs/verdicts.md``; in short:
   shown* takes each choice on the median validation metric of the cell's other seeds
   (leave-one-seed-out).
 - **A divergence is the worst outcome.** A diverged run, or one whose metric is not finite or no
-  better than chance, is an outcome of its cell ranked below every finished run and scored as the
-  worst finished run of the choice, in every compared cell alike; a failed run has no value and its
+  better than chance, is an outcome of its cell ranked below every finished run and scored where it
+  weakens no test against its cell (the t statistic's peak, else the worst finished run of the
+  choice), in every compared cell alike; a failed run has no value and its
   seed does not pair (``divergence.outcomes``, ``bounds.paired_diffs_by_seed``, ``pairing.pick_cell``).
 - **The interval shown decided.** Each comparison's interval is the one its tests decided at: each
   end at the one-sided level of its test (the look's share of alpha, Holm's step, the every-choice

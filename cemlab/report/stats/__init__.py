@@ -16,8 +16,9 @@ combination of the compared cells' **log** metrics (``cemlab.report.claims.pairi
 
 A seed enters where every compared cell has an outcome there: a finished run, or a worst outcome (a
 divergence, a metric that is not finite or no better than chance: ``divergence.outcomes``), which
-ranks below every finished run and is scored as the worst finished run of the choice
-(``paired_diffs_by_seed``). Tolerances and margins are relative changes compared as log(1 + tol).
+ranks below every finished run and is scored where it weakens no test against its cell: at the
+t statistic's peak given the choice's finished seeds where those lean against it, else as the worst
+finished run of the choice (``paired_diffs_by_seed``). Tolerances and margins are relative changes compared as log(1 + tol).
 
 **Tests.** One-sided paired t-tests against the tolerance (``t_pvalues``; an exact sign test,
 ``sign_pvalues``, for an effect that takes few values). Where a position of a comparison may be one

@@ -195,18 +195,24 @@ def smallest_p(n: int, discrete: bool) -> float:
 WORST = math.inf
 
 
-def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, dict]:
+def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0),
+                         at: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, dict]:
     """The per-seed differences of every choice of a comparison, by seed: ``logs[i][j]`` is the per-seed
     log metric of candidate ``j`` of position ``i`` (a mapping seed -> value, e.g. a ``pandas.Series``
     indexed by seed; NaN is no value, ``WORST`` a worst outcome). Each choice (one candidate per
     position) pairs over the seeds at which all of its cells have a value: sum_i c_i log metric_i.
 
-    **A worst outcome scores as the worst finished run.** In each choice, a cell's worst outcome takes
-    the largest finite log metric of the choice's cells at its paired seeds (W): it ranks with the
-    worst run that finished and weighs no more than that run, so it neither swamps the seeds' spread
-    nor needs a scale from outside the data. A seed where a worst outcome lies on one side only (a
-    position with c_i > 0, or only c_i < 0) counts at least as a loss of that side beyond the claim's
-    tolerance and margin (``beyond``: its difference is at least ``beyond[1]``, or at most
+    **A worst outcome never weakens the test against its cell.** At a seed where a worst outcome lies
+    on one side only (a position with c_i > 0: the difference is pushed up; only c_i < 0: down), the
+    difference is the value that makes the one-sided t-test against that side strongest, given the
+    choice's seeds where every cell finished (``_strongest``: with e = d - ``at[1]`` over those seeds,
+    ``at[1]`` + sum(e^2) / sum(e), the maximiser of the t statistic over the value of every such seed
+    at once; ``at``: the points the tests against a loss below and above are made at, the claim's
+    tolerance). So turning a finished run into a divergence can never make its cell look better to
+    that test, whatever the run would have scored. Where the finished seeds lean the other way (the
+    statistic then has no maximum) or none finished, it takes the worst finished run of the choice's
+    cells at its paired seeds in its cell's place (W). Either way it counts at least as a loss of that
+    side beyond the claim's tolerance and margin (``beyond``: at least ``beyond[1]``, or at most
     ``beyond[0]``), so a divergence never reads as a tie, a negligible difference or a win of its own
     cell. A seed where both sides are worst outcomes is a tie (difference 0), as is every seed of a
     choice where no cell finished. Under identical cells the scores mirror each other, so the paired
@@ -221,6 +227,9 @@ def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) 
             continue
         finite = [c[s] for c in chosen for s in seeds if math.isfinite(c[s])]
         w = max(finite) if finite else math.nan
+        done = [float(sum(k * c[s] for k, c in zip(coefs, chosen))) for s in seeds
+                if all(math.isfinite(c[s]) for c in chosen)]
+        up_at, down_at = _strongest(done, at[1], 1.0), _strongest(done, at[0], -1.0)
         by_seed: dict = {}
         for s in seeds:
             vals = [c[s] for c in chosen]
@@ -230,15 +239,40 @@ def paired_diffs_by_seed(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) 
                 by_seed[s] = 0.0   # both sides worst outcomes, or nothing finished: a tie
                 continue
             d = float(sum(k * (v if math.isfinite(v) else w) for k, v in zip(coefs, vals)))
-            by_seed[s] = max(d, hi) if up else min(d, lo) if down else d
+            if up:
+                by_seed[s] = max(up_at if math.isfinite(up_at) else d, hi)
+            elif down:
+                by_seed[s] = min(down_at if math.isfinite(down_at) else d, lo)
+            else:
+                by_seed[s] = d
         out[combo] = {s: by_seed[s] for s in seeds}
     return out
 
 
-def paired_diffs(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, np.ndarray]:
+def _strongest(diffs: list[float], at: float, sign: float) -> float:
+    """The value of a seed's difference that makes the one-sided t-test of ``diffs`` plus that seed
+    (any number of such seeds, all at this value) strongest toward ``sign`` (+1: above ``at``, -1:
+    below): with e = sign (d - at), the t statistic grows with sum(e) / sqrt(sum(e^2)), which the
+    added seeds maximise at e = sum(e^2) / sum(e) (Cauchy-Schwarz). NaN where sum(e) <= 0 (no
+    maximum: the statistic only creeps toward its limit as the value grows)."""
+    e = [sign * (d - at) for d in diffs]
+    total = sum(e)
+    if not total > 0:
+        return math.nan
+    return at + sign * sum(x * x for x in e) / total
+
+
+def paired_diffs(logs, coefs, beyond: tuple[float, float] = (0.0, 0.0),
+                 at: tuple[float, float] = (0.0, 0.0)) -> dict[tuple, np.ndarray]:
     """``paired_diffs_by_seed`` as arrays in seed order: what the tests read (``comparison_evidence``)."""
     return {combo: np.array([d[s] for s in sorted(d)], dtype=float)
-            for combo, d in paired_diffs_by_seed(logs, coefs, beyond).items()}
+            for combo, d in paired_diffs_by_seed(logs, coefs, beyond, at).items()}
+
+
+def test_points(tol: float, side: str) -> tuple[float, float]:
+    """The points the tests against a loss below and above are made at (``paired_diffs_by_seed``'s
+    ``at``): the claim's tolerance, -tol and +tol for an equivalence (``within``)."""
+    return (-tol, tol) if side == "within" else (tol, tol)
 
 
 def beyond_of(tol: float, side: str, margin: float = 0.0) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """The divergence scoring: which trials are a worst outcome (a divergence, a metric that is not
 finite or no better than chance, whatever the run's status says: ``worst_outcomes``), scored below
 every finished run for the paired tests (``outcomes``; ``cemlab.report.stats.bounds.paired_diffs_by_seed``
-scores them as the worst finished run of the comparison) or at the metric's chance value on a
+scores them where they weaken no test against their cell) or at the metric's chance value on a
 learning-rate curve (``at_chance``), and the per-cell counts a comparison names (``UNUSABLE``). The
 statuses are those of ``cemlab.tracking.outcomes``."""
 
@@ -32,7 +32,7 @@ def worst_outcomes(trials: pd.DataFrame) -> np.ndarray:
 def outcomes(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials with every worst outcome (``worst_outcomes``) at ``WORST`` (infinite), test and
     validation alike: an outcome of its cell, ranked below every run that finished, which the paired
-    tests score as the worst finished run of the comparison (``bounds.paired_diffs_by_seed``). A failed
+    tests score where it weakens no test against its cell (``bounds.paired_diffs_by_seed``). A failed
     (crashed) run keeps no value: its seed does not pair, as a seed not yet run."""
     hit = worst_outcomes(trials)
     if not hit.any():
