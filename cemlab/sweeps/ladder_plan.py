@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: Training FLOP/s of one one-thread trial on this project's 2-core machines: the ladder's
 #: width (workstation 86m, batch 16 x 256) trained Llama at 32.1k tokens/s (44 GFLOP/s) and CEM
 #: attention T=2 at 17.9k tokens/s (46 GFLOP/s), 2026-11-27; the tiny main job's 18 trials ran at
-#: 52 GFLOP/s on an AMD EPYC (docs/performance.md's stage table). The ladder's top rung, two trials at once for
+#: 52 GFLOP/s on an AMD EPYC (docs/performance-history.md's stage tables). The ladder's top rung, two trials at once for
 #: 74 minutes, trained at 40 GFLOP/s per trial (3.35e14 FLOPs in 8,362 s of training slot-time, Intel Xeon); the
 #: four rungs' latest idle runs with bracketing at 39.8 GFLOP/s pooled (``docs/ladder-stages.csv``, AMD EPYC).
 CPU_FLOPS_PER_S = 40e9
