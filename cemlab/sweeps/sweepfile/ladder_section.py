@@ -41,7 +41,11 @@ from pydantic import Field, ValidationError, field_validator
 
 from cemlab.sweeps.sweepfile.errors import format_validation_error
 from cemlab.sweeps.sweepfile.layers import merge_dicts, nest
-from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError
+from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError, counts
+
+
+#: ``ladder.max_seeds``: counts by rung (``schema.counts``).
+RungSeedBudgets = counts(2, "max_seeds", "{1.25: 8}", keys=float, per="rung")
 
 
 class Ladder(StrictSpec):
@@ -54,7 +58,7 @@ class Ladder(StrictSpec):
                                           description="Axis values at every rung (as a scale's entry under scales:).")
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys (dotted) set at every rung.")
     resources: Resources | None = Field(default=None, description="A trial's resources at every rung.")
-    max_seeds: dict[float, int] = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
+    max_seeds: RungSeedBudgets = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
     exclude: dict[float, list[dict[str, Scalar]]] = Field(
         default_factory=dict, description="Per rung, cells left out: each entry's axis values all match.")
 
@@ -69,14 +73,6 @@ class Ladder(StrictSpec):
                              f"e.g. rungs: [0.3125, 1.25, 5, 20]")
         if any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"rungs must increase (cheapest first), got {v}; sort them and list each once")
-        return v
-
-    @field_validator("max_seeds")
-    @classmethod
-    def _budget(cls, v: dict[float, int]) -> dict[float, int]:
-        bad = {k: n for k, n in v.items() if n < 2}
-        if bad:
-            raise ValueError(f"max_seeds must be whole numbers >= 2 per rung, got {bad}; e.g. max_seeds: {{1.25: 8}}")
         return v
 
     @field_validator("set")
