@@ -12,6 +12,9 @@ plugin framework because entry points (``importlib.metadata``) already do the di
 
 Plugins are imported once per process, the first time any registry is asked for a name it lacks or
 for all its names. This module imports nothing of cemlab, so the model library stays standalone.
+It lives in the model library because the preconditioner kinds (``cemlab.models.preconditioners``)
+are a registry and the model library may import nothing else of cemlab; the tasks, the report's
+figures and claims and the tuning policies import it from here (the model library is the bottom layer).
 """
 
 from __future__ import annotations

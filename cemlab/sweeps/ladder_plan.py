@@ -81,9 +81,13 @@ class RungPlan:
     def max_trials(self) -> int:
         return self.plan.max_trials
 
+    def _flops_of(self, trials: int) -> float:
+        """FLOPs of ``trials`` of the rung's trials at their mean (the plan's total over its rows)."""
+        return self.plan.total_flops * trials / max(1, self.trials)
+
     @property
     def min_flops(self) -> float:
-        return self.plan.total_flops * self.min_trials / max(1, self.trials)
+        return self._flops_of(self.min_trials)
 
     @property
     def flops(self) -> float:
@@ -91,7 +95,7 @@ class RungPlan:
 
     @property
     def max_flops(self) -> float:
-        return self.plan.total_flops * self.max_trials / max(1, self.trials)
+        return self._flops_of(self.max_trials)
 
     @property
     def epochs(self) -> float:

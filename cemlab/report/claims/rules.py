@@ -218,14 +218,12 @@ def _kq(data: ClaimData) -> pd.DataFrame:
 def rule_kq_matters(data: ClaimData):
     missing: list[str] = []
     cells = _kq(data)
-    checks = []
-    for size in sizes_of(cells):
-        none = pick_cell(cells, missing, f"{size} no diagonal", size=size, kq_diagonal="none")
-        best = pick_cell(cells, missing, f"{size} diagonal", size=size, kq_diagonal=["shared", "per_head"])
-        if none is not None and best is not None:
-            checks.append(compare(data, missing, size, [none, best], rel,
-                                  f"{size}: none {num(none['mean'])}, best diagonal (every diagonal variant tested; "
-                                  f"shown: {best.get('kq_diagonal', '')}) {num(best['mean'])}", -NEGLIGIBLE, "below"))
+    pairs = _size_pairs(cells, missing, ("{size} no diagonal", dict(kq_diagonal="none")),
+                        ("{size} diagonal", dict(kq_diagonal=["shared", "per_head"])))
+    checks = [compare(data, missing, size, [none, best], rel,
+                      f"{size}: none {num(none['mean'])}, best diagonal (every diagonal variant tested; "
+                      f"shown: {best.get('kq_diagonal', '')}) {num(best['mean'])}", -NEGLIGIBLE, "below")
+              for size, none, best in pairs]
     return checks, missing
 
 

@@ -40,6 +40,14 @@ def _seed_band(ax, per_seed: pd.DataFrame, color: str) -> None:
         ax.fill_between(per_seed.index, per_seed.min(axis=1), per_seed.max(axis=1), alpha=0.15, color=color, lw=0)
 
 
+def _banded_cells(ax, d: pd.DataFrame, x: str, many_lr: bool):
+    """Per cell of ``d`` (``_cells`` of its ``value`` against ``x``), with its seed band drawn on ``ax``
+    first: its line style, curve, first row and legend label."""
+    for style, curve, first, label, g in _cells(d, x, "value", many_lr):
+        _seed_band(ax, g.pivot_table(index=x, columns="seed", values="value"), style.color)
+        yield style, curve, first, label
+
+
 def _legend(ax, d: pd.DataFrame) -> None:
     """Beside the data, one entry per cell (up to 24; more would not fit the figure's height)."""
     if d["cell"].nunique() <= 24:
@@ -123,8 +131,7 @@ def test_time(ctx) -> Figure | None:
     many_lr = trials["lr"].nunique() > 1
     for ax, metric in panels:
         d = data[data["metric"] == metric]
-        for style, curve, first, label, g in _cells(d, "test_T", "value", many_lr):
-            _seed_band(ax, g.pivot_table(index="test_T", columns="seed", values="value"), style.color)
+        for style, curve, first, label in _banded_cells(ax, d, "test_T", many_lr):
             ax.plot(curve.index, curve.values, ls=style.ls, marker="o", ms=3, color=style.color, label=label)
             if first["trained_T"] in curve.index:  # the recursion steps it was trained with
                 ax.plot([first["trained_T"]], [curve[first["trained_T"]]], "s", ms=8, mfc="none", color=style.color)
@@ -181,8 +188,7 @@ def training(ctx) -> Figure | None:
     many_lr = trials["lr"].nunique() > 1
     for ax, metric in panels:
         d = data[data["metric"] == metric]
-        for style, curve, _, label, g in _cells(d, "step", "value", many_lr):
-            _seed_band(ax, g.pivot_table(index="step", columns="seed", values="value"), style.color)
+        for style, curve, _, label in _banded_cells(ax, d, "step", many_lr):
             ax.plot(curve.index, curve.values, ls=style.ls, lw=1, color=style.color, label=label)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(metric + " (mean over seeds)")

@@ -21,47 +21,32 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from cemlab.sweeps.sweepfile.schema import ALPHA, ScaleSpec, StrictSpec, SweepError
+from cemlab.sweeps.sweepfile.schema import ALPHA, ScaleSpec, StrictSpec, SweepError, counts
+
+
+#: ``confirmation.budget`` and ``confirmation.primary_seeds``: counts by scale (``schema.counts``).
+TrialBudgets = counts(1, "budget", "{tiny: 165}", block="confirmation", unit=" of trials")
+PrimarySeeds = counts(2, "primary_seeds", "{tiny: 8}", why=" (a paired t-test needs two seeds)")
 
 
 class Confirmation(StrictSpec):
     """``confirmation:``: a selection stage on the grid's seeds, then fresh seeds at the chosen rates."""
 
-    budget: dict[str, int] = Field(description="Per scale name, the trials of the whole job at most (selection "
-                                               "and confirmation), e.g. {tiny: 165}.")
+    budget: TrialBudgets = Field(description="Per scale name, the trials of the whole job at most (selection "
+                                             "and confirmation), e.g. {tiny: 165}.")
     alpha: float = Field(default=0.045, description="The two-sided level of each tuned comparison's decision (each "
                                                     f"one-sided test at alpha / 2), at most the sweep's {ALPHA:g}.")
     primary: str | None = Field(default=None, description="The claim whose primary condition's cells get the seeds "
                                                           "the budget has left, e.g. t2-beats-t1.")
-    primary_seeds: dict[str, int] = Field(default_factory=dict, description="Per scale name, the fresh seeds the "
-                                          "primary condition's cells get first, whatever the selection chose, e.g. "
-                                          "{tiny: 8}; the other cells then share what the budget has left, at most as "
-                                          "many. A scale not named: the primary condition gets what is left over.")
-
-    @field_validator("primary_seeds")
-    @classmethod
-    def _primary_seeds(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 2}
-        if bad:
-            raise ValueError(f"primary_seeds must be whole numbers >= 2 per scale (a paired t-test needs two seeds), "
-                             f"got {bad}; e.g. primary_seeds: {{tiny: 8}}")
-        return v
+    primary_seeds: PrimarySeeds = Field(default_factory=dict, description="Per scale name, the fresh seeds the "
+                                        "primary condition's cells get first, whatever the selection chose, e.g. "
+                                        "{tiny: 8}; the other cells then share what the budget has left, at most as "
+                                        "many. A scale not named: the primary condition gets what is left over.")
 
     def primary_seeds_at(self, scale: str, scale_spec=None) -> int | None:
         """The primary condition's fresh seeds at ``scale`` (or at the scale it is ``like``); None: not fixed."""
         like = getattr(scale_spec, "like", None)
         return self.primary_seeds.get(scale, self.primary_seeds.get(like) if like else None)
-
-    @field_validator("budget")
-    @classmethod
-    def _budget(cls, v: dict[str, int]) -> dict[str, int]:
-        if not v:
-            raise ValueError("name at least one scale, e.g. budget: {tiny: 165}, or remove the confirmation block")
-        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
-        if bad:
-            raise ValueError(f"budget must be whole numbers of trials >= 1 per scale, got {bad}; e.g. "
-                             f"budget: {{tiny: 165}}")
-        return v
 
     @field_validator("alpha")
     @classmethod

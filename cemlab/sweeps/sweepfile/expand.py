@@ -78,7 +78,7 @@ def with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
     out = spec.model_copy(deep=True)
     out._path = spec._path
     out._cli_axes = frozenset(axis_values)
-    out.scales = {**out.scales, scale: {**out.scales.get(scale, {}), **axis_values}}
+    out.scales = {**out.scales, scale: {**spec.per_scale("scales").get(scale, {}), **axis_values}}
     try:
         check_scale_overrides(out, scales)
     except SweepError as e:  # name the command line, not the sweep file
@@ -97,7 +97,7 @@ def expand_spec(spec, scale_name: str, scale: ScaleSpec,
             cli_layers: list[tuple[str, dict[str, Any]]] | None = None) -> list[Trial]:
     src = spec.source
     scales_src = str(scales_path_for(spec._path))
-    overrides = spec.scales.get(scale_name, spec.scales.get(scale.like, {}) if scale.like else {})
+    overrides = spec.entry("scales", scale_name) or {}
     task_scale: TaskScale = scale.section(spec.task)
     top = {k: list(overrides.get(k, v)) for k, v in spec.top_axes().items()}
     if get_task(spec.task).sized:

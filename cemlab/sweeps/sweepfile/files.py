@@ -189,7 +189,7 @@ def _check_sizes(spec, scales: dict[str, ScaleSpec]) -> None:
     scale it is ``like``, else ``axes.size``) is defined at that scale, at every scale of the
     scales file: a typo in a size is named when the file is read, not at the scale that meets it."""
     for name, scale in scales.items():
-        own = spec.scales.get(name, spec.scales.get(scale.like, {}) if scale.like else {})
+        own = spec.entry("scales", name) or {}
         key = f"scales.{name}.size" if "size" in own else "axes.size"
         for size in own.get("size", spec.axes.size or []):
             if size not in scale.sizes:

@@ -12,7 +12,9 @@ as the paper's does with its budget.
 Each rung is a scale of its own, made here from the base scale (:func:`rung_scales`), named
 ``<base>-tpp<rung>`` (``workstation-tpp1.25``): its trials are ordinary trials (their own config
 hashes, resumable, deduplicated), its sweep has its own parent run, log folder, looks and report,
-and its runs carry the tag ``cemlab.rung`` (``cemlab.tracking.schema.RUNG``). ::
+and its runs carry the tag ``cemlab.rung`` (``cemlab.tracking.schema.RUNG``). What a rung takes from
+the base scale's entries in the sweep file (the axis values and the bracketing steps; never the
+seed budget, the alpha split or the confirmation budget) is one rule, :func:`rung_entries`. ::
 
     ladder:
       scale: workstation          # the scale every rung starts from (models, data, batch)
@@ -35,10 +37,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
+from cemlab.sweeps.sweepfile.errors import format_validation_error
 from cemlab.sweeps.sweepfile.layers import merge_dicts, nest
-from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError
+from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError, counts
+
+
+#: ``ladder.max_seeds``: counts by rung (``schema.counts``).
+RungSeedBudgets = counts(2, "max_seeds", "{1.25: 8}", keys=float, per="rung")
 
 
 class Ladder(StrictSpec):
@@ -51,7 +58,7 @@ class Ladder(StrictSpec):
                                           description="Axis values at every rung (as a scale's entry under scales:).")
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys (dotted) set at every rung.")
     resources: Resources | None = Field(default=None, description="A trial's resources at every rung.")
-    max_seeds: dict[float, int] = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
+    max_seeds: RungSeedBudgets = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
     exclude: dict[float, list[dict[str, Scalar]]] = Field(
         default_factory=dict, description="Per rung, cells left out: each entry's axis values all match.")
 
@@ -66,14 +73,6 @@ class Ladder(StrictSpec):
                              f"e.g. rungs: [0.3125, 1.25, 5, 20]")
         if any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"rungs must increase (cheapest first), got {v}; sort them and list each once")
-        return v
-
-    @field_validator("max_seeds")
-    @classmethod
-    def _budget(cls, v: dict[float, int]) -> dict[float, int]:
-        bad = {k: n for k, n in v.items() if n < 2}
-        if bad:
-            raise ValueError(f"max_seeds must be whole numbers >= 2 per rung, got {bad}; e.g. max_seeds: {{1.25: 8}}")
         return v
 
     @field_validator("set")
@@ -167,11 +166,45 @@ def rung_tokens(rung: float, params: int) -> int | str:
     return max(1, int(round(rung * params)))
 
 
+def rung_entries(ladder: Ladder, setting: str, table: dict[str, Any]) -> dict[str, Any]:
+    """What a ladder rung takes from its base scale (``ladder.scale``) in the sweep file: the one rule.
+
+    ``table`` is one per-scale setting of the sweep file (scale name -> entry) and ``setting`` its
+    key; the result is the rungs' entries of it (rung scale name -> entry; a rung without one is left
+    out). Setting by setting:
+
+    * ``scales`` (the per-scale axis values): the base scale's, under ``ladder.axes``, with the one
+      size ``ladder.size``;
+    * ``tuning.max_steps``: the base scale's: a rung brackets as its base scale does
+      (``tuning.bounds`` and ``tuning.policy`` hold at every scale);
+    * ``seeding.max_seeds``: the rung's own budget, ``ladder.max_seeds``, never the base scale's: a
+      rung it does not name runs its seed axis once (``seeding.batch`` holds at every scale);
+    * ``seeding.alpha_split``: none: a rung's looks judge at the even split, alpha / K;
+    * ``confirmation.budget`` and ``confirmation.primary_seeds``: none: a rung has no confirmation
+      stage;
+    * any other (``optuna.samples``: a ladder sweep is a grid): none.
+
+    A rung's scale settings (models, the task's section, resources) are the base scale's as
+    :func:`rung_scales` makes them. A rung scale has no ``like``, so this rule is all it takes from
+    the base scale's entries; ``SweepSpec.per_scale`` adds its result to the file's tables (an entry
+    the file gives a rung itself wins), and every reader of a per-scale setting goes through that.
+    """
+    base = table.get(ladder.scale)
+    if setting == "scales":
+        return {ladder.rung_name(r): {**(base or {}), **ladder.axes, "size": [ladder.size]} for r in ladder.rungs}
+    if setting == "tuning.max_steps":
+        return {ladder.rung_name(r): base for r in ladder.rungs} if base is not None else {}
+    if setting == "seeding.max_seeds":
+        return {ladder.rung_name(r): n for r, n in ladder.max_seeds.items()}
+    return {}
+
+
 def rung_scales(ladder: Ladder, scales: dict[str, ScaleSpec], task: str, params: int) -> dict[str, ScaleSpec]:
     """One scale per rung (name -> scale), made from the base scale: only the ladder's size, its
     ``train.tokens`` the rung's (``params``: the matched Llama's parameters at that size), the
     ladder's ``set`` and ``resources`` over the task's section. Each carries its rung and exclusions
-    (``ScaleSpec.rung``, ``ScaleSpec.exclude``)."""
+    (``ScaleSpec.rung``, ``ScaleSpec.exclude``). No ``like``: what a rung takes from its base
+    scale's entries in the sweep file is :func:`rung_entries`'s rule."""
     base = scales[ladder.scale]
     size = base.sizes[ladder.size]
     section = base.section(task)
@@ -189,3 +222,24 @@ def rung_scales(ladder: Ladder, scales: dict[str, ScaleSpec], task: str, params:
         scale.exclude = list(ladder.exclude.get(r, []))
         out[ladder.rung_name(r)] = scale
     return out
+
+
+def ladder_params(spec, scales: dict[str, ScaleSpec]) -> int:
+    """Parameters of the matched Llama baseline at the ladder's size (what a rung's tokens per
+    parameter multiply; ``cemlab.train.plan``, as the Chinchilla budget counts them). ``spec``: the
+    ``SweepSpec`` (untyped: ``cemlab.sweeps.sweepfile.load`` imports this module)."""
+    from cemlab.config import RunConfig
+    from cemlab.train.plan import make_plan
+
+    ladder = spec.ladder
+    scale = scales[ladder.scale]
+    size = scale.sizes[ladder.size]
+    src = f"{spec.source}: ladder"
+    data = merge_dicts(nest(scale.section(spec.task).base, src), {"model": {**size.model, "name": ladder.size},
+                                                                   "train": dict(size.train)})
+    data = merge_dicts(data, nest({**ladder.set, "train.tokens": "chinchilla", "task": spec.task}, src))
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise SweepError(format_validation_error(e, f"{src}.set", model=RunConfig)) from None
+    return make_plan(cfg).budget_params

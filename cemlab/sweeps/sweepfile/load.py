@@ -88,8 +88,8 @@ from cemlab.sweeps.sweepfile.errors import format_validation_error
 from cemlab.sweeps import feeds
 from cemlab.sweeps.sweepfile.expand import expand_spec, with_overrides
 from cemlab.sweeps.sweepfile.files import scales_path_for, check_scale_overrides, list_sweeps, load_scales, read_yaml, sweeps_dir
-from cemlab.sweeps.sweepfile.ladder_section import Ladder, check_ladder, rung_scales
-from cemlab.sweeps.sweepfile.layers import leaves, merge_dicts, nest, template_names
+from cemlab.sweeps.sweepfile.ladder_section import Ladder, check_ladder, ladder_params, rung_entries, rung_scales
+from cemlab.sweeps.sweepfile.layers import leaves, nest, template_names
 from cemlab.sweeps.sweepfile.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar,
                                        ScaleSpec, SearchKind, Seeding, SweepError, Trial, Tuning, Variant, StrictSpec,
                                        lr_ratio)
@@ -198,6 +198,36 @@ class SweepSpec(StrictSpec):
         """The ladder's rungs, scale name -> tokens per parameter, cheapest first ({} without one)."""
         return {name: scale.rung for name, scale in self._rungs.items()}
 
+    def per_scale(self, setting: str) -> dict[str, Any]:
+        """A per-scale setting of this file by scale name: ``scales`` (the axis values) or a section's
+        table (``tuning.max_steps``, ``seeding.max_seeds``, ``seeding.alpha_split``,
+        ``confirmation.budget``, ``confirmation.primary_seeds``); {} without the section. The ladder's
+        rungs have the entries its rule gives them (``ladder_section.rung_entries``: what a rung takes
+        from its base scale), under those the file gives itself."""
+        section, _, key = setting.rpartition(".")
+        owner = getattr(self, section) if section else self
+        own = dict(getattr(owner, key)) if owner is not None else {}
+        if self.ladder is None or not self._rungs:
+            return own
+        return {**rung_entries(self.ladder, setting, own), **own}
+
+    def entry(self, setting: str, scale: str) -> Any:
+        """The entry of a per-scale setting (:meth:`per_scale`) at ``scale``: its own (a ladder rung's
+        by the ladder's rule), else that of the scale it is ``like``; None where neither has one."""
+        table = self.per_scale(setting)
+        sc = self.all_scales().get(scale)
+        like = sc.like if sc is not None else None
+        return table.get(scale, table.get(like) if like else None)
+
+    def settings(self, section: str):
+        """The file's ``section`` (``tuning``, ``seeding`` or ``confirmation``) as it holds at every scale
+        of this sweep: its per-scale tables with the ladder's rungs' entries (:meth:`per_scale`), so that
+        its lookups by scale and ``like`` scale answer for a rung too; None without the section."""
+        own = getattr(self, section)
+        if own is None or self.ladder is None or not self._rungs:
+            return own
+        return own.model_copy(update={k: self.per_scale(f"{section}.{k}") for k in _PER_SCALE[section]})
+
     def looks(self, scale: str, trials: list["Trial"]) -> list[list[int]]:
         """The seeds of each planned look at ``scale`` for the grid ``trials`` (its seed axis as
         expanded, overrides included): one look of its own seeds without ``seeding``, and where the
@@ -213,8 +243,7 @@ class SweepSpec(StrictSpec):
         look, ``seeds``, where it adds none)."""
         if self.seeding is None or self.search == "optuna" or not seeds:
             return [list(seeds)]
-        like = self.all_scales().get(scale)
-        return self.seeding.looks(scale, seeds, like.like if like is not None else None)
+        return self.settings("seeding").looks(scale, seeds, self._like(scale))
 
     def look_alphas(self, scale: str, trials: list["Trial"]) -> list[float]:
         """The two-sided level each planned look (``looks``) judges at: the file's
@@ -225,8 +254,7 @@ class SweepSpec(StrictSpec):
         seeds = grid_seeds(trials)
         if self.seeding is None or self.search == "optuna" or not seeds or any(t.seeds_given for t in trials):
             return [ALPHA]
-        like = self.all_scales().get(scale)
-        return self.seeding.alphas(scale, seeds, like.like if like is not None else None)
+        return self.settings("seeding").alphas(scale, seeds, self._like(scale))
 
     def split_note(self, scale: str, trials: list["Trial"]) -> str:
         """Why the looks of ``trials`` judge at the even split although the file gives a split for the
@@ -234,8 +262,7 @@ class SweepSpec(StrictSpec):
         seeds = grid_seeds(trials)
         if self.seeding is None or self.search == "optuna" or not seeds or any(t.seeds_given for t in trials):
             return ""
-        like = self.all_scales().get(scale)
-        return self.seeding.split_note(scale, seeds, like.like if like is not None else None)
+        return self.settings("seeding").split_note(scale, seeds, self._like(scale))
 
     def confirmation_budget(self, scale: str, trials: list["Trial"] | None = None) -> int | None:
         """The trial budget of the confirmation stage at ``scale`` (``confirmation.budget``, else its
@@ -245,24 +272,23 @@ class SweepSpec(StrictSpec):
             return None
         if trials is not None and any(t.seeds_given for t in trials):
             return None
-        sc = self.all_scales().get(scale)
-        return self.confirmation.budget_at(scale, sc.like if sc is not None else None)
+        return self.settings("confirmation").budget_at(scale, self._like(scale))
 
     def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
-        """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's, a
-        ladder rung's its ladder's base scale's); 0
-        without ``tuning``, and 0 for grid ``trials`` (when given) whose rates cannot be bracketed
-        (an lr axis from the command line: ``tuning_section.unbracketable``)."""
+        """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's; a
+        ladder rung's by the ladder's rule, :meth:`per_scale`); 0 without ``tuning``, and 0 for grid
+        ``trials`` (when given) whose rates cannot be bracketed (an lr axis from the command line:
+        ``tuning_section.unbracketable``)."""
         if self.tuning is None or self.search == "optuna":
             return 0
-        sc = self.all_scales().get(scale)
-        like = sc.like if sc is not None else None
-        if like is None and sc is not None and sc.rung is not None and self.ladder is not None:
-            like = self.ladder.scale   # a ladder rung brackets as its base scale does
-        steps = self.tuning.steps(scale, like)
+        steps = self.settings("tuning").steps(scale, self._like(scale))
         if steps and trials is not None and tuning_section.unbracketable(self, trials):
             return 0
         return steps
+
+    def _like(self, scale: str) -> str | None:
+        sc = self.all_scales().get(scale)
+        return sc.like if sc is not None else None
 
     def rate_ratio(self, scale: str, trials: list["Trial"]) -> float:
         """The spacing of the grid ``trials``' learning rates (their sorted distinct rates at a constant
@@ -332,6 +358,11 @@ class SweepSpec(StrictSpec):
         return expand_spec(spec, scale, scales[scale], layers)
 
 
+#: The per-scale tables of each section (``SweepSpec.settings``).
+_PER_SCALE = {"tuning": ("max_steps",), "seeding": ("max_seeds", "alpha_split"),
+              "confirmation": ("budget", "primary_seeds")}
+
+
 def grid_seeds(trials: list["Trial"]) -> list[int]:
     """The seeds of a grid's trials, in order."""
     return sorted({int(t.axes.get("seed", t.config.train.seed)) for t in trials})
@@ -383,8 +414,8 @@ def load_sweep(name_or_path: str | Path) -> SweepSpec:
 
 
 def _add_rungs(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
-    """The ladder's rungs as scales of ``spec`` (``SweepSpec.all_scales``), each with the axis values
-    of its base scale but for the one size, and its seed budget (``ladder.max_seeds``)."""
+    """The ladder's rungs as scales of ``spec`` (``SweepSpec.all_scales``), after its checks; what each
+    takes from the base scale's entries in the file is ``ladder_section.rung_entries``'s rule."""
     ladder = spec.ladder
     values: dict[str, list] = {k: list(v) for k, v in spec.top_axes().items()}
     for v in spec.variants:
@@ -396,31 +427,6 @@ def _add_rungs(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
     values["group"] = [v.group for v in spec.variants]
     check_ladder(ladder, f"{spec.source}", scales, values)
     spec._rungs = rung_scales(ladder, scales, spec.task, ladder_params(spec, scales))
-    base_axes = spec.scales.get(ladder.scale, {})
-    for name, rung in spec.rungs().items():
-        spec.scales[name] = {**base_axes, **ladder.axes, "size": [ladder.size]}
-        if rung in ladder.max_seeds:
-            spec.seeding.max_seeds[name] = ladder.max_seeds[rung]
-
-
-def ladder_params(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> int:
-    """Parameters of the matched Llama baseline at the ladder's size (what a rung's tokens per
-    parameter multiply; ``cemlab.train.plan``, as the Chinchilla budget counts them)."""
-    from cemlab.config import RunConfig
-    from cemlab.train.plan import make_plan
-
-    ladder = spec.ladder
-    scale = scales[ladder.scale]
-    size = scale.sizes[ladder.size]
-    src = f"{spec.source}: ladder"
-    data = merge_dicts(nest(scale.section(spec.task).base, src), {"model": {**size.model, "name": ladder.size},
-                                                                   "train": dict(size.train)})
-    data = merge_dicts(data, nest({**ladder.set, "train.tokens": "chinchilla", "task": spec.task}, src))
-    try:
-        cfg = RunConfig.model_validate(data)
-    except ValidationError as e:
-        raise SweepError(format_validation_error(e, f"{src}.set", model=RunConfig)) from None
-    return make_plan(cfg).budget_params
 
 
 def _check_seeding(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
@@ -431,9 +437,7 @@ def _check_seeding(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
         return
 
     def seeds_at(name: str) -> list:
-        like = scales[name].like
-        own = spec.scales.get(name, spec.scales.get(like, {}) if like else {})
-        return own.get("seed", spec.axes.seed)
+        return (spec.entry("scales", name) or {}).get("seed", spec.axes.seed)
 
     for name, top in spec.seeding.max_seeds.items():
         if name not in scales:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
 
 from cemlab.config import MAX_LR, RunConfig
 from cemlab.tasks import TASKS
@@ -145,6 +146,27 @@ class Variant(StrictSpec):
         return v
 
 
+def counts(least: int, key: str, example: str, keys: type = str, **words: str) -> Any:
+    """The type of a table of counts by scale (``seeding.max_seeds``, ``tuning.max_steps``,
+    ``confirmation.budget`` ...) or by rung (``keys=float``: ``ladder.max_seeds``), checked by
+    :func:`whole_numbers` (``words``: its ``block``, ``unit``, ``per`` and ``why``)."""
+    return Annotated[dict[keys, int], AfterValidator(partial(whole_numbers, least=least, key=key, example=example,
+                                                             **words))]
+
+
+def whole_numbers(v: dict, least: int, key: str, example: str, block: str | None = None, unit: str = "",
+                  per: str = "scale", why: str = "") -> dict:
+    """A table of counts by scale or by rung (:func:`counts`): each a whole number of at least ``least``,
+    and with ``block`` (the section's name) at least one entry; else a ``ValueError`` naming ``key``
+    and giving ``example`` (``{tiny: 1}``): the one check of every such table."""
+    if block is not None and not v:
+        raise ValueError(f"name at least one scale, e.g. {key}: {example}, or remove the {block} block")
+    bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < least}
+    if bad:
+        raise ValueError(f"{key} must be whole numbers{unit} >= {least} per {per}{why}, got {bad}; e.g. {key}: {example}")
+    return v
+
+
 def lr_range(v: tuple[float, float], field: str, example: str) -> tuple[float, float]:
     """A learning-rate range ``[low, high]`` with 0 < low < high <= ``MAX_LR`` (train.lr's limit), or a
     ``ValueError`` naming ``field`` and giving ``example``: the one check of an lr search's range and of
@@ -229,6 +251,11 @@ def look_alpha(looks: int, alpha: float = ALPHA) -> float:
     return alpha / looks
 
 
+#: ``seeding.max_seeds`` and ``tuning.max_steps``: counts by scale (:func:`counts`).
+SeedBudgets = counts(2, "max_seeds", "{tiny: 6}", block="seeding")
+StepBudgets = counts(0, "max_steps", "{tiny: 1}", block="tuning", why=" (bracketing steps per end)")
+
+
 class Seeding(StrictSpec):
     """``seeding:``: seeds added where a claim's verdict is still open. The sweep first runs the
     seeds of its ``seed`` axis; at each planned *look* the report's own verdicts are computed from
@@ -241,21 +268,11 @@ class Seeding(StrictSpec):
     looks either way (``cemlab.report.stats.sequential``). A scale not named runs its seeds once, without
     looks."""
 
-    max_seeds: dict[str, int] = Field(description="Seeds per cell at most, per scale name, e.g. {tiny: 6}.")
+    max_seeds: SeedBudgets = Field(description="Seeds per cell at most, per scale name, e.g. {tiny: 6}.")
     batch: int = Field(default=3, ge=1, description="Seeds added to each open cell at a look.")
     alpha_split: dict[str, list[float]] = Field(
         default_factory=dict, description="Per scale name, the two-sided level each planned look judges at, one per "
         f"look, summing to the sweep's alpha {ALPHA:g}, e.g. {{tiny: [0.005, 0.045]}}; a scale not named: alpha / K.")
-
-    @field_validator("max_seeds")
-    @classmethod
-    def _max_seeds(cls, v: dict[str, int]) -> dict[str, int]:
-        if not v:
-            raise ValueError("name at least one scale, e.g. max_seeds: {tiny: 6}, or remove the seeding block")
-        bad = {k: n for k, n in v.items() if not isinstance(n, int) or n < 2}
-        if bad:
-            raise ValueError(f"max_seeds must be whole numbers >= 2 per scale, got {bad}; e.g. max_seeds: {{tiny: 6}}")
-        return v
 
     @field_validator("alpha_split")
     @classmethod
@@ -332,7 +349,7 @@ class Tuning(StrictSpec):
     ``max_steps`` are spent. Then the seed looks of ``seeding:`` run. A scale not named (nor the
     scale it is ``like``) brackets nothing."""
 
-    max_steps: dict[str, int] = Field(description="Bracketing steps per family at most (a budget cap), per scale "
+    max_steps: StepBudgets = Field(description="Bracketing steps per family at most (a budget cap), per scale "
                                                   "name, e.g. {tiny: 1}.")
     bounds: tuple[float, float] = Field(description="Absolute learning-rate bounds [low, high], inclusive.")
     policy: str = Field(default="bracketing", description="The tuning policy (cemlab.sweeps.tuning_policy.POLICIES): "
@@ -342,17 +359,6 @@ class Tuning(StrictSpec):
     @classmethod
     def _policy(cls, v: str) -> str:
         POLICIES.get(v)   # an unknown name fails naming the policies there are
-        return v
-
-    @field_validator("max_steps")
-    @classmethod
-    def _max_steps(cls, v: dict[str, int]) -> dict[str, int]:
-        if not v:
-            raise ValueError("name at least one scale, e.g. max_steps: {tiny: 1}, or remove the tuning block")
-        bad = {k: n for k, n in v.items() if isinstance(n, bool) or not isinstance(n, int) or n < 0}
-        if bad:
-            raise ValueError(f"max_steps must be whole numbers >= 0 per scale (bracketing steps per end), got {bad}; "
-                             f"e.g. max_steps: {{tiny: 1}}")
         return v
 
     @field_validator("bounds")

@@ -62,8 +62,8 @@ def family_least(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
 
 
 def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
-    """``tuning.max_steps``: known scales; at every scale that brackets (its own steps or its ``like``
-    scale's, ladder rungs included), an lr axis of at least 2 rates, evenly spaced on the log scale,
+    """``tuning.max_steps``: known scales; at every scale that brackets (its own steps, its ``like``
+    scale's, or a ladder rung's by the ladder's rule: ``SweepSpec.entry``), an lr axis of at least 2 rates, evenly spaced on the log scale,
     inside ``tuning.bounds``."""
     tuning = spec.tuning
     if tuning is None:
@@ -72,11 +72,11 @@ def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
         if name not in scales:
             raise SweepError(f"{spec.source}: tuning.max_steps.{name}: unknown scale; choose one of {sorted(scales)}")
     for name, scale in scales.items():
-        steps = tuning.steps(name, scale.like)
+        steps = spec.entry("tuning.max_steps", name) or 0
         if not steps:
             continue
-        key = f"tuning.max_steps.{name if name in tuning.max_steps else scale.like}"
-        own = spec.scales.get(name, spec.scales.get(scale.like, {}) if scale.like else {})
+        key = f"tuning.max_steps.{name if name in tuning.max_steps else scale.like or spec.ladder.scale}"
+        own = spec.entry("scales", name) or {}
         where = f"scales.{name}.lr" if "lr" in own else "axes.lr"
         lrs = [float(x) for x in own.get("lr", spec.axes.lr or [])]
         if len(lrs) < 2:
