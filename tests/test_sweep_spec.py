@@ -349,6 +349,9 @@ def test_prose_scales_are_their_base_scale_on_another_corpus():
             assert x.config.data.source != "text" and y.config.data.source == "text"
             assert y.config.data.path == "/usr/share/doc/python3.11/html/_sources"
             assert x.config_hash != y.config_hash
+        # an axis from the command line keeps the rest of the base scale's axis values
+        a, b = (load_sweep("recursion_ablation").expand(s, overrides=["seed=[0]"]) for s in (base, prose))
+        assert [t.trial_id for t in a] == [t.trial_id for t in b] and {t.axes["seed"] for t in b} == {0}
 
 
 def test_like_must_name_a_base_scale(sweep_dir):

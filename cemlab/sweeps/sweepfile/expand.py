@@ -78,7 +78,7 @@ def with_overrides(spec, scale: str, scales: dict[str, ScaleSpec],
     out = spec.model_copy(deep=True)
     out._path = spec._path
     out._cli_axes = frozenset(axis_values)
-    out.scales = {**out.scales, scale: {**spec.per_scale("scales").get(scale, {}), **axis_values}}
+    out.scales = {**out.scales, scale: {**(spec.entry("scales", scale) or {}), **axis_values}}  # a like scale: its values
     try:
         check_scale_overrides(out, scales)
     except SweepError as e:  # name the command line, not the sweep file
