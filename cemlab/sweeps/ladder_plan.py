@@ -108,26 +108,10 @@ class RungPlan:
         return RUNG_DRIVER_S + sum(makespan(look, self.slots) for look in self.look_seconds(most))
 
     def look_seconds(self, most: bool = False) -> list[list[float]]:
-        """Each look's trials as slot-seconds (:func:`trial_seconds`), in the order the sweep submits
-        them: the grid; then the bracketing step that is certain or, ``most``, every step a cell can
-        take (one look each); then, ``most``, each later seed look's new seeds at every rate."""
-        fams: dict[tuple, list] = {}  # family -> [slot-seconds of one trial, grid trials]
-        for r in self.plan.rows:
-            fams.setdefault(family_of(r.trial), [trial_seconds(r.flops or 0.0, self.steps), 0])[1] += 1
-        cells = self.plan.brackets.get("cells") or [{}] * len(fams)  # bracket_plan's, in the same order
-        seeds = self.plan.brackets.get("seeds", 0)
-        each = list(zip(fams.values(), cells))
-        looks = [[trial_seconds(r.flops or 0.0, self.steps) for r in self.plan.rows]]
-        if not most:
-            looks.append([s for (s, _), c in each for _ in range(c.get("least", 0) * seeds)])
-        else:
-            for k in range(max((c.get("extra", 0) for c in cells), default=0)):
-                looks.append([s for (s, _), c in each if c["extra"] > k for _ in range(seeds)])
-            plan_looks = [len(seen) for seen in self.plan.looks if seen]
-            for before, now in zip(plan_looks, plan_looks[1:]):
-                looks.append([s for (s, n), c in each
-                              for _ in range((n // plan_looks[0] + c.get("extra", 0)) * (now - before))])
-        return [look for look in looks if look]
+        """Each look's trials as slot-seconds (:func:`trial_seconds` of its family's FLOPs), in the order
+        the sweep submits them: the looks the plan counts (``Plan.family_looks``)."""
+        each = {family_of(r.trial): trial_seconds(r.flops or 0.0, self.steps) for r in self.plan.rows}
+        return [[each[f] for f in look] for look in self.plan.family_looks(most)]
 
     def done(self) -> int:
         return sum(1 for r in self.plan.rows if r.status == "done")

@@ -122,26 +122,50 @@ class Plan:
     primary_seeds: int | None = None  # confirmation: the primary condition's fresh seeds, fixed (None: left over)
     primary: str | None = None        # confirmation: the claim whose primary condition they are
 
+    def family_looks(self, most: bool = False) -> list[list[tuple]]:
+        """Each look's trials, as the family of each (``tuning_section.family_of``), in the order the
+        sweep submits them: the grid; then the bracketing step that is certain (``least``) or, ``most``,
+        every step a cell can take (one look each, ``extra`` of them at most); then, ``most``, each
+        later seed look's new seeds at every rate a cell may have. The one count of the looks that
+        :attr:`min_trials` and :attr:`max_trials` sum and ``ladder_plan.RungPlan`` times (the
+        confirmation stage, which fills a budget, is not a look of families)."""
+        from cemlab.sweeps.sweepfile.tuning_section import family_of
+
+        fams: dict[tuple, int] = {}   # family -> its grid trials, in the grid's order
+        for r in self.rows:
+            fams[family_of(r.trial)] = fams.get(family_of(r.trial), 0) + 1
+        cells = self.brackets.get("cells") or [{}] * len(fams)   # bracket_plan's, in the same order
+        seeds = self.brackets.get("seeds", 0)
+        each = list(zip(fams.items(), cells))
+        looks = [[family_of(r.trial) for r in self.rows]]
+        if not most:
+            looks.append([f for (f, _), c in each for _ in range(c.get("least", 0) * seeds)])
+        else:
+            for k in range(max((c.get("extra", 0) for c in cells), default=0)):
+                looks.append([f for (f, _), c in each if c["extra"] > k for _ in range(seeds)])
+            plan_looks = [len(seen) for seen in self.looks if seen]
+            for before, now in zip(plan_looks, plan_looks[1:]):
+                looks.append([f for (f, n), c in each
+                              for _ in range((n // plan_looks[0] + c.get("extra", 0)) * (now - before))])
+        return [look for look in looks if look]
+
     @property
     def max_trials(self) -> int:
         """Trials if every cell took every rate it can reach beyond its worse end (``tuning``) and then
-        stayed open to the last look (``seeding``) at all its rates; the grid's without either. With a
-        confirmation stage: its trial budget (it never runs past it), or the selection stage's most."""
-        extra = sum(f["extra"] for f in self.brackets.get("cells", []))
-        if self.budget is not None:
-            return max(self.budget, len(self.rows) + extra * self.brackets.get("seeds", 0))
-        if not self.looks or not self.looks[0]:
-            return len(self.rows)
-        return (len(self.rows) // len(self.looks[0]) + extra) * len(self.looks[-1])
+        stayed open to the last look (``seeding``) at all its rates (:meth:`family_looks`); the grid's
+        without either. With a confirmation stage: its trial budget (it never runs past it), or the
+        selection stage's most."""
+        most = sum(len(look) for look in self.family_looks(most=True))
+        return max(self.budget, most) if self.budget is not None else most
 
     @property
     def min_trials(self) -> int:
         """Trials if the grid's runs finish and every cell stops as early as it can: the grid's, plus
-        the bracketing step that is certain (a family of two rates, ``family_least``) at the grid's seeds.
-        With a confirmation stage the same: the selection stage, which is all ``cemlab sweep
-        --no-seeding`` runs; the stage itself then fills the budget to within one seed of its pairs."""
-        least = sum(f.get("least", 0) for f in self.brackets.get("cells", []))
-        return len(self.rows) + least * self.brackets.get("seeds", 0)
+        the bracketing step that is certain (a family of two rates, ``family_least``) at the grid's seeds
+        (:meth:`family_looks`). With a confirmation stage the same: the selection stage, which is all
+        ``cemlab sweep --no-seeding`` runs; the stage itself then fills the budget to within one seed of
+        its pairs."""
+        return sum(len(look) for look in self.family_looks())
 
     def bracketing(self) -> dict:
         """The bracketing steps of a ``tuning`` sweep ({} without): steps per end, ratio, bounds, the
