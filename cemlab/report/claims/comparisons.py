@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from cemlab.report.claims.pairing import log2_ratio
-from cemlab.report.stats.percent import percent
+from cemlab.report.stats.percent import level_percent, percent
 
 
 def pct_value(x: float) -> str:
@@ -28,10 +28,6 @@ def on_log2(v) -> bool:
     """Whether a verdict's effects are log2 ratios (the learning-rate claim: its entry's
     ``relative_margin=False``, its comparisons' ``fmt``) rather than log ratios shown in percent."""
     return any(ch.fmt is log2_ratio for ch in v.checks)
-
-
-def level_text(x: float) -> str:
-    return f"{x * 100:.4f}".rstrip("0").rstrip(".") + "%" if math.isfinite(x) else ""
 
 
 def comparisons_table(verdicts: list) -> pd.DataFrame:
@@ -47,7 +43,7 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
                 (lambda x: pct_value(x) or "n/a")
             ev, b = ch.evidence, ch.bounds
             end = (lambda x: scale(x) if math.isfinite(x) else "open")   # a side voided by the edge rule
-            decided = (f"[{end(b.low)}, {end(b.high)}] at {level_text(b.level)}"
+            decided = (f"[{end(b.low)}, {end(b.high)}] at {level_percent(b.level, missing='')}"
                        if b is not None and (b.finite or ch.edge_blocks)
                        else ch.iv.note if not ch.discrete and ch.iv.note else "none")
             rows.append({"claim": v.id, "condition": f"{v.condition} ({v.role})".strip(), "comparison": ch.label,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 
-from cemlab.report.claims.comparisons import level_text, on_log2
+from cemlab.report.claims.comparisons import on_log2
 from cemlab.report.claims.pairing import shown
 from cemlab.report.figures.plotting import pyplot
+from cemlab.report.stats.percent import level_percent
 
 
 def forest_plot(verdicts: list):
@@ -52,7 +53,7 @@ def forest_plot(verdicts: list):
             if ch.tol:
                 for t in ((-ch.tol, ch.tol) if ch.side == "within" else (ch.tol,)):
                     ax.plot([shown(t, ch.fmt) * unit] * 2, [y - 0.4, y + 0.4], ls="--", color="C3", lw=1)
-            level = level_text(b.level) if b is not None and b.finite else ("sign test" if ch.discrete else "no interval")
+            level = level_percent(b.level, missing="") if b is not None and b.finite else ("sign test" if ch.discrete else "no interval")
             voided = f"; {', '.join(ch.edge_blocks)} voided: a cell at an edge" if ch.edge_blocks else ""
             labels.append(f"{ch.label} [{ch.verdict}; {level}{voided}]")
         ax.set_yticks(ys)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.stats.percent import percent
+from cemlab.report.stats.percent import level_percent, percent
 from cemlab.report.claims.comparisons import comparisons_table
 from cemlab.report.figures.forest import forest_plot
 from cemlab.report.claims.verdict_tables import comparison_frame, integers as _integers, verdict_frame
@@ -86,11 +86,7 @@ def _interval_text(low: float, high: float, level: float) -> str:
     """`` [-5.10, -0.20] at 97.5%``: an interval that decided, in percent, with its coverage."""
     if not (np.isfinite(low) or np.isfinite(high)):
         return " (no interval)"
-    return f" [{percent(low, 2, unit='', missing='open')}, {percent(high, 2, unit='', missing='open')}] at {_fmt_level(level)}%"
-
-
-def _fmt_level(level: float) -> str:
-    return f"{level * 100:.4f}".rstrip("0").rstrip(".") if np.isfinite(level) else "n/a"
+    return f" [{percent(low, 2, unit='', missing='open')}, {percent(high, 2, unit='', missing='open')}] at {level_percent(level)}"
 
 
 def _primary_text(r) -> str:
