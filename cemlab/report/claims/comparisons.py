@@ -16,6 +16,7 @@ import math
 import pandas as pd
 
 from cemlab.report.claims.pairing import log2_ratio
+from cemlab.report.claims.shown_effect import outside_reason
 from cemlab.report.stats.percent import level_percent, percent
 
 
@@ -35,7 +36,8 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
     test, effect and the interval that decided in percent (log2 for the learning-rate claim) with
     its level, what decided where that interval does not say it all, the descriptive 95% interval,
     n, the sd of the paired log differences, the one-sided levels of its tests, its p-values, the
-    verdict and whether it decided the claim."""
+    verdict, whether it decided the claim, and why its effect lies outside its intervals where it does
+    (``shown_effect.outside_reason``)."""
     rows = []
     for v in verdicts:
         for ch in v.checks:
@@ -55,8 +57,9 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
                          "p supported / contradicted": f"{ev.p_claim:.3g} / {ev.p_against:.3g}" if ev else "",
                          "levels (one-sided)": f"{ch.alpha_claim:.3g} / {ch.alpha_against:.3g}",
                          "choice": ch.choice, "diverged or failed": ch.diverged, "verdict": ch.verdict,
-                         "decided": "yes" if ch.label == v.decided_by else ""})
+                         "decided": "yes" if ch.label == v.decided_by else "",
+                         "effect outside its interval": outside_reason(ch)})
     return pd.DataFrame(rows, columns=["claim", "condition", "comparison", "test", "effect (% or log2)",
                                        "interval that decided, level", "what decided", "95% interval (descriptive)",
                                        "n", "sd (log)", "p supported / contradicted", "levels (one-sided)", "choice",
-                                       "diverged or failed", "verdict", "decided"])
+                                       "diverged or failed", "verdict", "decided", "effect outside its interval"])
