@@ -1,7 +1,8 @@
 """The report's claim files and page agree with themselves, on crafted verdicts written by the report's
-own writers (``pages.writers.claim_files``, ``figures.forest``): an effect outside its own interval says
-why on its row and its forest row (a tuned comparison shows one choice of rates, its interval bounds
-every choice); a row the edge rule voided is drawn hollow with the cell at an edge beside it."""
+own writers (``pages.writers.claim_files``, ``claims_frame``, ``figures.forest``): an effect outside its
+own interval says why on its row and its forest row (a tuned comparison shows one choice of rates, its
+interval bounds every choice); a row the edge rule voided is drawn hollow with the cell at an edge beside
+it; the page's claims table is short and claims.csv keeps every column."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pandas as pd
 import pytest
 
 from cemlab.report.claims.shown_effect import outside_reason
-from cemlab.report.pages.writers import claim_files
+from cemlab.report.claims.verdict_tables import CLAIM_COLUMNS
+from cemlab.report.pages.render import Page, render_html, render_md
+from cemlab.report.pages.writers import PAGE_COLUMNS, claim_files, claims_frame
 from claims_support import AT_HIGHEST, BRACKETED, crafted_verdicts, curve_grid, lr_grid, unexplained_outside
 
 
@@ -73,3 +76,24 @@ def test_the_forest_says_why_a_row_looks_decisive_or_lies_outside(crafted):
             assert outside_reason(ch) and marker.get_gid() == "effect outside" and marker.get_marker() == "D"
             assert "effect outside" in label and MARKS["outside"] in legend and not notes
     plt.close(fig)
+
+
+def test_the_page_shows_a_short_claims_table_and_the_csv_keeps_every_column(crafted):
+    claims = pd.read_csv(crafted["out"] / "claims.csv")
+    assert list(claims.columns) == CLAIM_COLUMNS and len(CLAIM_COLUMNS) > 30
+    table = claims_frame(crafted["verdicts"])
+    assert list(table.columns) == PAGE_COLUMNS and len(PAGE_COLUMNS) <= 5
+    outside, voided = table.iloc[0], table.iloc[1]
+    assert outside["claim"].startswith("t2-beats-t1 (same per-step eta=1, primary): ")
+    assert outside["verdict"] == claims.iloc[0]["verdict"]
+    assert "effect above the interval that decided" in outside["why, regime"]
+    assert "not decisive (contradicted" in voided["why, regime"] and "best at its highest rate" in voided["why, regime"]
+    for (_, r), (_, c) in zip(table.iterrows(), claims.iterrows()):
+        effect = r["effect (% or log2) [interval that decided] at its level"]
+        assert effect.startswith(f"{c['effect'] * 100:+.2f} [") and f"({c['decided_by']})" in effect
+        assert "at 95%" in effect and "scale tiny" in r["why, regime"]
+    page = Page("crafted", [], None, table, [], None)
+    html, md = render_html(page), render_md(page)
+    head = html[html.index('id="verdicts"'):html.index("</thead>", html.index('id="verdicts"'))]
+    assert head.count("<th>") == len(PAGE_COLUMNS) and "<th>decided_by</th>" not in head
+    assert "| " + " | ".join(PAGE_COLUMNS) + " |" in md
