@@ -54,27 +54,31 @@ def test_no_effect_lies_outside_its_interval_unless_its_row_says_why(crafted):
 
 
 def test_the_forest_says_why_a_row_looks_decisive_or_lies_outside(crafted):
-    """The voided row: hollow marker, pale bar, 'not decisive: <cell at an edge>' beside it, a legend entry;
-    the row whose effect lies outside its interval: a diamond, its label and the legend say so."""
+    """The voided row: hollow marker, pale bar, a red label naming the cell at an edge ('not decisive: ...'),
+    a legend entry; the row whose effect lies outside its interval: a diamond, its label and the legend say so."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
 
     from cemlab.report.figures.forest import MARKS, forest_plot
 
     fig = forest_plot(crafted["verdicts"])
+    (legend,) = fig.legends
+    legend = [t.get_text() for t in legend.get_texts()]
+    assert legend == [MARKS["voided"], MARKS["outside"]]
     for ax, v in zip(fig.axes, crafted["verdicts"]):
         (ch,) = v.checks
         (marker,) = [ln for ln in ax.lines if str(ln.get_gid()).startswith("effect ")]
-        label = ax.get_yticklabels()[0].get_text()
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        notes = [t.get_text() for t in ax.texts if t.get_gid() == "edge note"]
+        (tick,) = ax.get_yticklabels()
+        label = " ".join(tick.get_text().split())
         if ch.edge_blocks:
             assert marker.get_gid() == "effect voided" and marker.get_markerfacecolor() in ("white", "w", (1, 1, 1, 1))
-            assert notes == [f"not decisive: {ch.bracketed}"] and "best at its highest rate" in notes[0]
-            assert "contradicted" in label and "voided" in label and MARKS["voided"] in legend
+            assert f"not decisive: {ch.bracketed}" in label and "best at its highest rate" in label
+            assert "contradicted" in label and "voided" in label and to_hex(tick.get_color()) == to_hex("C3")
             assert any(ln.get_alpha() == pytest.approx(0.45) and ln.get_linewidth() > 2 for ln in ax.lines)
         else:
             assert outside_reason(ch) and marker.get_gid() == "effect outside" and marker.get_marker() == "D"
-            assert "effect outside" in label and MARKS["outside"] in legend and not notes
+            assert "effect outside" in label and "not decisive" not in label
+            assert to_hex(tick.get_color()) != to_hex("C3")
     plt.close(fig)
 
 

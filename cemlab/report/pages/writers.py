@@ -171,7 +171,9 @@ def claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Secti
                             "test has no such interval and its row says what decided. Forest plot: the thick bar is "
                             "the interval that decided (its level in the row's label), the thin grey bar the 95% "
                             "interval, the grey band each claim's smallest effect of interest, a dashed red tick the "
-                            "threshold of a threshold or equivalence (TOST) test.",
+                            "threshold of a threshold or equivalence (TOST) test; a hollow marker and a red label a row the edge rule "
+                            "voided (the cell at an edge named), a diamond an effect outside its interval (one choice "
+                            "of rates shown, the interval over every choice: the last column says so).",
                             "forest.png" if forest is not None else None,
                             [comparisons_file] + (["forest.pdf"] if forest is not None else []),
                             [comparisons_table(verdicts)]))
