@@ -105,3 +105,13 @@ def lr_grid():
            (2, "1", "dplr", 1e-3): [x * 1.15 for x in t1], (2, "1", "dplr", 2e-3): [x * 1.10 for x in t1],
            (2, "1", "dplr", 4e-3): [x * 1.04 for x in t1], (2, "1", "dplr", 8e-3): [x * 1.08 for x in t1]}
     return test, val
+
+
+def unexplained_outside(df: pd.DataFrame, effect: str, low: str, high: str, reason: str) -> tuple:
+    """Rows of a report's table read back (claims.csv, comparisons.csv) whose ``effect`` lies outside
+    [``low``, ``high``] (an end that is empty or infinite bounds nothing) with the ``reason`` column
+    empty, and the rows outside with a reason, as two frames."""
+    e, lo, hi = (pd.to_numeric(df[c], errors="coerce") for c in (effect, low, high))
+    out = (e < lo - 1e-12) | (e > hi + 1e-12)
+    why = df[reason].fillna("").astype(str).str.strip() != ""
+    return df[out & ~why], df[out & why]

@@ -511,6 +511,28 @@ def test_the_report_prints_the_interval_at_the_level_that_decided():
     assert judge({(): d}, alpha=0.025).verdict == ch.verdict
 
 
+@pytest.mark.parametrize("level", [0.95, 0.975, 0.964375, 0.96625, 0.99375, 0.9981250, 0.9999975])
+def test_a_level_is_printed_for_readers_and_kept_exact_in_the_csv(level):
+    """A level reads with at most two decimals (96.44%, not 96.4375%), within half a unit of its last
+    digit of the exact value, and never as 100% below 1; the interval's label prints its levels that
+    way, comparisons.csv keeps the exact one."""
+    from cemlab.report.stats.bounds import Bounds
+    from cemlab.report.stats.percent import level_percent
+
+    text = level_percent(level)
+    digits = text[:-1].split(".")[1] if "." in text else ""
+    assert text.endswith("%") and not digits.endswith("0")
+    assert len(digits) <= 2 or float(f"{level * 100:.2f}") >= 100
+    assert abs(float(text[:-1]) - level * 100) <= 0.5 * 10.0 ** -len(digits) + 1e-9 and text != "100%"
+    a = (1 - level) / 2
+    b = Bounds(-0.1, 0.1, a, a)
+    assert b.level == pytest.approx(level, abs=1e-12) and b.label == level_percent(b.level) and "%" in b.label
+    held = Bounds(-0.1, 0.1, a / 2, a)   # a Holm step on one end: each end's level written the same way
+    assert held.label == (f"{level_percent(held.level)} (lower end {level_percent(1 - a / 2)}, "
+                          f"upper {level_percent(1 - a)}, one-sided)") and held.label.count(".") <= 3
+    assert level_percent(math.nan) == "n/a" and level_percent(math.nan, missing="") == ""
+
+
 def test_a_sign_test_says_what_decided_and_when_it_cannot():
     """Optima on a grid, 3 seeds: the exact sign test's smallest p is 0.5^3 = 0.125, so nothing can
     decide it at one-sided 2.5%; the comparison says so, and has no t interval that 'decided'."""

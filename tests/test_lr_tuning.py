@@ -111,3 +111,50 @@ def test_verdict_columns_read_the_bracketing_looks_seeds_only():
     assert same["verdict_bracketed"] and same["verdict_edge"] == ""
     w = with_tuning(cells, trials, [0, 1, 2])
     assert (w["verdict_edge"] == "highest").all() and w["bracketed"].all()
+
+
+def test_the_figure_draws_the_statistic_the_table_picks_the_best_rate_by():
+    """The lr_tuning figure draws, per rate, the median validation metric over seeds (a diverged seed
+    ranked last), the statistic the table's ``best_lr`` is chosen on, and stars that rate: for every
+    cell the star sits at the table's best rate, at the lowest point of the cell's curve. Cell ``u``'s
+    seed means prefer its highest rate, its medians its middle one (a mean-drawn figure would disagree
+    with the table); ``w`` diverged at two of three seeds of its highest rate (drawn as an x, no point)."""
+    from types import SimpleNamespace
+
+    from cemlab.report.figures.lr_tuning import lr_tuning
+
+    lrs = [1e-3, 2e-3, 4e-3]
+    val = {"u": {1e-3: [14.0, 14.5, 14.2], 2e-3: [10.0, 10.4, 31.0], 4e-3: [12.0, 12.3, 12.1]},
+           "w": {1e-3: [20.0, 20.5, 20.2], 2e-3: [18.0, 18.6, 18.1], 4e-3: [17.0, math.nan, math.nan]},
+           "z": {1e-3: [9.0, 9.2, 9.1], 2e-3: [9.5, 9.4, 9.9], 4e-3: [9.8, 9.9, 9.7]}}
+    rows = []
+    for variant, by_lr in val.items():
+        for lr, vs in by_lr.items():
+            for seed, v in enumerate(vs):
+                rows.append(dict(group="cem-attn", variant=variant, size="86m", lr=lr, seed=seed,
+                                 status="finished" if math.isfinite(v) else "diverged", value=v * 1.01, val=v,
+                                 chance=1024.0, cell=json.dumps({"variant": variant, "size": "86m", "lr": lr},
+                                                                sort_keys=True)))
+    trials = pd.DataFrame(rows)
+    cells = _cells({k: (lrs, [np.nanmean(by_lr[lr]) for lr in lrs], [1.0] * 3) for k, by_lr in val.items()})
+    fig = lr_tuning(SimpleNamespace(cells=lambda: cells, trials=lambda: trials))
+    table = fig.tables["lr_tuning"].set_index("variant")
+    drawn = {line.get_gid(): line for ax in fig.fig.axes for line in ax.lines if line.get_gid()}
+    families = tuning(cells, trials).set_index("variant")["family"]
+    for variant in val:
+        curve, star = drawn[f"curve {families[variant]}"], drawn[f"best {families[variant]}"]
+        x, y = curve.get_xdata(), np.asarray(curve.get_ydata(), dtype=float)
+        medians = [np.median(val[variant][lr]) if np.isfinite(val[variant][lr]).sum() * 2 > 3 else np.nan
+                   for lr in lrs]
+        assert list(x) == lrs and np.allclose(y, medians, equal_nan=True), (variant, y, medians)
+        assert star.get_xdata()[0] == table.loc[variant, "best_lr"], variant
+        assert star.get_ydata()[0] == pytest.approx(np.nanmin(y)), variant
+    assert table.loc["u", "best_lr"] == 2e-3 and table.loc["u", "bracketed"]
+    assert cells[cells["variant"] == "u"].sort_values("val_mean")["lr"].iloc[0] == 4e-3   # the means disagree
+    assert table.loc["w", "best_lr"] == 2e-3 and table.loc["w", "bracketed"]   # mostly diverged above: bracketed
+    assert table.loc["z", "edge"] == "lowest" and "(best at lowest rate)" in " ".join(
+        t.get_text() for ax in fig.fig.axes for t in ax.get_legend().get_texts())
+    assert "median over seeds" in fig.caption and "star" in fig.caption
+    import matplotlib.pyplot as plt
+
+    plt.close(fig.fig)

@@ -324,11 +324,44 @@ def test_one_sign_convention_in_every_comparison(scenario):
     # the page states the convention once, and shows comparisons and the forest plot
     html = (scenario["out"] / "recursion_ablation" / "index.html").read_text()
     assert html.count("Sign convention:") == 1 and 'id="comparisons"' in html and "forest.png" in html
-    # the claims table points to those rows instead of repeating them as text in one cell
+    # the claims table is short (claim, verdict, effect with its interval and level, why and regime); the
+    # comparisons stand in their own rows below and claims.csv keeps every column
+    from cemlab.report.pages.writers import PAGE_COLUMNS
+
     claims_table = html[html.index('id="claims"'):html.index("</table>", html.index('id="claims"'))]
-    n = comp[comp["id"] == "t2-beats-t1"].groupby("condition").size()
-    assert f"<td>{n.iloc[0]} rows in &#x27;Every comparison behind the claims&#x27; below</td>" in claims_table
-    assert "% CI [" not in claims_table and "<th>numbers</th>" not in claims_table
+    head = claims_table[:claims_table.index("</thead>")]
+    assert head.count("<th>") == len(PAGE_COLUMNS) == 4 and "<th>numbers</th>" not in head
+    t2 = pd.read_csv(scenario["out"] / "recursion_ablation" / "claims.csv").set_index("id").loc["t2-beats-t1"]
+    assert f"<td>t2-beats-t1 ({t2['condition']}, primary): {t2['claim']}</td>" in claims_table
+    assert f"<td>{t2['effect'] * 100:+.2f} [{t2['ci_low'] * 100:+.2f}, {t2['ci_high'] * 100:+.2f}] at " in claims_table
+    assert "% CI [" not in claims_table and t2["decided_by"] in claims_table
+    # the learning-rate claim's effect is a log2 ratio on the page, not a percentage
+    higher = pd.read_csv(scenario["out"] / "lr_sweep" / "claims.csv").set_index("id").loc["full-cem-higher-lr"]
+    assert f"<td>{higher['effect']:+.3f} log2 " in (scenario["out"] / "lr_sweep" / "index.html").read_text()
+
+
+def test_no_effect_in_any_table_lies_outside_its_interval_unless_its_row_says_why(scenario):
+    """Every built report's claims.csv and comparisons.csv: each effect
+    lies inside its interval that decided (and its 95% interval), or its row says why (``effect_outside``);
+    a reason stands only beside an effect outside (tests/test_report_pages.py crafts one that is)."""
+    from claims_support import unexplained_outside
+
+    checked = 0
+    for name in ORDER:
+        claims = pd.read_csv(scenario["out"] / name / "claims.csv")
+        comps = pd.read_csv(scenario["out"] / name / "comparisons.csv")
+        for df, pairs in ((claims, [("effect", "ci_low", "ci_high", "effect_outside")]),
+                          (claims, [("primary_effect", "primary_ci_low", "primary_ci_high", "primary_effect_outside")]),
+                          (comps, [("effect", "ci_low", "ci_high", "effect_outside"),
+                                   ("effect", "ci95_low", "ci95_high", "effect_outside")])):
+            said = set()
+            for cols in pairs:
+                bad, why = unexplained_outside(df, *cols)
+                assert bad.empty, (name, bad[list(cols)])
+                said |= set(why.index)
+                checked += int(pd.to_numeric(df[cols[0]], errors="coerce").notna().sum())
+            assert said == set(df.index[df[pairs[0][3]].fillna("").astype(bool)]), (name, pairs[0][3])
+    assert checked > 50
 
 
 def test_report_logged_to_the_sweeps_parent_run(scenario):

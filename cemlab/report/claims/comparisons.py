@@ -16,7 +16,8 @@ import math
 import pandas as pd
 
 from cemlab.report.claims.pairing import log2_ratio
-from cemlab.report.stats.percent import percent
+from cemlab.report.claims.shown_effect import outside_reason
+from cemlab.report.stats.percent import level_percent, percent
 
 
 def pct_value(x: float) -> str:
@@ -30,16 +31,13 @@ def on_log2(v) -> bool:
     return any(ch.fmt is log2_ratio for ch in v.checks)
 
 
-def level_text(x: float) -> str:
-    return f"{x * 100:.4f}".rstrip("0").rstrip(".") + "%" if math.isfinite(x) else ""
-
-
 def comparisons_table(verdicts: list) -> pd.DataFrame:
     """The page's comparison rows: claim, condition (and whether it is the primary one), comparison,
     test, effect and the interval that decided in percent (log2 for the learning-rate claim) with
     its level, what decided where that interval does not say it all, the descriptive 95% interval,
     n, the sd of the paired log differences, the one-sided levels of its tests, its p-values, the
-    verdict and whether it decided the claim."""
+    verdict, whether it decided the claim, and why its effect lies outside its intervals where it does
+    (``shown_effect.outside_reason``)."""
     rows = []
     for v in verdicts:
         for ch in v.checks:
@@ -47,7 +45,7 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
                 (lambda x: pct_value(x) or "n/a")
             ev, b = ch.evidence, ch.bounds
             end = (lambda x: scale(x) if math.isfinite(x) else "open")   # a side voided by the edge rule
-            decided = (f"[{end(b.low)}, {end(b.high)}] at {level_text(b.level)}"
+            decided = (f"[{end(b.low)}, {end(b.high)}] at {level_percent(b.level, missing='')}"
                        if b is not None and (b.finite or ch.edge_blocks)
                        else ch.iv.note if not ch.discrete and ch.iv.note else "none")
             rows.append({"claim": v.id, "condition": f"{v.condition} ({v.role})".strip(), "comparison": ch.label,
@@ -59,8 +57,9 @@ def comparisons_table(verdicts: list) -> pd.DataFrame:
                          "p supported / contradicted": f"{ev.p_claim:.3g} / {ev.p_against:.3g}" if ev else "",
                          "levels (one-sided)": f"{ch.alpha_claim:.3g} / {ch.alpha_against:.3g}",
                          "choice": ch.choice, "diverged or failed": ch.diverged, "verdict": ch.verdict,
-                         "decided": "yes" if ch.label == v.decided_by else ""})
+                         "decided": "yes" if ch.label == v.decided_by else "",
+                         "effect outside its interval": outside_reason(ch)})
     return pd.DataFrame(rows, columns=["claim", "condition", "comparison", "test", "effect (% or log2)",
                                        "interval that decided, level", "what decided", "95% interval (descriptive)",
                                        "n", "sd (log)", "p supported / contradicted", "levels (one-sided)", "choice",
-                                       "diverged or failed", "verdict", "decided"])
+                                       "diverged or failed", "verdict", "decided", "effect outside its interval"])

@@ -102,3 +102,41 @@ def union_evidence(diffs_of: dict, chosen: list, coefs, tol: float, side: str, m
     low = every_choice_bound(diffs_of, coefs, (), a, upper=False, conf=conf)
     high = every_choice_bound(diffs_of, coefs, (), a, upper=True, conf=conf)
     return evidence, Interval(shown_iv.effect, low, high, shown_iv.n, shown_iv.sd, shown_iv.note)
+
+
+#: Why a comparison's effect shown can lie outside its own interval, by how its cells were chosen
+#: (``outside_reason``): the effect and the interval are about different choices of rates.
+OUTSIDE_WHY = {
+    "every choice": ("one choice of rates shown (each seed's, made on the other seeds' validation), the interval "
+                     "over every choice tested (each end at the choice that decides its side)"),
+    "union": ("the chosen rates shown, each end of the interval at the choice of the union of chosen rates that "
+              "its side requires"),
+    "": "the effect and the interval read different choices of the compared cells",
+}
+
+
+def effect_outside(effect: float, ends: dict, how: str = "") -> str:
+    """'' where ``effect`` lies inside each interval of ``ends`` (its name -> (low, high), on the
+    effect's scale; an end that is not finite, open or missing, bounds nothing), else on which side of
+    which it lies and why (``OUTSIDE_WHY[how]``), e.g. ``effect below the interval that decided: one
+    choice of rates shown (...)``."""
+    if effect is None or not math.isfinite(effect):
+        return ""
+    out = [f"{'below' if effect < low else 'above'} the {name}" for name, (low, high) in ends.items()
+           if (math.isfinite(low) and effect < low) or (math.isfinite(high) and effect > high)]
+    return f"effect {' and '.join(out)}: {OUTSIDE_WHY.get(how, OUTSIDE_WHY[''])}" if out else ""
+
+
+def outside_reason(ch, decided: bool = True, descriptive: bool = True) -> str:
+    """Why a comparison's (``pairing.Check``) effect shown lies outside its interval that decided
+    (``decided``) or its descriptive 95% interval (``descriptive``), '' where it lies inside both. It
+    can only where the effect and the interval read different choices: a tuned comparison with every
+    choice tested (``_shown_interval``: the effect at each seed's validation choice, each end at the
+    choice that decides its side) or, rarely, one judged by the union rule."""
+    ends = {}
+    if decided and ch.bounds is not None:
+        ends["interval that decided"] = (ch.bounds.low, ch.bounds.high)
+    if descriptive and ch.iv.finite:
+        ends["95% interval"] = (ch.iv.low, ch.iv.high)
+    how = "union" if ch.confirmation is not None else "every choice" if max(ch.n_choices or (1,)) > 1 else ""
+    return effect_outside(ch.iv.effect, ends, how)

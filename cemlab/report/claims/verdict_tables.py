@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.stats.decision import ALPHA
+from cemlab.report.claims.shown_effect import outside_reason
 from cemlab.report.claims.verdicts import WHERE, Verdict, primary_check, shown
 
 
@@ -64,13 +65,16 @@ def _effect_to_detect(ch) -> float:
 #: claims.csv columns (scripts read these names). ``effect`` / ``ci_low`` / ``ci_high`` / ``level`` /
 #: ``n_seeds``: the comparison that decided the verdict (``decided_by``): its effect shown and its
 #: interval that decided, of coverage ``level`` (``decided_how``: what decided where that interval
-#: does not say it all); ``primary_*``: the claim's primary comparison beside it;
+#: does not say it all; ``effect_outside``: why the effect lies outside that interval, '' where it lies
+#: inside; ``not_decisive``: the sides the edge rule voided, with the cells at an edge);
+#: ``primary_*``: the claim's primary comparison beside it;
 #: ``seeds_for_80pct_power``: the seeds per cell at which the condition (every comparison, or one
 #: for an ``any`` claim) reaches 80% power at its levels, beside ``seed_budget``, the most the sweep
 #: can reach at this scale; ``undecidable``: comparisons no outcome of their seeds could decide.
 CLAIM_COLUMNS = ["id", "paper", "claim", "condition", "role", "undecidable", "verdict", "decided_by", "effect",
-                 "ci_low", "ci_high", "level", "decided_how", "n_seeds", "primary", "primary_effect", "primary_ci_low",
-                 "primary_ci_high", "primary_level", "seeds_for_80pct_power", "seed_budget", "scale", "corpus",
+                 "ci_low", "ci_high", "level", "decided_how", "effect_outside", "not_decisive", "n_seeds", "primary",
+                 "primary_effect", "primary_ci_low", "primary_ci_high", "primary_level", "primary_effect_outside",
+                 "seeds_for_80pct_power", "seed_budget", "scale", "corpus",
                  "tokens_per_param", "steps", "paper_regime", "method", "numbers", "missing", "rule", "sweeps",
                  "verdict_shared_lr", "shared_lr", "verdict_changes", "margin", "n_comparisons", "size_flips"]
 
@@ -85,8 +89,10 @@ def verdict_frame(verdicts: list[Verdict]) -> pd.DataFrame:
         rows.append(dict(id=v.id, paper=v.paper, claim=v.claim, condition=v.condition, role=v.role,
                          undecidable=v.undecidable, verdict=v.verdict, decided_by=v.decided_by, effect=v.effect,
                          ci_low=v.ci_low, ci_high=v.ci_high, level=v.level, decided_how=v.decided_how,
-                         n_seeds=v.n_seeds, primary=p.label if p else "", primary_effect=pe[0],
+                         effect_outside=v.effect_outside, not_decisive=v.not_decisive, n_seeds=v.n_seeds,
+                         primary=p.label if p else "", primary_effect=pe[0],
                          primary_ci_low=pe[1], primary_ci_high=pe[2], primary_level=p.level if p else math.nan,
+                         primary_effect_outside=outside_reason(p, descriptive=False) if p else "",
                          seeds_for_80pct_power=condition_seeds(v), seed_budget=v.seed_budget or math.nan,
                          scale=v.scale, corpus=v.corpus,
                          tokens_per_param=v.tokens_per_param, steps=v.steps, paper_regime=v.paper_regime,
@@ -121,6 +127,9 @@ def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 #: coverage ``level`` = 1 - alpha_low - alpha_high; ``decided_how`` says what decided where the
 #: interval does not say it all (a sign test, a TOST's contradiction, a Holm step).
 #: ``ci95_low`` / ``ci95_high``: the descriptive 95% interval of the effect shown (not the decision).
+#: ``effect_outside``: why the effect lies outside either interval ('' where it lies inside both:
+#: ``shown_effect.outside_reason``; a tuned comparison shows one choice of rates, its intervals bound
+#: every choice).
 #: ``sd_log`` the sd of the paired log differences of the effect shown; ``seeds_for_80pct_power`` the
 #: seeds a one-sided test at ``alpha_supported`` over the choices that may be picked (``claim_level``)
 #: needs to detect the margin (or, for a threshold test, the distance to the threshold) with the sd
@@ -130,7 +139,7 @@ def integers(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 #: at an edge (``stats.bracketing.untuned_sides``).
 COMPARISON_COLUMNS = ["id", "condition", "role", "comparison", *WHERE, "compared", "test", "side", "threshold",
                       "margin", "effect", "ci_low", "ci_high", "level", "alpha_low", "alpha_high", "decided_how",
-                      "ci95_low", "ci95_high", "n", "sd_log", "seeds_for_80pct_power",
+                      "ci95_low", "ci95_high", "effect_outside", "n", "sd_log", "seeds_for_80pct_power",
                       "p_supported", "p_contradicted", "p_negligible", "alpha_supported", "alpha_contradicted",
                       "verdict", "primary", "decided", "choice", "n_choices", "diverged", "bracketed", "not_decisive",
                       "text", "seed_diffs"]
@@ -165,6 +174,7 @@ def comparison_frame(verdicts: list[Verdict]) -> pd.DataFrame:
                              level=ch.level, alpha_low=b.alpha_low if b is not None else math.nan,
                              alpha_high=b.alpha_high if b is not None else math.nan, decided_how=ch.how,
                              ci95_low=shown(ch.iv.low, ch.fmt), ci95_high=shown(ch.iv.high, ch.fmt),
+                             effect_outside=outside_reason(ch),
                              n=ch.iv.n, sd_log=ch.iv.sd,
                              seeds_for_80pct_power=power_seeds(ch.power_sd, _effect_to_detect(ch), claim_level(ch)),
                              p_supported=ev.p_claim if ev else math.nan,

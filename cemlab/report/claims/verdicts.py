@@ -40,6 +40,7 @@ from cemlab.paper import PAPER_REGIME, SESOI
 from cemlab.report.claims.pairing import (  # noqa: F401 (re-exported: the rules and plugins build comparisons with them)
     Check, ClaimData, Unrun, WHERE, cells_compared, check_of_diffs, coefficients, compare, eta_condition,
     etas_of, log2_ratio, num, pct, pick_cell, regime_of, rel, shown, sizes_of)
+from cemlab.report.claims.shown_effect import outside_reason
 from cemlab.report.stats.divergence import UNUSABLE  # noqa: F401 (re-exported with the above)
 from cemlab.report.stats.significance import NOT_ENOUGH
 from cemlab.report.stats.decision import ALPHA, decide
@@ -100,6 +101,11 @@ class Verdict:
     decided_how: str = ""
     #: Comparisons no outcome of their seeds could decide (``undecidable``), with why.
     undecidable: str = ""
+    #: Why ``effect`` lies outside [``ci_low``, ``ci_high``] ('' where it lies inside:
+    #: ``shown_effect.outside_reason``), and the sides of the deciding comparison the edge rule voided
+    #: with the cells at an edge (``Check.edge_note``).
+    effect_outside: str = ""
+    not_decisive: str = ""
     #: Seeds per cell the claim's sweep can reach at this scale (its last planned look; the grid's
     #: seeds without seeding); 0 where unknown (``look.sweep_verdicts`` sets it).
     seed_budget: int = 0
@@ -279,6 +285,7 @@ def settle(v: Verdict, checks: list[Check], verdict: str) -> Verdict:
         v.ci_low, v.ci_high = (shown(b.low, d.fmt), shown(b.high, d.fmt)) if b is not None else (math.nan, math.nan)
         v.level = d.level
         v.decided_how = d.how
+        v.effect_outside, v.not_decisive = outside_reason(d, descriptive=False), d.edge_note()
         v.n_seeds = d.iv.n
         p = primary_check(checks, v.primary)
         v.tokens_per_param = p.regime.get("tokens_per_param", math.nan)

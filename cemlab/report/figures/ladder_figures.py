@@ -85,7 +85,7 @@ def forest_figure(rows: pd.DataFrame) -> Figure | None:
 def _share_ticks(v: float, _pos=None) -> str:
     """A log-ratio tick as the relative change it is: 0.0953 -> +10%, 0.693 -> +100%."""
     pct = math.expm1(v) * 100
-    return f"{pct:+.1f}%" if abs(pct) < 1 and abs(pct) > 1e-9 else f"{pct:+.0f}%"
+    return percent(v, 1 if 1e-9 < abs(pct) < 1 else 0, log=True)
 
 
 #: The relative changes (%) a log-ratio axis puts its ticks at, as many as fit.

@@ -80,33 +80,64 @@ def with_tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_se
     return out.drop(columns=["_family"])
 
 
+def tuning_curves(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per tuned cell (its family), its rates and, per rate, the score ``tuning`` picks ``best_lr`` by, as
+    a metric: with per-seed ``trials`` the median over seeds of the validation metric (exp of
+    ``bracketing.rate_score``, +inf where half the seeds or more are worst outcomes), without them the
+    cells' validation means (their test means where no validation was logged). What the lr_tuning
+    figure draws, so that its lowest point is the table's best rate."""
+    edges = family_edges(trials).set_index("family") if trials is not None and len(trials) else None
+    out = {}
+    for fam, g in cells.groupby(cells["cell"].map(tuning_family), sort=False):
+        if edges is not None and fam in edges.index:
+            out[fam] = (np.asarray(edges.loc[fam, "lrs"], dtype=float),
+                        np.exp(np.asarray(edges.loc[fam, "scores"], dtype=float)))
+            continue
+        g = g.sort_values("lr")
+        val = g["val_mean"].to_numpy(dtype=float) if "val_mean" in g else np.full(len(g), np.nan)
+        out[fam] = (g["lr"].to_numpy(dtype=float), val if np.isfinite(val).any() else g["mean"].to_numpy(dtype=float))
+    return out
+
+
 def lr_tuning(ctx) -> Figure | None:
-    """The learning-rate curve of every tuned cell (validation mean over seeds against the rate, one
-    panel per group, Fig. 3a's form) and the table of ``tuning``; None where no cell has two rates."""
-    cells = ctx.cells()
-    t = tuning(cells, ctx.trials())
+    """The learning-rate curve of every tuned cell (one panel per group, Fig. 3a's form): per rate the
+    score its best rate is chosen on (``tuning_curves``: the median validation metric over seeds), the
+    table's best rate starred on it, a rate whose seeds mostly diverged an x at the top; and the table of
+    ``tuning``. None where no cell has two rates."""
+    cells, trials = ctx.cells(), ctx.trials()
+    t = tuning(cells, trials)
     if t.empty or int(t["n_lr"].max()) < 2:
         return None
-    families = cells["cell"].map(tuning_family)
+    curves = tuning_curves(cells, trials)
     groups = list(dict.fromkeys(t["group"]))
     fig, axes = subplots(1, len(groups), figsize=(4.6 * len(groups), 4.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for _, row in t[t["group"] == group].iterrows():
-            g = cells[families == row["family"]].sort_values("lr")
-            y = g["val_mean"] if "val_mean" in g and np.isfinite(g["val_mean"].to_numpy(dtype=float)).any() else g["mean"]
+            lrs, y = curves[row["family"]]
             label = f"{row['variant']} {row['size']}" + ("" if row["bracketed"] else f" (best at {row['edge']} rate)")
-            ax.plot(g["lr"], y, marker="o", label=label)
+            line = ax.plot(lrs, np.where(np.isfinite(y), y, np.nan), marker="o", label=label,
+                           gid=f"curve {row['family']}")[0]
+            color = line.get_color()
+            if np.isinf(y).any():
+                ax.plot(lrs[np.isinf(y)], np.ones(int(np.isinf(y).sum())), "x", color=color,
+                        transform=ax.get_xaxis_transform(), clip_on=False)
+            best = np.isclose(lrs, row["best_lr"]) if math.isfinite(row["best_lr"]) else np.zeros(len(lrs), bool)
+            if best.any():
+                ax.plot(lrs[best][:1], y[best][:1], "*", ms=11, mfc="none", mec=color, mew=1.2,
+                        gid=f"best {row['family']}")
             if math.isfinite(row["akima_lr"]):
-                ax.axvline(row["akima_lr"], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+                ax.axvline(row["akima_lr"], ls=":", lw=0.8, color=color)
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
         ax.set_title(str(group))
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22))
-    axes[0][0].set_ylabel("validation metric, mean over seeds")
+    axes[0][0].set_ylabel("validation metric, median over seeds")
     n_edge = int((~t["bracketed"]).sum())
     table = t.drop(columns=["family"])
     return Figure("lr_tuning", "Learning-rate tuning of every cell", (
-        f"Validation metric of each cell against its learning rate (mean over seeds); {n_edge} of {len(t)} tuned "
-        "cells have their best rate at an edge of the rates tried (not bracketed: the optimum may lie beyond). "
-        "Dotted: the Akima optimum, where three rates or more bracket it."), {"lr_tuning": table}, fig,
+        "Validation metric of each cell against its learning rate: per rate the median over seeds (a diverged seed "
+        "ranked last), the statistic each cell's best rate is chosen on; the star marks the table's best rate, an x "
+        f"at the top a rate at which half the seeds or more diverged. {n_edge} of {len(t)} tuned cells have their best "
+        "rate at an edge of the rates tried (not bracketed: the optimum may lie beyond). Dotted: the Akima optimum "
+        "(read on the seed means), where three rates or more bracket it."), {"lr_tuning": table}, fig,
         show_tables=["lr_tuning"])

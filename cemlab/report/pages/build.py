@@ -163,7 +163,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
     sections = _figure_sections(ctx, spec, out_dir, written) if counts["runs"] else []
     made = [s.id for s in sections]
     verdicts = sweep_verdicts(claims_for(spec.claims), ctx)  # a seeded sweep: its looks replayed, each at its level
-    claims_df = claims_frame(verdicts, where="rows in 'Every comparison behind the claims' below")
+    claims_df = claims_frame(verdicts)
     claim_file, comparisons_file = claim_files(verdicts, out_dir, written, sections)
     trials_file = write_csv(trials.drop(columns=["cell", "order"]), out_dir, "trials", written)
     cells_file = write_csv(with_tuning(cells, trials, edge_seeds(ctx)).drop(columns=["cell", "order"]), out_dir,

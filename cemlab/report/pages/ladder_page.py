@@ -193,15 +193,11 @@ def verdict_table(df: pd.DataFrame) -> pd.DataFrame:
         g = g.sort_values("rung")
         first = g.iloc[0]
         out.append(dict(claim=claim, condition=cond, role=first["role"], comparison=comp,
-                        **{f"rung {r:g}": f"{v} {_pct(e)} [{_pct(lo)}, {_pct(hi)}]" if math.isfinite(e) else v
+                        **{f"rung {r:g}": f"{v} {percent(e)} [{percent(lo)}, {percent(hi)}]" if math.isfinite(e) else v
                            for r, v, e, lo, hi in zip(g["rung"], g["verdict"], g["effect"], g["ci_low"],
                                                       g["ci_high"])},
                         ladder=first["ladder"], ladder_verdict=first["ladder_verdict"]))
     return pd.DataFrame(out)
-
-
-def _pct(x: float) -> str:
-    return percent(x)
 
 
 def claim_table(rungs: list[Rung]) -> pd.DataFrame:

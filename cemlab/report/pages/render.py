@@ -46,7 +46,10 @@ METHOD_TEXT = (
     f"contradicted by Holm over the planned comparisons); 'any' = {COMBINE_RULES['any']} (supported by Holm). "
     "Each claim has one primary condition; other conditions and the verdict at a shared learning rate (judged at "
     "every rate of the grid, at the tuned verdict's level) are sensitivity checks. The table names the comparison "
-    "that decided each verdict. "
+    "that decided each verdict (after its effect) and says in a few words why a row reads as it does: a side the "
+    "edge rule voided, an effect outside its interval (a tuned comparison shows one choice of rates, its interval "
+    "bounds every choice), missing runs; claims.csv has every column (what decided, the primary comparison, the "
+    "seeds for 80% power, the verdict at a shared learning rate, the paper's regime). "
     f"Sign convention: {SIGN_CONVENTION} A verdict at a small scale says what those runs show, not what the paper's "
     "runs show.")
 

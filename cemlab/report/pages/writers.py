@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cemlab.report.stats.percent import percent
-from cemlab.report.claims.comparisons import comparisons_table
+from cemlab.report.stats.percent import level_percent, percent
+from cemlab.report.claims.comparisons import comparisons_table, on_log2
 from cemlab.report.figures.forest import forest_plot
 from cemlab.report.claims.verdict_tables import comparison_frame, integers as _integers, verdict_frame
 from cemlab.report.pages.render import Section
@@ -59,59 +59,75 @@ def run_link(uri: str, run) -> str:
     return run.run_id
 
 
-def claims_frame(verdicts, where: str = "in its sweep's report") -> pd.DataFrame:
-    """The claims table of the page: the verdict (after what no outcome of the runs could decide),
-    the deciding comparison's interval that decided with its level, and the regime next to the
-    paper's. A claim's comparisons are rows of their own (``where``); its ``numbers`` text
-    (claims.csv) stands on the page only for a claim without comparisons."""
+#: The page's claims table: what a person reads first. claims.csv keeps every column (the primary
+#: comparison, seeds for 80% power, the shared-rate verdict, the paper's regime, the rule, ...).
+PAGE_COLUMNS = ["claim", "verdict", "effect (% or log2) [interval that decided] at its level", "why, regime"]
+
+
+def claims_frame(verdicts) -> pd.DataFrame:
+    """The claims table of the page, one row per claim and condition (``PAGE_COLUMNS``): the claim
+    (id, condition and role, statement), its verdict, the deciding comparison's effect with its
+    interval that decided and that interval's level, and in a few words why the row reads as it does
+    (what no outcome of its seeds could decide, a side the edge rule voided, an effect outside its
+    interval, missing runs, a verdict a shared learning rate changes, too few seeds for 80% power) with
+    its regime. Every column of claims.csv stays in the file."""
     df = verdict_frame(verdicts)
-    df["comparisons"] = [f"{int(r['n_comparisons'])} {where}" if r["n_comparisons"] else r["numbers"]
-                         for _, r in df.iterrows()]
-    df["effect, % [interval that decided, level]"] = [_effect_text(r) for _, r in df.iterrows()]
-    df["regime"] = [_regime_text(r) for _, r in df.iterrows()]
-    df["verdict at a shared lr (sensitivity)"] = df["verdict_shared_lr"]
-    df["verdict changes with tuning"] = df["verdict_changes"].map(lambda x: "CHANGES" if x else "")
-    df["primary comparison"] = [_primary_text(r) for _, r in df.iterrows()]
-    df["seeds for 80% power"] = [_power_text(r) for _, r in df.iterrows()]
-    df["cannot be decided"] = df["undecidable"]
-    df["condition"] = [f"{r['condition']} ({r['role']})".strip() if r["condition"] else r["role"]
-                       for _, r in df.iterrows()]
-    return df[["id", "paper", "claim", "condition", "cannot be decided", "verdict", "decided_by",
-               "effect, % [interval that decided, level]", "primary comparison", "seeds for 80% power",
-               "verdict at a shared lr (sensitivity)", "verdict changes with tuning", "margin", "size_flips", "regime",
-               "paper_regime", "comparisons", "missing", "rule"]]
+    rows = [dict(zip(PAGE_COLUMNS, (_claim_text(r), r["verdict"], _effect_text(r, on_log2(v)), _why_text(r))))
+            for v, (_, r) in zip(verdicts, df.iterrows())]
+    return pd.DataFrame(rows, columns=PAGE_COLUMNS)
 
 
-def _interval_text(low: float, high: float, level: float) -> str:
-    """`` [-5.10, -0.20] at 97.5%``: an interval that decided, in percent, with its coverage."""
+def _claim_text(r) -> str:
+    """E.g. ``t2-beats-t1 (same per-step eta=1, primary): Recursion T=2 beats T=1 (...).``"""
+    where = ", ".join(x for x in (r["condition"], r["role"]) if x)
+    return f"{r['id']} ({where}): {r['claim']}" if where else f"{r['id']}: {r['claim']}"
+
+
+def _why_text(r) -> str:
+    """Why a claims row reads as it does, in a few words each, then its regime (``claims_frame``)."""
+    parts = []
+    if r["undecidable"]:
+        n = r["undecidable"].count("cannot be decided")
+        parts.append(f"{n} comparison{'s' if n > 1 else ''} cannot be decided on these seeds")
+    parts += [x for x in (r["not_decisive"], r["effect_outside"]) if x]
+    if r["missing"]:
+        items = r["missing"].split("; ")
+        parts.append(f"missing: {items[0]}" + (f" (and {len(items) - 1} more)" if len(items) > 1 else ""))
+    if r["verdict_changes"]:
+        parts.append(f"at a shared learning rate: {r['verdict_shared_lr']}")
+    power = _power_text(r)
+    if "beyond it" in power:
+        parts.append(f"80% power needs {power.replace('; beyond it', '').replace(' (', ' seeds (', 1)}")
+    if not r["n_comparisons"] and r["numbers"]:
+        parts.append(r["numbers"])
+    return "; ".join(parts + [_regime_text(r)])
+
+
+def _interval_text(low: float, high: float, level: float, log2: bool = False) -> str:
+    """`` [-5.10, -0.20] at 97.5%``: an interval that decided, in percent (``log2``: as log2 ratios), with its
+    coverage."""
     if not (np.isfinite(low) or np.isfinite(high)):
         return " (no interval)"
-    return f" [{percent(low, 2, unit='', missing='open')}, {percent(high, 2, unit='', missing='open')}] at {_fmt_level(level)}%"
+    return f" [{_value(low, log2, 'open')}, {_value(high, log2, 'open')}] at {level_percent(level)}"
 
 
-def _fmt_level(level: float) -> str:
-    return f"{level * 100:.4f}".rstrip("0").rstrip(".") if np.isfinite(level) else "n/a"
+def _value(x: float, log2: bool = False, missing: str = "n/a") -> str:
+    """An effect of claims.csv on the page: a relative change in percent, or a log2 ratio (``log2``)."""
+    if log2:
+        return f"{x:+.3f}" if np.isfinite(x) else missing
+    return percent(x, 2, unit="", missing=missing)
 
 
-def _primary_text(r) -> str:
-    """The primary comparison beside the deciding one, when they differ, with its interval that
-    decided and its level."""
-    if not r["primary"] or r["primary"] == r["decided_by"]:
-        return "(the deciding one)" if r["primary"] else ""
-    eff = (percent(r["primary_effect"], 2, unit="")
-           + _interval_text(r["primary_ci_low"], r["primary_ci_high"], r["primary_level"])
-           if np.isfinite(r["primary_effect"]) else "n/a")
-    return f"{r['primary']}: {eff}"
-
-
-def _effect_text(r) -> str:
-    """The deciding comparison's effect and its interval that decided (relative changes in percent)
-    with that interval's level; what decided where the interval does not say it all."""
+def _effect_text(r, log2: bool = False) -> str:
+    """The deciding comparison's effect and its interval that decided (relative changes in percent; the
+    learning-rate claim's log2 ratios, ``log2``) with that interval's level, its seeds and its name, e.g.
+    ``-3.09 [-4.52, -2.40] at 96.88%, n=3 (cem-mlp s1 diag)``; what decided where the interval does not
+    say it all is in claims.csv."""
     if not np.isfinite(r["effect"]):
         return ""
-    how = f"; {r['decided_how']}" if r["decided_how"] else ""
-    interval = _interval_text(r["ci_low"], r["ci_high"], r["level"])
-    return f"{percent(r['effect'], 2, unit='')}{interval}, n={int(r['n_seeds'])}{how}"
+    interval = _interval_text(r["ci_low"], r["ci_high"], r["level"], log2)
+    unit = " log2" if log2 else ""
+    return f"{_value(r['effect'], log2)}{unit}{interval}, n={int(r['n_seeds'])} ({r['decided_by']})"
 
 
 def _power_text(r) -> str:
@@ -155,7 +171,9 @@ def claim_files(verdicts, out_dir: Path, written: set[str], sections: list[Secti
                             "test has no such interval and its row says what decided. Forest plot: the thick bar is "
                             "the interval that decided (its level in the row's label), the thin grey bar the 95% "
                             "interval, the grey band each claim's smallest effect of interest, a dashed red tick the "
-                            "threshold of a threshold or equivalence (TOST) test.",
+                            "threshold of a threshold or equivalence (TOST) test; a hollow marker and a red label a row the edge rule "
+                            "voided (the cell at an edge named), a diamond an effect outside its interval (one choice "
+                            "of rates shown, the interval over every choice: the last column says so).",
                             "forest.png" if forest is not None else None,
                             [comparisons_file] + (["forest.pdf"] if forest is not None else []),
                             [comparisons_table(verdicts)]))

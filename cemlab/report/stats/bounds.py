@@ -14,6 +14,7 @@ import numpy as np
 from cemlab.report.stats.significance import CONTRADICTED, NEGLIGIBLE, NOT_ENOUGH
 from cemlab.report.stats.decision import ALPHA, Evidence, comparison_evidence, decide, holm
 from cemlab.report.stats.confirmation import UnionChoice
+from cemlab.report.stats.percent import level_percent
 
 
 # ----------------------------------------------------------------------------------------------
@@ -46,18 +47,14 @@ class Bounds:
 
     @property
     def label(self) -> str:
-        """E.g. ``97.5%`` (both ends one-sided 98.75% bounds), or ``98.125% (lower end 99.375%, upper
-        98.75%, one-sided)`` where the two ends were held to different levels (a Holm step)."""
-        lv = f"{_fmt_level(self.level)}%"
+        """E.g. ``97.5%`` (both ends one-sided 98.75% bounds), or ``98.13% (lower end 99.38%, upper
+        98.75%, one-sided)`` where the two ends were held to different levels (a Holm step); each level
+        as ``percent.level_percent`` writes it (the exact ones: ``alpha_low``, ``alpha_high``)."""
+        lv = level_percent(self.level)
         if math.isclose(self.alpha_low, self.alpha_high, rel_tol=1e-9):
             return lv
-        return (f"{lv} (lower end {_fmt_level(1 - self.alpha_low)}%, upper {_fmt_level(1 - self.alpha_high)}%, "
+        return (f"{lv} (lower end {level_percent(1 - self.alpha_low)}, upper {level_percent(1 - self.alpha_high)}, "
                 f"one-sided)")
-
-
-def _fmt_level(level: float) -> str:
-    """A level in percent with the digits it needs: 0.975 -> 97.5, 0.99375 -> 99.375, 0.95 -> 95."""
-    return f"{level * 100:.4f}".rstrip("0").rstrip(".")
 
 
 def t_bound(diffs, alpha: float, upper: bool) -> float:
