@@ -104,6 +104,10 @@ class Policy(Protocol):
     def most(self, grid: list[float]) -> int:
         """Rates such a family may add at most."""
 
+    def start(self, center: float) -> tuple[float, ...]:
+        """The rates a family starts from when a guess of its optimum is carried in (a ladder rung
+        above the first, ``cemlab.sweeps.carry``); the grid where the guess is NaN."""
+
 
 @dataclass(frozen=True)
 class Bracketing:
@@ -158,6 +162,19 @@ class Bracketing:
     def most(self, grid: list[float]) -> int:
         """Its reachable rates beyond its lower end or beyond its upper end, whichever are more."""
         return max(len(self.beyond(grid, e)) for e in (LOWEST, HIGHEST))
+
+    def start(self, center: float) -> tuple[float, ...]:
+        """The guess and one rate either side at the grid's ratio: the fewest rates whose best can be
+        interior, so a right guess is bracketed without a step. Moved inward, whole steps, to lie
+        inside the bounds; the grid where the guess is NaN."""
+        if not math.isfinite(center):
+            return tuple(self.grid)
+        k = 0
+        while k < 8 and round_lr(center * self.ratio ** (k - 1)) < self.bounds[0] * (1 - REL):
+            k += 1
+        while k > -8 and round_lr(center * self.ratio ** (k + 1)) > self.bounds[1] * (1 + REL):
+            k -= 1
+        return tuple(round_lr(center * self.ratio ** (k + j)) for j in (-1, 0, 1))
 
 
 #: ``tuning.policy`` names -> a factory ``(grid, ratio, bounds, max_steps) -> Policy``.
