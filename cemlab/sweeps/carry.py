@@ -93,6 +93,15 @@ def on_lattice(rate: float, grid: Sequence[float], ratio: float, bounds: tuple[f
     return round_lr(anchor * ratio ** max(lo, min(hi, k)))
 
 
+def lattice(grid: Sequence[float], ratio: float, bounds: tuple[float, float]) -> list[float]:
+    """Every rate of the grid's lattice inside ``bounds``, increasing (what a carried rung may run:
+    its start and its steps lie on it)."""
+    anchor = min(grid)
+    lo = math.ceil(math.log(bounds[0] / anchor) / math.log(ratio) - 1e-9)
+    hi = math.floor(math.log(bounds[1] / anchor) / math.log(ratio) + 1e-9)
+    return [round_lr(anchor * ratio ** k) for k in range(lo, hi + 1)]
+
+
 def carried(below: Sequence[Found], tokens: float, grid: Sequence[float], ratio: float,
             bounds: tuple[float, float]) -> float:
     """The carried prediction on the lattice and inside the bounds (:func:`predict`, :func:`on_lattice`)."""
