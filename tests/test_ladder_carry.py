@@ -226,3 +226,28 @@ def test_plan_counts_of_a_carried_rung_are_each_familys_own(spec):
     assert set(family_least(spec, TOP, grid).values()) == {1} and set(family_extra(spec, TOP, grid).values()) == {1}
     assert spec.tuning_rates(TOP, grid) == [0.001, 0.002, 0.004, 0.008]
     assert not math.isnan(spec.rate_ratio(TOP, trials))
+
+
+def test_the_report_of_a_carried_rung_reads_the_runs_at_every_lattice_rate_and_no_grid_rate_without_one(spec):
+    from cemlab.report.inputs.seeded import full_grid, seeded_grid
+
+    grid = spec.expand(TOP)
+    assert sorted({float(t.axes["lr"]) for t in full_grid(spec, TOP, grid)}) == [0.0005, 0.001, 0.002, 0.004,
+                                                                                 0.008, 0.016]
+    trials = _carried(spec)
+    ran = {t.config_hash for t in trials}
+
+    class Store:
+        def prefetch(self, hashes):
+            list(hashes)
+
+        def runs_for_hash(self, h):
+            return ["run"] if h in ran else []
+
+    grids = SimpleNamespace(trials=lambda sweep, scale: grid, spec=lambda sweep: spec, overrides=[])
+    read = seeded_grid(grids, "carry", TOP, Store())
+    assert sorted(t.config_hash for t in read) == sorted(ran)   # T1's start at 1.6e-2 too; no grid row without a run
+    # the first rung (not carried) reads as any tuned scale: its grid, and the reachable rates with a run
+    low = spec.expand(LOW)
+    grids = SimpleNamespace(trials=lambda sweep, scale: low, spec=lambda sweep: spec, overrides=[])
+    assert seeded_grid(grids, "carry", LOW, Store()) == low
