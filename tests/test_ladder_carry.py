@@ -251,3 +251,20 @@ def test_the_report_of_a_carried_rung_reads_the_runs_at_every_lattice_rate_and_n
     low = spec.expand(LOW)
     grids = SimpleNamespace(trials=lambda sweep, scale: low, spec=lambda sweep: spec, overrides=[])
     assert seeded_grid(grids, "carry", LOW, Store()) == low
+
+
+def test_the_ladder_plan_says_it_counts_a_carried_rung_at_the_lr_axis(spec, runs_dir):
+    from rich.console import Console
+
+    from cemlab.sweeps.cli.plan import _print_ladder
+    from cemlab.sweeps.ladder_plan import plan_ladder
+
+    lp = plan_ladder(spec, corpus=False, read_store=False)
+    assert lp.carry and lp.as_dict()["carry"] is True
+    console = Console(record=True, width=200)
+    _print_ladder(lp, console)
+    assert "Carried rates (ladder.carry)" in console.export_text()
+    lp.carry = False
+    console = Console(record=True, width=200)
+    _print_ladder(lp, console)
+    assert "ladder.carry" not in console.export_text() and "carry" not in lp.as_dict()
