@@ -6,8 +6,9 @@ goes down them once:
 1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.sweepfile.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
    (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``; the shared
-   MLflow server (a local one that has to be started boots while Ray starts); resources; the data is
-   tokenised once;
+   MLflow server (a local one that has to be started boots while Ray starts); resources; a ladder rung
+   with ``ladder.carry`` then starts each family from its carried rates (``cemlab.sweeps.stages.carrying``;
+   refused, before any trial, without its rung below); the data is tokenised once;
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
    (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run

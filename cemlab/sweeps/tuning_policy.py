@@ -14,7 +14,9 @@ Out: :class:`Next`: the rates to add, or the family's state, ``bracketed`` (its 
 diverged rate beyond its best end) or ``stopped`` with the reason (a bound, the step budget).
 
 A policy is a named entry of :data:`POLICIES` (a plugin may add one, ``docs/extending.md``); a sweep
-file names it in ``tuning.policy`` (default :class:`Bracketing`). Pure Python: no store, no report.
+file names it in ``tuning.policy`` (default :class:`Bracketing`). A family's policy is built in one place,
+``cemlab.sweeps.sweepfile.family_policy``: the grid's, or, for a family carried up a ladder
+(``ladder.carry``), its own start's. Pure Python: no store, no report.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 See ``cemlab.sweeps.runner`` for what happens. The sweep's report at the end is built by the
 command (``cemlab.cli`` hands it in as ``after``, the judge of a seeded sweep's looks as ``looker`` and the
-judge of a tuned sweep's bracketing steps as ``bracketer``: the sweep layer never imports the report).
+judge of a tuned sweep's bracketing steps as ``bracketer``, the reader of what a carried ladder rung's
+rungs below found as ``carrier``: the sweep layer never imports the report).
 
 Exit codes: 0 every trial has a result (finished, diverged, stopped early by ASHA, or already in
 the store); 1 at least one trial failed after its retries (the others ran; the failures and their
