@@ -51,8 +51,8 @@ def begin(spec, scale: str, trials: list[Trial], overrides: list[str] | None, ur
     if carrier is None:
         raise SweepError(f"{spec.source}: ladder.carry at {scale}: no judge of the rungs below was handed in "
                          f"(run it with cemlab sweep)")
-    out, record = start(spec, scale, trials, carrier(spec, scale, trials, overrides, uri), overrides)
-    return with_share(out, share), record
+    out, starts = start(spec, scale, trials, carrier(spec, scale, trials, overrides, uri), overrides)
+    return with_share(out, share), starts
 
 
 def start(spec, scale: str, trials: list[Trial], below: dict[tuple, Sequence[Found]],
@@ -87,24 +87,24 @@ def start(spec, scale: str, trials: list[Trial], below: dict[tuple, Sequence[Fou
             out.append(dataclasses.replace(t, carried=guess))
     order = {fam: i for i, fam in enumerate(plan)}   # grid order: family, then rate, then seed
     out.sort(key=lambda t: (order[family_of(t)], float(t.axes["lr"]), int(t.axes.get("seed", 0))))
-    record = [dict(family=dict(fam), carried=None if not math.isfinite(g) else g, rates=list(rs),
+    starts = [dict(family=dict(fam), carried=None if not math.isfinite(g) else g, rates=list(rs),
                    below=[dict(tokens=f.tokens, best_lr=None if not math.isfinite(f.best) else f.best, edge=f.edge)
                           for f in below.get(fam, ())])
               for fam, (g, rs) in plan.items()]
-    return out, record
+    return out, starts
 
 
 def _among(x: float, rates: Sequence[float]) -> bool:
     return any(abs(x - r) <= 1e-9 * r for r in rates)
 
 
-def record(inv, carried: list[dict]) -> None:
+def record(inv, starts: list[dict]) -> None:
     """The carried starts on the invocation (``Invocation.carried``, written to ``summary.json``) and on
     the parent run (``CARRIED_TAG``, without what the rungs below found when the tag would be long);
     nothing where none was carried."""
-    if not carried:
+    if not starts:
         return
-    inv.carried = list(carried)
+    inv.carried = list(starts)
     text = json.dumps(inv.carried, sort_keys=True, default=str)
     if len(text) > TAG_CHARS:
         text = json.dumps([{k: v for k, v in c.items() if k != "below"} for c in inv.carried], sort_keys=True,
