@@ -105,6 +105,13 @@ def _sweep_confirm(*args):
     return sweep_confirm(*args)
 
 
+def _sweep_found(*args, **kwargs):
+    """The report's reading of what the rungs below a carried ladder rung found (imported when asked)."""
+    from cemlab.report.looks.carry_look import sweep_found
+
+    return sweep_found(*args, **kwargs)
+
+
 def report_after_sweep(result, console, overrides: list[str] | None = None, source: str | None = None) -> None:
     """The end of ``cemlab sweep``: the sweep's report (``cemlab.report.build_report``), composed
     here so that the sweep layer never imports the report. Sets ``result.report``, or
@@ -169,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":  # the sweep, then its report
         return int(module.run(args, after=lambda result, console: report_after_sweep(result, console, args.overrides,
                                                                                  args.sweep), looker=_sweep_look,
-                              ladder_after=report_after_ladder, bracketer=_sweep_bracket, confirmer=_sweep_confirm))
+                              ladder_after=report_after_ladder, bracketer=_sweep_bracket, confirmer=_sweep_confirm,
+                              carrier=_sweep_found))
     return int(module.run(args) or 0)
 
 

@@ -134,9 +134,13 @@ class LadderPlan:
     size: str
     rungs: list[RungPlan] = field(default_factory=list)
     store: str | None = None
+    #: ``ladder.carry``: the rungs above the first start each cell from its carried rates, which the plan,
+    #: reading no rung below, does not know: it counts them at the lr axis
+    carry: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "scale": self.base_scale, "size": self.size, "store": self.store,
+                **({"carry": True} if self.carry else {}),
                 "cpu_flops_per_s": CPU_FLOPS_PER_S, "trial_fixed_s": TRIAL_FIXED_S,
                 "step_overhead_s": STEP_OVERHEAD_S, "rung_driver_s": RUNG_DRIVER_S, "max_epochs": MAX_EPOCHS,
                 "rungs": [r.as_dict() for r in self.rungs],
@@ -232,7 +236,7 @@ def plan_ladder(sweep: str | SweepSpec, rung: str | None = None, client: "Mlflow
 
     spec = sweep if isinstance(sweep, SweepSpec) else load_sweep(sweep)
     ladder = ladder_of(spec)
-    out = LadderPlan(spec.name, ladder.scale, ladder.size)
+    out = LadderPlan(spec.name, ladder.scale, ladder.size, carry=ladder.carry)
     cpus = cpus or os.cpu_count() or 1
     train_tokens: int | None = None
     scales = rung_scales_to_run(spec, rung)

@@ -6,8 +6,9 @@ goes down them once:
 1. **expand** the sweep file at the scale into trials (``cemlab.sweeps.sweepfile.load``; every config error
    is raised here, before anything starts), then check what the sweep needs, cheapest first
    (``cemlab.sweeps.stages.preflight``): data sources, the tracking store, ``$RAY_ADDRESS``; the shared
-   MLflow server (a local one that has to be started boots while Ray starts); resources; the data is
-   tokenised once;
+   MLflow server (a local one that has to be started boots while Ray starts); resources; a ladder rung
+   with ``ladder.carry`` then starts each family from its carried rates (``cemlab.sweeps.stages.carrying``;
+   refused, before any trial, without its rung below); the data is tokenised once;
 2. open the sweep's experiment and *parent run* in MLflow, or reopen an unfinished one
    (``cemlab.sweeps.stages.record.open_invocation``);
 3. **decide**, per trial, from the store by config hash: reuse, record, resume or run
@@ -60,7 +61,7 @@ from rich.console import Console
 
 from cemlab import timing
 from cemlab.paths import runs_dir, sweep_log_dir
-from cemlab.sweeps.stages import bracketing, confirmation, execute, preflight, record, seeding, trial_actions
+from cemlab.sweeps.stages import bracketing, carrying, confirmation, execute, preflight, record, seeding, trial_actions
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.stages.guards import DriverLock, SigtermAsInterrupt, StoreWatch
 from cemlab.sweeps.gpu_slots import with_share
@@ -85,17 +86,17 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
               interval: float = 30.0, overrides: list[str] | None = None, command: str | None = None,
               looker: "seeding.Looker | None" = None, stop_ray_later: bool = False,
               bracketer: "bracketing.Bracketer | None" = None, gpu_slots: str = "scale",
-              confirmer: "confirmation.Confirmer | None" = None) -> SweepResult:
-    """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2)
-    for a bad sweep file, scale or resources and ``StoreError`` for an unreachable store.
-    ``overrides``: command-line ``key=value`` for every trial, see ``SweepSpec.expand``;
-    ``command``: the command line that resumes it, printed on every exit that can be resumed
-    (default: rebuilt from the sweep, scale and overrides); ``looker``: judges the looks of a sweep
-    with ``seeding`` (``cemlab.report.looks.interim_look_store.sweep_look``, handed in by ``cemlab sweep``);
-    ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
-    (``cemlab.report.looks.interim_look_store.sweep_bracket``; None: the grid's rates only);
-    ``confirmer``: judges the confirmation stage of a sweep with ``confirmation``
-    (``cemlab.report.looks.confirmation_look.sweep_confirm``; None: the selection seeds only);
+              confirmer: "confirmation.Confirmer | None" = None, carrier: "carrying.Carrier | None" = None) -> SweepResult:
+    """Run ``sweep`` at ``scale`` (see the module docstring). Raises ``SweepError`` (exit code 2) for a bad
+    sweep file, scale or resources and ``StoreError`` for an unreachable store. ``overrides``: command-line
+    ``key=value`` for every trial, see ``SweepSpec.expand``; ``command``: the command line that resumes it,
+    printed on every exit that can be resumed (default: rebuilt from the sweep, scale and overrides);
+    ``looker``: judges the looks of a sweep with ``seeding`` (``cemlab.report.looks.interim_look_store.sweep_look``,
+    handed in by ``cemlab sweep``); ``bracketer``: judges the bracketing steps of a sweep with ``tuning``
+    (``cemlab.report.looks.interim_look_store.sweep_bracket``; None: the grid's rates only); ``confirmer``:
+    judges the confirmation stage of a sweep with ``confirmation``
+    (``cemlab.report.looks.confirmation_look.sweep_confirm``; None: the selection seeds only); ``carrier``:
+    what the rungs below a rung with ``ladder.carry`` found (``cemlab.report.looks.carry_look.sweep_found``);
     ``gpu_slots``: ``scale`` (the scale's ``gpus_per_worker``) or ``measured`` (trials per GPU from the
     store's finished runs of this scale, ``cemlab.sweeps.gpu_slots``; refused without them);
     ``stop_ray_later``: a Ray this driver started stops in the background once the sweep has ended,
@@ -128,6 +129,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
     log_dir.mkdir(parents=True, exist_ok=True)
     driver_lock = result = None
     try:
+        trials, carried = carrying.begin(spec, scale, trials, overrides, uri, carrier, share)  # before any trial
         with timing.stage("data step"):
             preflight.prepare_on_ray(trials, scale, uri, cache, cpus, console)
         with timing.stage("open invocation"):
@@ -135,6 +137,7 @@ def run_sweep(sweep: str | Path, scale: str = DEFAULT_SCALE, *, retries: int = 1
             inv = record.open_invocation(spec, scale, uri, len(trials), runs, log_dir, driver_lock, retries=retries,
                                          cache_dir=cache, faults=faults)
         inv.overrides, inv.gpu_share = list(overrides or []), share
+        carrying.record(inv, carried)
         pg.print_start(inv, trials, console, driver_lock.other_pid())
         with timing.stage("trials"):
             interrupted, lost = _run_trials(inv, trials, console, live, interval, looker, bracketer, confirmer)

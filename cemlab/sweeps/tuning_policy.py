@@ -14,7 +14,9 @@ Out: :class:`Next`: the rates to add, or the family's state, ``bracketed`` (its 
 diverged rate beyond its best end) or ``stopped`` with the reason (a bound, the step budget).
 
 A policy is a named entry of :data:`POLICIES` (a plugin may add one, ``docs/extending.md``); a sweep
-file names it in ``tuning.policy`` (default :class:`Bracketing`). Pure Python: no store, no report.
+file names it in ``tuning.policy`` (default :class:`Bracketing`). A family's policy is built in one place,
+``cemlab.sweeps.sweepfile.family_policy``: the grid's, or, for a family carried up a ladder
+(``ladder.carry``), its own start's. Pure Python: no store, no report.
 """
 
 from __future__ import annotations
@@ -104,6 +106,10 @@ class Policy(Protocol):
     def most(self, grid: list[float]) -> int:
         """Rates such a family may add at most."""
 
+    def start(self, center: float) -> tuple[float, ...]:
+        """The rates a family starts from when a guess of its optimum is carried in (a ladder rung
+        above the first, ``cemlab.sweeps.carry``); the grid where the guess is NaN."""
+
 
 @dataclass(frozen=True)
 class Bracketing:
@@ -158,6 +164,19 @@ class Bracketing:
     def most(self, grid: list[float]) -> int:
         """Its reachable rates beyond its lower end or beyond its upper end, whichever are more."""
         return max(len(self.beyond(grid, e)) for e in (LOWEST, HIGHEST))
+
+    def start(self, center: float) -> tuple[float, ...]:
+        """The guess and one rate either side at the grid's ratio: the fewest rates whose best can be
+        interior, so a right guess is bracketed without a step. Moved inward, whole steps, to lie
+        inside the bounds; the grid where the guess is NaN."""
+        if not math.isfinite(center):
+            return tuple(self.grid)
+        k = 0
+        while k < 8 and round_lr(center * self.ratio ** (k - 1)) < self.bounds[0] * (1 - REL):
+            k += 1
+        while k > -8 and round_lr(center * self.ratio ** (k + 1)) > self.bounds[1] * (1 + REL):
+            k -= 1
+        return tuple(round_lr(center * self.ratio ** (k + j)) for j in (-1, 0, 1))
 
 
 #: ``tuning.policy`` names -> a factory ``(grid, ratio, bounds, max_steps) -> Policy``.

@@ -1,6 +1,7 @@
 """The trials a report reads for a sweep that added trials while it ran: its grid, plus the seeds its
 seed looks added and the rates its bracketing steps added (those with a run in the store), named and
-hashed as the sweep file's own (:func:`seeded_grid`); a look's view restricted to its seeds
+hashed as the sweep file's own (:func:`seeded_grid`; at a ladder rung that carries its rates,
+``ladder.carry``, every rate of the lattice its families may have started or stepped at); a look's view restricted to its seeds
 (:func:`at_seeds`). The seeds never added are not "missing". Used by the report's context
 (``inputs.context``) and by the looks (``cemlab.report.looks``)."""
 
@@ -9,6 +10,10 @@ from __future__ import annotations
 from typing import Callable
 
 import pandas as pd
+
+from cemlab.sweeps.carry import lattice
+from cemlab.sweeps.sweepfile import tuning_section
+from cemlab.sweeps.sweepfile.family_policy import carries
 
 
 def full_grid(spec, scale: str, trials: list, overrides: list[str] | None = None) -> list:
@@ -47,6 +52,8 @@ def reachable_rates(spec, scale: str, trials: list) -> list[float]:
     beyond the grid's (``SweepSpec.tuning_rates``); [] where they cannot."""
     if not trials or not getattr(spec, "tuning", None) or not spec.bracket_steps(scale, trials):
         return []
+    if carries(spec, scale):   # a carried ladder rung: each family started on the lattice, anywhere in the bounds
+        return lattice(tuning_section.grid_rates(trials), spec.rate_ratio(scale, trials), tuple(spec.tuning.bounds))
     rates = spec.tuning_rates(scale, trials)
     grid = {float(t.axes.get("lr", t.config.train.lr)) for t in trials}
     return rates if set(rates) - grid else []
@@ -77,7 +84,7 @@ def seeded_grid(grids, sweep: str, scale: str, store) -> list:
         full = full_grid(spec, scale, planned)
     if len(full) == len(planned):
         return planned
-    base = {t.config_hash for t in planned}
+    base = {t.config_hash for t in planned} if not carries(spec, scale) else set()   # carried: the runs it has
     store.prefetch(t.config_hash for t in full)
     return [t for t in full if t.config_hash in base or store.runs_for_hash(t.config_hash)]
 

@@ -8,6 +8,7 @@ from cemlab.report.inputs.context import ReportContext, sweep_context
 from cemlab.report.inputs.seeded import cell_of, full_grid, seed_of
 from cemlab.report.claims.catalog import claims_for
 from cemlab.report.stats.bracketing import family_edges, tuning_family
+from cemlab.sweeps.sweepfile.tuning_section import family_of
 from cemlab.sweeps.tuning_policy import STEP, Tried, steps_taken
 from cemlab.report.looks.interim_look import Look, next_trials, replay
 from cemlab.report.looks.confirmation_look import comparison_graph, selection_verdicts, share_rates
@@ -47,11 +48,18 @@ def sweep_look(inv, trials: list, overrides: list[str] | None, j: int) -> tuple[
     return look.as_dict(), todo
 
 
+def family_policies(spec, scale: str, trials: list) -> dict:
+    """Family, as the report names it (``tuning_family`` of the trial's cell) -> its tuning policy
+    (``SweepSpec.family_policies``: a family carried up a ladder steps from its own start)."""
+    policies = spec.family_policies(scale, trials)
+    return {tuning_family(cell_of(x)): policies[family_of(x)] for x in trials if family_of(x) in policies}
+
+
 def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> tuple[dict | None, list]:
     """Bracketing step ``step`` of a running sweep (``cemlab.sweeps.stages.bracketing``) judged from
     its store on the grid's own seeds (look 0's): every cell whose best rate is an end of the rates
     it has (``bracketing.family_edges``) gets the rates its tuning policy gives it
-    (``SweepSpec.tuning_policy``, ``Policy.judge``: by default the rate beyond that end at the grid's
+    (its own, ``family_policies``; ``Policy.judge``: by default the rate beyond that end at the grid's
     spacing, within the file's bounds and steps) for those seeds, as ordinary trials of the
     sweep file (named and hashed as if it listed that rate). Returns the step as a dict (each cell's
     rates, best rate, edge and the rate added) and the trials to run; ([] when every cell is
@@ -62,8 +70,9 @@ def sweep_bracket(inv, trials: list, overrides: list[str] | None, step: int) -> 
     t = ctx.trials()
     t = t[t["seed"].astype(int).isin(seeds)] if len(t) else t
     rows, own, have = [], {}, {}
-    policy = spec.tuning_policy(scale, trials)
-    for r in family_edges(t).itertuples() if policy is not None else ():
+    shared, policies = spec.tuning_policy(scale, trials), family_policies(spec, scale, trials)
+    for r in family_edges(t).itertuples() if shared is not None else ():
+        policy = policies.get(r.family, shared)
         nxt = policy.judge(Tried(tuple(r.lrs), tuple(r.scores), steps_taken(policy.grid, r.lrs)))
         added = nxt.rates if nxt.state == STEP else ()
         rows.append(dict(cell=r.family, lrs=list(r.lrs), best_lr=r.best_lr, edge=r.edge or "bracketed",

@@ -164,6 +164,10 @@ def _print_ladder(lp, console) -> None:
     for r in lp.rungs:   # each rung's looks in order, with the summary: before the table
         if line := _rung_looks(r.plan):
             console.print(f"Rung {r.rung:g}: {line}", markup=False)
+    if lp.carry:
+        console.print("Carried rates (ladder.carry): every rung above the first starts each cell at 3 rates around "
+                      "the optimum the rungs below found (not its lr axis) and brackets from there; the counts here "
+                      "are the lr axis's (Policy.start gives a cell its rates, 3 for bracketing).", markup=False)
     console.print(table)
 
 

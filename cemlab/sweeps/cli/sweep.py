@@ -2,7 +2,8 @@
 
 See ``cemlab.sweeps.runner`` for what happens. The sweep's report at the end is built by the
 command (``cemlab.cli`` hands it in as ``after``, the judge of a seeded sweep's looks as ``looker`` and the
-judge of a tuned sweep's bracketing steps as ``bracketer``: the sweep layer never imports the report).
+judge of a tuned sweep's bracketing steps as ``bracketer``, the reader of what a carried ladder rung's
+rungs below found as ``carrier``: the sweep layer never imports the report).
 
 Exit codes: 0 every trial has a result (finished, diverged, stopped early by ASHA, or already in
 the store); 1 at least one trial failed after its retries (the others ran; the failures and their
@@ -18,6 +19,7 @@ The sweep runner (Ray, rich) and the store's and server's errors are imported in
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import sys
@@ -60,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "`cemlab plan --scale S` prints from the store's finished GPU runs of this scale "
                              "(refused without them; docs/gpu.md)")
     add_ladder_arguments(parser, "run")
+    parser.add_argument("--carry-from", default=None, metavar="DIR",
+                        help="with ladder.carry: a committed report folder (a rung's, or the ladder's with a folder "
+                             "per rung) to read a rung below from where the store has no runs of it")
     parser.add_argument("--mark-interrupted", action="store_true",
                         help="train nothing: mark the runs a dead driver of this sweep and scale left running "
                              "(killed, its node lost) interrupted; rerunning the sweep resumes them (the SLURM "
@@ -106,21 +111,23 @@ def _mark_interrupted(args: argparse.Namespace, scale: str) -> int:
 
 def run(args: argparse.Namespace, after: "Callable[[SweepResult, Console], None] | None" = None,
         looker: Callable | None = None, ladder_after: "Callable[[str, list[str], str], int] | None" = None,
-        bracketer: Callable | None = None, confirmer: Callable | None = None) -> int:
+        bracketer: Callable | None = None, confirmer: Callable | None = None, carrier: Callable | None = None) -> int:
     """``cemlab sweep``; ``after(result, console)``: what follows the sweep (the report), whose
     outcome counts in the exit code; ``looker``: judges the looks of a sweep with ``seeding``
     (``cemlab.report.looks.interim_look_store.sweep_look``); ``ladder_after(sweep, overrides, source)``: what follows
     the rungs of ``--ladder`` / ``--rung`` (the across-the-ladder report; returns an exit code); ``bracketer``:
     judges the bracketing steps of a sweep with ``tuning``
     (``cemlab.report.looks.interim_look_store.sweep_bracket``); ``confirmer``: judges the confirmation stage
-    of a sweep with ``confirmation`` (``cemlab.report.looks.confirmation_look.sweep_confirm``)."""
+    of a sweep with ``confirmation`` (``cemlab.report.looks.confirmation_look.sweep_confirm``); ``carrier``: what
+    the rungs below a ladder rung with ``ladder.carry`` found (``cemlab.report.looks.carry_look.sweep_found``)."""
     if getattr(args, "ladder", False) or getattr(args, "rung", None) is not None:
-        return _run_ladder(args, looker, ladder_after, bracketer, confirmer)
-    return _run_scale(args, args.scale, after, looker, bracketer, confirmer)
+        return _run_ladder(args, looker, ladder_after, bracketer, confirmer, carrier)
+    return _run_scale(args, args.scale, after, looker, bracketer, confirmer, carrier)
 
 
 def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResult, Console], None] | None",
-               looker: Callable | None, bracketer: Callable | None = None, confirmer: Callable | None = None) -> int:
+               looker: Callable | None, bracketer: Callable | None = None, confirmer: Callable | None = None,
+               carrier: Callable | None = None) -> int:
     """The sweep at ``scale``: ``--scale``, or one rung of ``--ladder`` / ``--rung``, which is
     resumed by rerunning the command as it was given (``resume_command(args)``)."""
     from rich.console import Console
@@ -144,7 +151,9 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
                            looker=None if args.no_seeding else looker, stop_ray_later=True,
                            bracketer=None if getattr(args, "no_bracketing", False) else bracketer,
                            gpu_slots=getattr(args, "gpu_slots", "scale"),
-                           confirmer=None if args.no_seeding else confirmer)
+                           confirmer=None if args.no_seeding else confirmer,
+                           carrier=None if carrier is None else functools.partial(
+                               carrier, carry_from=getattr(args, "carry_from", None)))
         if after is not None and not args.no_report and not result.store_error:  # the report needs the store
             after(result, console)  # while Ray stops
     except (SweepError, StoreError, ServerError, ValueError) as e:
@@ -161,7 +170,7 @@ def _run_scale(args: argparse.Namespace, scale: str, after: "Callable[[SweepResu
     return result.exit_code
 
 
-def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None, confirmer=None) -> int:
+def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None, confirmer=None, carrier=None) -> int:
     """``cemlab sweep NAME --ladder`` (every rung, cheapest first) or ``--rung X``: each rung is the
     sweep at the rung's scale (``cemlab.sweeps.sweepfile.ladder_section``), run as ``cemlab sweep`` runs a scale,
     every rung checked (warm-up, epochs) before the first trial; then the across-the-ladder report,
@@ -183,7 +192,8 @@ def _run_ladder(args: argparse.Namespace, looker, ladder_after, bracketer=None, 
     for scale in scales:
         print(f"cemlab sweep: ladder rung {spec.rungs()[scale]:g} tokens per parameter (scale {scale})", flush=True)
         # each rung's report is built with the ladder's
-        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer, confirmer=confirmer)
+        rc = _run_scale(args, scale, after=None, looker=looker, bracketer=bracketer, confirmer=confirmer,
+                        carrier=carrier)
         code = max(code, rc) if rc != EXIT_INTERRUPTED else rc
         if rc in (EXIT_INTERRUPTED, EXIT_USAGE, EXIT_STORE_LOST):  # interrupted, could not start, store lost: stop
             break

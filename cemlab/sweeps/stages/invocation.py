@@ -87,6 +87,7 @@ class SweepResult:
     looks: list[dict] = field(default_factory=list)   # seeding: the looks made (cemlab.sweeps.stages.seeding)
     brackets: list[dict] = field(default_factory=list)   # tuning: the bracketing steps made (stages.bracketing)
     confirmation: dict = field(default_factory=dict)     # confirmation: the stage made (stages.confirmation)
+    carried: list[dict] = field(default_factory=list)    # ladder.carry: each family's start (stages.carrying)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -140,6 +141,7 @@ class Invocation:
     looks: list[dict] = field(default_factory=list)      # seeding: each look made (cemlab.sweeps.stages.seeding)
     brackets: list[dict] = field(default_factory=list)   # tuning: each bracketing step (stages.bracketing)
     confirmation: dict = field(default_factory=dict)     # confirmation: the stage (stages.confirmation)
+    carried: list[dict] = field(default_factory=list)    # ladder.carry: each family's start (stages.carrying)
     #: cemlab sweep --gpu-slots measured: the GPUs per worker of every trial that holds a GPU (a runtime
     #: choice, not the sweep file's; ``gpu_slots.with_share``), None: the scale's setting
     gpu_share: float | None = None

@@ -268,7 +268,8 @@ def finish(state: Invocation, interrupted: bool, t0: float, store_error: str | N
                          state.parent_reopened, outcomes, state.searches, reused, interrupted=interrupted,
                          seconds=time.time() - t0, store_error=store_error, concurrent_with=waited_on,
                          counts_checked=checked, looks=list(state.looks),
-                         brackets=list(state.brackets), confirmation=dict(state.confirmation))
+                         brackets=list(state.brackets), confirmation=dict(state.confirmation),
+                         carried=list(state.carried))
     if store_error is None:
         try:
             _finish_parent_run(state, result)
@@ -322,6 +323,7 @@ def _write_summary(log_dir: Path, result: SweepResult) -> None:
         "looks": result.looks,
         "brackets": result.brackets,
         "confirmation": result.confirmation,
+        **({"carried": result.carried} if result.carried else {}),
     }
     # One file per parent run, and summary.json (the latest), each replaced atomically: a
     # concurrent sweep of the same name never leaves a mix of two.

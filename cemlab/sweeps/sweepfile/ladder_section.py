@@ -25,6 +25,16 @@ seed budget, the alpha split or the confirmation budget) is one rule, :func:`run
       resources: {cpus_per_worker: 1}  # a trial's resources at every rung (optional)
       max_seeds: {0.3125: 8, 1.25: 8}  # the seed budget of a rung (needs the file's seeding:)
       exclude: {20: [{T: 2, eta: 0.5}]}  # cells a rung leaves out: every cell matching all the pairs
+      carry: false                # true: a rung above the first starts each family from its carried rates
+
+With ``carry: true`` every rung above the first starts each *family* (a cell, all but its rate and
+seed) from the rates around the optimum the rungs below found for it (``cemlab.sweeps.carry``: the
+carried prediction; ``Policy.start``: it and one rate either side) instead of the scale's lr axis,
+and its bracketing steps go on from those rates (``cemlab.sweeps.sweepfile.family_policy``). The
+first rung, and a family the rungs below found nothing for, start from the lr axis. The rungs below
+are read from the store (their scales' runs), else from a committed report folder given as
+``cemlab sweep ... --carry-from DIR``; a rung whose rung below is in neither is refused before any
+trial. Default false: every rung starts from the lr axis.
 
 Refused before any trial, naming the key: rungs not increasing, a rung of 0 or below, a size the
 base scale lacks, an ``exclude`` or ``max_seeds`` naming a rung the ladder lacks or an axis value
@@ -61,6 +71,8 @@ class Ladder(StrictSpec):
     max_seeds: RungSeedBudgets = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
     exclude: dict[float, list[dict[str, Scalar]]] = Field(
         default_factory=dict, description="Per rung, cells left out: each entry's axis values all match.")
+    carry: bool = Field(default=False, description="A rung above the first starts each family from the rates "
+                                                    "around the optimum the rungs below found (cemlab.sweeps.carry).")
 
     @field_validator("rungs")
     @classmethod
@@ -83,6 +95,15 @@ class Ladder(StrictSpec):
                 raise ValueError(f"set.{key}: the ladder sets this itself (the rung's tokens, the ladder's size, "
                                  f"the trial's names); remove it")
         return v
+
+    def below(self, rung: float) -> float | None:
+        """The rung below ``rung`` (None for the first)."""
+        lower = [r for r in self.rungs if r < rung * (1 - 1e-9)]
+        return lower[-1] if lower else None
+
+    def carries(self, rung: float) -> bool:
+        """Whether ``rung`` starts its families from carried rates: ``carry`` and a rung above the first."""
+        return self.carry and self.below(rung) is not None
 
     def rung_name(self, rung: float) -> str:
         """The scale name of ``rung``: ``<base>-tpp<rung>``."""

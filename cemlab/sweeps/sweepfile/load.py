@@ -93,7 +93,7 @@ from cemlab.sweeps.sweepfile.layers import leaves, nest, template_names
 from cemlab.sweeps.sweepfile.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, TOP_AXES, Axes, LrSearch, Scalar,
                                        ScaleSpec, SearchKind, Seeding, SweepError, Trial, Tuning, Variant, StrictSpec,
                                        lr_ratio)
-from cemlab.sweeps.sweepfile import tuning_section
+from cemlab.sweeps.sweepfile import family_policy, tuning_section
 from cemlab.sweeps.sweepfile.confirmation_section import Confirmation, check_confirmation
 from cemlab.tasks import get_task
 
@@ -296,6 +296,8 @@ class SweepSpec(StrictSpec):
         when they have none (fewer than 2 rates, uneven) or, at a scale that brackets, lie outside
         ``tuning.bounds`` (a file's own axis is refused when it is read; an lr axis from the command
         line here)."""
+        if tuning_section.is_carried(trials):   # a carried ladder rung: each family its own rates
+            return family_policy.scale_ratio(self, scale)
         if self.bracket_steps(scale):
             return tuning_section.check_grid(self, scale, trials)
         ratio = lr_ratio(tuning_section.grid_rates(trials))
@@ -308,23 +310,22 @@ class SweepSpec(StrictSpec):
     def tuning_rates(self, scale: str, trials: list["Trial"]) -> list[float]:
         """Every learning rate bracketing can reach at ``scale`` from the grid ``trials``, increasing:
         the grid's rates and up to ``bracket_steps`` rates beyond each end (low / ratio**k, high *
-        ratio**k, each to 3 significant digits, ``schema.round_lr``), those inside ``tuning.bounds``.
+        ratio**k, each to 3 significant digits, ``schema.round_lr``), those inside ``tuning.bounds``;
+        for a carried ladder rung, beyond each family's own start (``family_policy.reachable``).
         The grid's rates alone where the scale, or this grid, brackets nothing (:meth:`bracket_steps`)."""
-        policy = self.tuning_policy(scale, trials)
-        return policy.reachable() if policy is not None else tuning_section.grid_rates(trials)
+        return family_policy.reachable(self, scale, trials)
 
     def tuning_policy(self, scale: str, trials: list["Trial"]):
         """The tuning policy of the grid ``trials`` at ``scale`` (``tuning.policy``, a
         ``cemlab.sweeps.tuning_policy.Policy``: the one rule for the rates a family gets next, whether it
-        is bracketed, and what it adds at least and at most); None where nothing is bracketed
-        (:meth:`bracket_steps`)."""
-        from cemlab.sweeps.tuning_policy import POLICIES
+        is bracketed, and what it adds at least and at most), for a family that starts from the grid's
+        rates; None where nothing is bracketed (:meth:`bracket_steps`). Each family's own:
+        :meth:`family_policies`."""
+        return family_policy.policy_for(self, scale, trials)
 
-        steps = self.bracket_steps(scale, trials)
-        if not steps or not trials:
-            return None
-        return POLICIES.get(self.tuning.policy)(tuple(tuning_section.grid_rates(trials)),
-                                                self.rate_ratio(scale, trials), tuple(self.tuning.bounds), steps)
+    def family_policies(self, scale: str, trials: list["Trial"]) -> dict:
+        """Family -> its tuning policy (``family_policy.family_policies``: a carried family's from its own start)."""
+        return family_policy.family_policies(self, scale, trials)
 
     def next_rate(self, scale: str, trials: list["Trial"], lrs: list[float], edge: str) -> float | None:
         """The rate beyond ``edge`` ('lowest' or 'highest') of a family that has the rates ``lrs``:

@@ -401,3 +401,4 @@ class Trial:
     resources: Resources = field(default_factory=Resources)
     search: LrSearch | None = None   # search: optuna: this cell's settings (samples resolved for the scale)
     seeds_given: bool = False   # the command line gave the seed axis (seed=[...]): those seeds, none added
+    carried: float | None = None   # ladder carry: the prediction its family starts around (stages.carrying)

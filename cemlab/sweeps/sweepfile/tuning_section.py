@@ -25,6 +25,12 @@ def grid_rates(trials: list[Trial]) -> list[float]:
     return sorted({float(t.axes["lr"]) for t in trials if t.axes.get("lr") is not None})
 
 
+def is_carried(trials: list[Trial]) -> bool:
+    """Whether ``trials`` are a carried ladder rung's (``Trial.carried``): each family starts from its own
+    rates (``family_policy``), not from one grid shared by all."""
+    return any(getattr(t, "carried", None) is not None for t in trials)
+
+
 def family_rates(trials: list[Trial]) -> dict[tuple, list[float]]:
     """Family -> its distinct learning rates in ``trials``, increasing."""
     own: dict[tuple, set[float]] = {}
@@ -37,13 +43,13 @@ def family_extra(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     """Family -> how many rates its tuning policy may add to it at most (``Policy.most``); {} without
     bracketing. At a scale with a confirmation stage the steps are shared by compared cells, so a
     family may get rates beyond both ends: every reachable rate it lacks (``Policy.reachable``)."""
-    policy = spec.tuning_policy(scale, trials)
-    if policy is None:
+    policies = spec.family_policies(scale, trials)
+    if not policies:
         return {}
     if shared_steps(spec, scale, trials):
-        return {f: sum(1 for r in policy.reachable() if not any(abs(r / x - 1) < 1e-6 for x in lrs))
+        return {f: sum(1 for r in policies[f].reachable() if not any(abs(r / x - 1) < 1e-6 for x in lrs))
                 for f, lrs in family_rates(trials).items()}
-    return {f: policy.most(lrs) for f, lrs in family_rates(trials).items()}
+    return {f: policies[f].most(lrs) for f, lrs in family_rates(trials).items()}
 
 
 def shared_steps(spec, scale: str, trials: list[Trial]) -> bool:
@@ -54,11 +60,9 @@ def shared_steps(spec, scale: str, trials: list[Trial]) -> bool:
 
 def family_least(spec, scale: str, trials: list[Trial]) -> dict[tuple, int]:
     """Family -> how many rates its tuning policy adds to it at least, when its grid's runs finish
-    (``Policy.least``); {} without bracketing."""
-    policy = spec.tuning_policy(scale, trials)
-    if policy is None:
-        return {}
-    return {f: policy.least(lrs) for f, lrs in family_rates(trials).items()}
+    (``Policy.least``; a carried family's own policy, ``family_policy``); {} without bracketing."""
+    policies = spec.family_policies(scale, trials)
+    return {f: policies[f].least(lrs) for f, lrs in family_rates(trials).items()} if policies else {}
 
 
 def check_tuning(spec, scales: dict[str, ScaleSpec]) -> None:
@@ -100,7 +104,7 @@ def unbracketable(spec, trials: list[Trial]) -> str:
     can be (the file's own is checked when it is read, :func:`check_tuning`); such a grid brackets nothing,
     as a seed axis from the command line adds no seeds, and ``cemlab plan`` says so."""
     lrs = grid_rates(trials)
-    if not trials or spec.tuning is None:
+    if not trials or spec.tuning is None or is_carried(trials):   # carried: on the lattice, in the bounds
         return ""
     if lr_ratio(lrs) is None:
         return (f"the grid's rates {lrs} are fewer than 2 or not evenly spaced on the log scale (lr from the command "
