@@ -99,7 +99,8 @@ CARRIED_CAPTION = (
     "prediction (carried; none at the first rung), those bracketed, those both (compared), the median "
     "|carried_error_octaves| (|log2(best_lr / carried_lr)|) over them, and how many lie within one step of the "
     "rung's rates (within_one_step: |error| at most step_octaves, one octave at ratio 2). A cell at an edge of its "
-    "rates has no error: its optimum is not known.")
+    "rates has no error: its optimum is not known. Where a rung ran its grid (a ladder without ladder.carry), the "
+    "prediction is what the rule would have started it from.")
 
 
 #: carried_accuracy.csv's columns.

@@ -19,7 +19,10 @@ on different machines (each rung's report committed as it finished) is reported 
   and one panel per comparison of its effect against tokens per parameter on a log-ratio axis
   with its fitted trend (``cemlab.report.figures.ladder_figures``). Both are ladder figures registered
   through ``cemlab.report.registry.register_figure(..., ladder=True)``, as a plugin's would be;
-  each draws from the rows of ``ladder.csv``.
+  each draws from the rows of ``ladder.csv``;
+- ``lr_optima_ladder.png`` / ``.csv``: each cell's learning-rate optimum at each rung with its carried
+  prediction (``cemlab.report.figures.ladder_optima``), and ``carried_accuracy.csv``: per rung, how
+  near the carried prediction came to the optimum the rung found.
 
 Each rung is judged exactly as its own report judges it (``look.sweep_verdicts``: its looks
 replayed, at its planned level). Nothing is projected beyond the top rung.
