@@ -131,7 +131,7 @@ def test_an_optima_table_written_before_the_carried_columns_still_reads():
 def test_the_figure_draws_each_carried_prediction_beside_its_optimum():
     """Per cell a hollow circle at each carried rate, BESIDE times its rung, joined to the optimum
     drawn at that rung (the Akima optimum where bracketed, else the best rate); ticks at the rungs
-    with their steps and epochs; the schedule in the caption."""
+    with their steps and epochs; the schedule in the caption; the whole figure inside its bounds."""
     t = carried_column(_rows({"one": [(1.0, 4e-3, ""), (4.0, 2e-3, "")],
                               "edge": [(1.0, 8e-3, "highest"), (4.0, 8e-3, "highest")]}), {1.0: LATTICE, 4.0: LATTICE})
     t["akima_lr"] = [4.2e-3, 2.1e-3, math.nan, math.nan]   # rows: 'one' at 1 and 4, then 'edge'
@@ -161,6 +161,10 @@ def test_the_figure_draws_each_carried_prediction_beside_its_optimum():
     assert labels == ["1\n18 steps\n0.018 ep", "4\n71 steps\n0.071 ep"]
     assert words in f.caption and "carried prediction" in f.caption
     assert "carried prediction" in ax.get_legend().texts[-1].get_text()
+    f.fig.set_dpi(110)   # as the page saves it: every label and the legend inside the figure
+    f.fig.canvas.draw()
+    tight, (w, h) = f.fig.get_tightbbox(f.fig.canvas.get_renderer()), f.fig.get_size_inches()
+    assert tight.x0 >= -1e-6 and tight.y0 >= -1e-6 and tight.x1 <= w + 1e-6 and tight.y1 <= h + 1e-6, tight
     import matplotlib.pyplot as plt
 
     plt.close(f.fig)
