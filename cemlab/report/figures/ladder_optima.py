@@ -20,6 +20,8 @@ import pandas as pd
 
 from cemlab.report.figures.plotting import Figure, legend_outside, subplots
 from cemlab.sweeps.carry import Found, carried
+from cemlab.sweeps.sweepfile.schema import SweepError
+from cemlab.sweeps.sweepfile.tuning_section import grid_rates
 
 COLUMNS = ["group", "variant", "size", "rung", "rung_scale", "steps", "epochs", "lrs", "best_lr", "bracketed", "edge",
            "akima_lr", "akima_test", "lr_ratio", "carried_lr", "carried_error_octaves"]
@@ -80,9 +82,6 @@ def rate_lattice(spec, scale: str, trials: list) -> tuple | None:
     """(grid, ratio, bounds) of ``scale``'s grid ``trials``, as a carried ladder rung starts from them
     (``cemlab.sweeps.carry.carried``): its learning rates, their ratio (``SweepSpec.rate_ratio``) and
     ``tuning.bounds``; None without a tuning section or rates with a ratio."""
-    from cemlab.sweeps.sweepfile.schema import SweepError
-    from cemlab.sweeps.sweepfile.tuning_section import grid_rates
-
     if spec.tuning is None or not grid_rates(trials):
         return None
     try:
