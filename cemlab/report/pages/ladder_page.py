@@ -19,7 +19,10 @@ on different machines (each rung's report committed as it finished) is reported 
   and one panel per comparison of its effect against tokens per parameter on a log-ratio axis
   with its fitted trend (``cemlab.report.figures.ladder_figures``). Both are ladder figures registered
   through ``cemlab.report.registry.register_figure(..., ladder=True)``, as a plugin's would be;
-  each draws from the rows of ``ladder.csv``.
+  each draws from the rows of ``ladder.csv``;
+- ``lr_optima_ladder.png`` / ``.csv``: each cell's learning-rate optimum at each rung with its carried
+  prediction (``cemlab.report.figures.ladder_optima``), and ``carried_accuracy.csv``: per rung, how
+  near the carried prediction came to the optimum the rung found.
 
 Each rung is judged exactly as its own report judges it (``look.sweep_verdicts``: its looks
 replayed, at its planned level). Nothing is projected beyond the top rung.
@@ -40,7 +43,8 @@ from cemlab.report.inputs.context import ReportContext
 from cemlab.report.pages.build import make_report, publish_problem, reports_root
 from cemlab.report.pages.writers import remove_stale, save_figure, write_csv, write_file
 from cemlab.report.inputs.grids import SweepGrids
-from cemlab.report.figures.ladder_optima import optima_figure, optima_table
+from cemlab.report.figures.ladder_optima import (CARRIED_CAPTION, carried_accuracy, optima_figure, optima_table,
+                                                  rate_lattice, schedule_words)
 from cemlab.report.figures.ladder_figures import relative_effect  # it also registers the page's forest and trend
 from cemlab.report.registry import ladder_figures_for
 from cemlab.report.pages.render import Page, Section, render_html, render_md
@@ -72,6 +76,12 @@ class Rung:
     source: str = "none"
     #: The rung's cells.csv (each cell's tuning: best rate, bracketed, Akima optimum).
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The rung's learning-rate lattice, (grid, ratio, bounds): its lr axis, their ratio
+    #: (``SweepSpec.rate_ratio``) and ``tuning.bounds``; None without tuning (``rate_lattice``).
+    lattice: tuple | None = None
+    #: Its runs' schedule: ``train.warmup_frac`` and ``train.final_lr_factor`` of its config.
+    warmup_frac: float = math.nan
+    final_lr_factor: float = math.nan
 
     @property
     def has_runs(self) -> bool:
@@ -130,10 +140,12 @@ def read_rungs(sweep: str, store: RunStore, grids: SweepGrids, out: str | Path |
         trials = _read(folder, "trials") if source != "none" else pd.DataFrame()
         have = pd.to_numeric(trials.get("train_tokens", pd.Series(dtype=float)), errors="coerce").dropna()
         epochs = tokens / float(have.iloc[0]) if len(have) and have.iloc[0] > 0 else math.nan
+        train = grid[0].config.train
         out_rungs.append(Rung(r, scale, float(tokens), float(steps), epochs, trials.assign(rung=r, rung_scale=scale),
                               _read(folder, "comparisons") if source != "none" else pd.DataFrame(),
                               _read(folder, "claims") if source != "none" else pd.DataFrame(), source,
-                              _read(folder, "cells") if source != "none" else pd.DataFrame()))
+                              _read(folder, "cells") if source != "none" else pd.DataFrame(),
+                              rate_lattice(spec, scale, grid), float(train.warmup_frac), float(train.final_lr_factor)))
     return out_rungs
 
 
@@ -382,7 +394,8 @@ def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Pa
                             "pair it belongs to), and comparisons share cells and seeds (a claim's comparisons share "
                             "their reference), so the intervals are narrower than the evidence warrants.",
                             None, [files["accuracy"]], [accuracy_display(acc)]))
-    for builder in [*ladder_figures_for(sweep), lambda _df: optima_figure(optima_table(rungs))]:
+    optima = optima_table(rungs)
+    for builder in [*ladder_figures_for(sweep), lambda _df: optima_figure(optima, schedule_words(rungs))]:
         f = builder(df)
         if f is None:
             continue
@@ -393,6 +406,11 @@ def _sections(rungs: list[Rung], df: pd.DataFrame, vt: pd.DataFrame, out_dir: Pa
         more += [write_csv(t, out_dir, stem, written) for stem, t in f.tables.items()]
         sections.append(Section(f.id, f.title, f.caption, image, more + [files["ladder"]],
                                 [f.tables[t] for t in f.show_tables]))
+    if not optima.empty:
+        carry = carried_accuracy(optima)
+        sections.append(Section("carried_accuracy", "How well the carried rate predicted each rung's optimum",
+                                CARRIED_CAPTION, None, [write_csv(carry, out_dir, "carried_accuracy", written),
+                                                        "lr_optima_ladder.csv"], [carry]))
     return sections
 
 
