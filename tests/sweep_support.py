@@ -55,6 +55,11 @@ def expected_grid(path: Path, scale: str) -> tuple[int, int]:
     return cells, cells * (samples.get(scale, samples.get(like)) if isinstance(samples, dict) else samples)
 
 
+#: The main job's sweep file as the ladder's committed stage table ran it (docs/ladder-stages.csv: its
+#: ladder before the rungs took a confirmation stage and carried rates, 2026-11-29): the plan's time
+#: constants were measured on it, until the rungs are rerun.
+AS_MEASURED = Path(__file__).resolve().parent / "data" / "recursion_ablation-ladder-as-measured.yaml"
+
 def local_sweeps(tmp_path: Path, **files: str) -> Path:
     """A sweep folder with the project's scales and the given test-only sweep files."""
     d = tmp_path / "sweeps"
@@ -142,5 +147,7 @@ def seeded_sweeps(tmp_path: Path) -> Path:
     head, _, rest = text.partition("\nconfirmation:\n")
     tail = rest[rest.index("\n# The ladder"):] if "\n# The ladder" in rest else ""
     head = head.replace("precond: [dplr], seed: [0, 1]}", "precond: [dplr], seed: [0, 1, 2]}", 1)
+    tail = "".join(line for line in tail.splitlines(keepends=True)   # the rungs' budgets need the section
+                   if not line.startswith(("  budget:", "  primary_seeds:")))
     p.write_text(head + "\n" + SEEDED_MAIN_JOB + tail.lstrip("\n"))
     return d

@@ -22,7 +22,7 @@ from cemlab.sweeps.sweepfile.schema import SweepError, Tuning, lr_ratio, round_l
 from cemlab.sweeps.tuning_policy import Bracketing
 from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of
 
-from sweep_support import REPO_SWEEPS
+from sweep_support import AS_MEASURED, REPO_SWEEPS
 
 HEAD = """\
 figure: "Fig X"
@@ -120,8 +120,8 @@ def test_the_main_jobs_rates_at_tiny(repo_sweeps):
     assert spec.next_rate("tiny", grid, [0.002, 0.004, 0.008], "highest") is None
     with pytest.raises(ValueError, match="lowest, highest"):
         spec.next_rate("tiny", grid, [0.002, 0.004], "low")
-    # the ladder's rungs bracket as the ladder's base scale (workstation) does
-    assert all(spec.bracket_steps(rung) == 1 for rung in spec.rungs())
+    # the ladder's rungs take their own steps (ladder.max_steps), the workstation scale its one
+    assert all(spec.bracket_steps(rung) == 3 for rung in spec.rungs()) and spec.bracket_steps("workstation") == 1
     assert spec.bracket_steps("smoke") == 0 and spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]
     # tiny has a confirmation stage: steps are shared by compared cells, so a family may get the rate
     # beyond either end (its own step, or a compared cell's), 2 at most; the workstation rungs step alone
@@ -138,7 +138,7 @@ def test_a_command_line_lr_axis_that_cannot_be_bracketed_brackets_nothing_and_sa
 
     spec = load_sweep("recursion_ablation")
     for lrs, why in (("[2.0e-3]", "fewer than 2 or not evenly spaced"), ("[1.0e-3,2.0e-3,8.0e-3]", "not evenly"),
-                     ("[1.6e-2,3.2e-2]", "not all inside tuning.bounds [0.0005, 0.016]")):
+                     ("[6.4e-2,1.28e-1]", "not all inside tuning.bounds [0.0005, 0.064]")):
         grid = spec.expand("tiny", overrides=[f"lr={lrs}"])
         assert spec.bracket_steps("tiny") == 1 and spec.bracket_steps("tiny", grid) == 0
         assert spec.tuning_rates("tiny", grid) == sorted({t.axes["lr"] for t in grid})
@@ -196,7 +196,7 @@ def test_the_main_jobs_plan_counts_the_shared_step_then_the_confirmation_budget(
     assert j["bracketing"] == json.loads(json.dumps(b)) and (j["min_trials"], j["max_trials"]) == (54, 165)
     assert main(["plan", "recursion_ablation", "--scale", "tiny", "--no-store"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.016]), before the later stages, for the "
+    line = ("Bracketing: up to 1 step per end (lr x2 or /2 within [0.0005, 0.064]), before the later stages, for the "
             "cells whose best rate is an end of theirs, each rate also to every cell compared with it: step 0 adds up "
             "to 36 trials (18 cell rates x 2 seeds); 54 trials at least, 165 at most")
     assert line in out and out.index("Bracketing:") < out.index("Confirmation:")
@@ -381,14 +381,16 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     from cemlab.sweeps.plan import plan_sweep
 
     top = plan_sweep("recursion_ablation", "workstation-tpp20", read_store=False)
-    assert len(top.rows) == 42 and top.max_trials == 42 + 21   # 7 cells x 3 seeds at the rate beyond
-    assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.016]: step 0 up to 21 trials): "
-                                "63 trials")   # two rates a cell: the step is certain
-    # no rung adds seeds (3 at every rung, the ladder's time budget): its line has the step alone
+    # 7 cells x 2 rates x seeds 0-1; 3 steps shared by compared cells, up to the bound 6.4e-2: each cell
+    # may add 1e-3 and 5e-4 below, 8e-3, 1.6e-2 and 3.2e-2 above (5 rates x 2 seeds); its budget 75
+    assert len(top.rows) == 28 and top.budget == 75 and top.max_trials == 28 + 7 * 5 * 2
+    assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.064]: step 0 up to 28 trials, step 1 up "
+                                "to 28 trials, step 2 up to 14 trials): 42-98 trials")
     cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
-    assert "seed looks" not in cheap and cheap.endswith(": 81 trials")
-    # a rung that adds seeds names its bracketing step before its seed looks, as they run
-    text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace(
+    assert "seed looks" not in cheap and cheap.endswith(": 54-126 trials")
+    # a rung that adds seeds (the ladder as it ran until 2026-11-29, 3 seeds a cell) names its bracketing
+    # step before its seed looks, as they run
+    text = AS_MEASURED.read_text().replace(
         "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:") + "seeding: {max_seeds: {workstation: 3}, batch: 3}\n"
     shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(write(tmp_path, "recursion_ablation", text).parent))

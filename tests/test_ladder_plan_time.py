@@ -15,6 +15,7 @@ import pytest
 from cemlab import timing
 from cemlab.sweeps import ladder_plan
 from cemlab.sweeps.ladder_plan import makespan, plan_ladder
+from sweep_support import AS_MEASURED
 
 STAGES = Path(__file__).resolve().parents[1] / "docs" / "ladder-stages.csv"
 #: A trial's stages besides training (the table's per-trial rows), and the driver's.
@@ -33,9 +34,14 @@ def test_a_looks_trials_take_the_first_slot_that_frees():
 
 
 @pytest.fixture(scope="module")
-def measured():
-    """Each row of the stage table with its rung's plan (the shipped sweep file, nothing read from a store)."""
-    lp = plan_ladder("recursion_ablation", read_store=False, corpus=False)
+def measured(tmp_path_factory):
+    """Each row of the stage table with its rung's plan (the sweep file the runs ran, with the project's
+    scales; nothing read from a store)."""
+    from cemlab.sweeps.sweepfile.load import load_sweep
+    from sweep_support import local_sweeps
+
+    d = local_sweeps(tmp_path_factory.mktemp("as-measured"), recursion_ablation=AS_MEASURED.read_text())
+    lp = plan_ladder(load_sweep(d / "recursion_ablation.yaml"), read_store=False, corpus=False)
     rungs = {f"{lp.sweep}-{r.scale}": r for r in lp.rungs}
     rows = list(csv.DictReader(STAGES.open()))
     assert {row["label"] for row in rows} == set(rungs), "one measured run per rung"
@@ -81,7 +87,7 @@ def test_a_rung_with_seed_looks_times_every_look_it_may_run(tmp_path, monkeypatc
 
     from sweep_support import REPO_SWEEPS
 
-    text = (REPO_SWEEPS / "recursion_ablation.yaml").read_text().replace(
+    text = AS_MEASURED.read_text().replace(
         "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:") + "seeding: {max_seeds: {workstation: 3}}\n"
     (tmp_path / "recursion_ablation.yaml").write_text(text)
     shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")

@@ -107,14 +107,15 @@ def pct(m: float, se: float) -> str:
 def test_the_world_and_the_job_are_the_studys_and_the_sweep_files():
     """The curve (2e-3 1 sd worse than 4e-3, optimum a fifth of an octave above 4e-3), the cliffs, the
     noise (a paired difference's sd 1 sd; the seed effect shared by every cell and rate), divergence
-    as drawn; the job: the sweep file's grid, one bracketing step within [5e-4, 1.6e-2], budget 165,
+    as drawn; the job: the sweep file's grid, one bracketing step within the bounds (inside the world's rates), budget 165,
     alpha 0.045, t2-beats-t1 primary, selection seeds 0-1."""
     q = quad()
     assert q[2] - q[3] == pytest.approx(SD) and 4e-3 < w.OPT < 8e-3
     assert q[4] - q[3] == pytest.approx(0.46 * SD, abs=0.01)
     assert list(cliff(4)) == pytest.approx([0, 0, 0, 0, -4 * SD, -SD])
     assert sorted({float(t.axes["lr"]) for t in w.GRID}) == [w.RATES[k] for k in w.GRID_IDX]
-    assert w.POLICY.reachable() == [1e-3, 2e-3, 4e-3, 8e-3] and w.BOUNDS == (w.RATES[0], w.RATES[-1]) and w.RATIO == 2
+    assert w.POLICY.reachable() == [1e-3, 2e-3, 4e-3, 8e-3] and w.BOUNDS[0] == w.RATES[0] and w.RATIO == 2
+    assert set(w.POLICY.reachable()) < set(w.RATES) and w.BOUNDS[1] >= w.RATES[-1]
     assert (w.BUDGET, w.ALPHA, w.PRIMARY, w.SELECTION) == (165, 0.045, "t2-beats-t1", [0, 1])
     assert w.PRIMARY_SEEDS == 8
     v = np.log(w.draw(case(FLAT, div_var=0.3), 500, 1))

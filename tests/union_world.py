@@ -37,7 +37,7 @@ GRID = SPEC.expand("tiny")
 POLICY = SPEC.tuning_policy("tiny", GRID)
 RATIO, BOUNDS = SPEC.rate_ratio("tiny", GRID), tuple(SPEC.tuning.bounds)
 BUDGET, ALPHA, PRIMARY = SPEC.confirmation_budget("tiny", GRID), SPEC.confirmation.alpha, SPEC.confirmation.primary
-PRIMARY_SEEDS = SPEC.confirmation.primary_seeds_at("tiny")   # the primary condition's fixed fresh seeds
+PRIMARY_SEEDS = SPEC.primary_seeds("tiny")   # the primary condition's fixed fresh seeds
 SELECTION = [int(s) for s in SPEC.looks("tiny", GRID)[0]]
 #: The claims of the main job with comparisons at tiny (precond-t2-not-t1 has no diag cell there and
 #: test-time-recursion reads run histories: neither adds a confirmation pair, which the tests check).

@@ -400,7 +400,7 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           budget=spec.confirmation_budget(scale, trials),
                           confirmation_alpha=spec.confirmation.alpha if spec.confirmation is not None else None,
                           primary=spec.confirmation.primary if spec.confirmation is not None else None,
-                          primary_seeds=spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale))
+                          primary_seeds=spec.primary_seeds(scale)
                           if spec.confirmation is not None else None,
                           bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else "",
                           gpu_slots=slots_plan(scale_rows, client) if client is not None else {}))

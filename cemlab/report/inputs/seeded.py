@@ -42,7 +42,7 @@ def confirmation_seeds(spec, scale: str, trials: list) -> list[int]:
     if budget is None:
         return []
     top = max(seed_of(t) for t in trials)
-    fixed = spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale))
+    fixed = spec.primary_seeds(scale)
     n = fixed if fixed is not None else max(0, budget - len(trials)) // 2
     return list(range(top + 1, top + 1 + n))
 

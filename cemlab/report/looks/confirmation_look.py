@@ -146,7 +146,7 @@ def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict 
     t = ctx.trials()
     spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
     plan = confirmation_plan(selection_verdicts(ctx, selection), budget, spent, selection, spec.confirmation.primary,
-                             spec.confirmation.primary_seeds_at(scale, spec.all_scales().get(scale)))
+                             spec.primary_seeds(scale))
     pairs, primary = plan["pairs"], plan["primary_pairs"]
     base_seeds, extra_seeds = plan["base_seeds"], plan["extra_seeds"]
     todo = _trials_at(spec, scale, overrides, pairs, base_seeds) + _trials_at(spec, scale, overrides, primary,

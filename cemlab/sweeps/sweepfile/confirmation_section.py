@@ -43,11 +43,6 @@ class Confirmation(StrictSpec):
                                         "{tiny: 8}; the other cells then share what the budget has left, at most as "
                                         "many. A scale not named: the primary condition gets what is left over.")
 
-    def primary_seeds_at(self, scale: str, scale_spec=None) -> int | None:
-        """The primary condition's fresh seeds at ``scale`` (or at the scale it is ``like``); None: not fixed."""
-        like = getattr(scale_spec, "like", None)
-        return self.primary_seeds.get(scale, self.primary_seeds.get(like) if like else None)
-
     @field_validator("alpha")
     @classmethod
     def _alpha(cls, v: float) -> float:

@@ -54,8 +54,12 @@ from cemlab.sweeps.sweepfile.layers import merge_dicts, nest
 from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError, counts
 
 
-#: ``ladder.max_seeds``: counts by rung (``schema.counts``).
+#: ``ladder.max_seeds``, ``max_steps``, ``budget`` and ``primary_seeds``: counts by rung (``schema.counts``).
 RungSeedBudgets = counts(2, "max_seeds", "{1.25: 8}", keys=float, per="rung")
+RungSteps = counts(0, "max_steps", "{20: 3}", keys=float, per="rung")
+RungTrialBudgets = counts(1, "budget", "{20: 77}", keys=float, per="rung", unit=" of trials")
+RungPrimarySeeds = counts(2, "primary_seeds", "{20: 2}", keys=float, per="rung",
+                          why=" (a paired t-test needs two seeds)")
 
 
 class Ladder(StrictSpec):
@@ -69,6 +73,14 @@ class Ladder(StrictSpec):
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys (dotted) set at every rung.")
     resources: Resources | None = Field(default=None, description="A trial's resources at every rung.")
     max_seeds: RungSeedBudgets = Field(default_factory=dict, description="Seed budget per rung (seeding: looks).")
+    max_steps: RungSteps = Field(default_factory=dict, description="Bracketing steps per rung (tuning.max_steps "
+                                 "there); a rung not named: the base scale's.")
+    budget: RungTrialBudgets = Field(default_factory=dict, description="Per rung, the trials of its whole job at "
+                                     "most (confirmation.budget there: a selection stage, then fresh seeds at the "
+                                     "chosen rates); needs the file's confirmation: section.")
+    primary_seeds: RungPrimarySeeds = Field(default_factory=dict, description="Per rung, the fresh seeds the "
+                                            "confirmation's primary condition gets first (confirmation.primary_seeds "
+                                            "there).")
     exclude: dict[float, list[dict[str, Scalar]]] = Field(
         default_factory=dict, description="Per rung, cells left out: each entry's axis values all match.")
     carry: bool = Field(default=False, description="A rung above the first starts each family from the rates "
@@ -149,11 +161,19 @@ def check_ladder(ladder: Ladder, source: str, scales: dict[str, ScaleSpec], axes
                              f"not an axis of this sweep; axes: {sorted(a for a in axes if a != 'group')}"))
         if not vals:
             raise SweepError(f"{where}.axes.{axis} is empty; list at least one value or remove it")
-    for key in ("max_seeds", "exclude"):
+    for key in ("max_seeds", "max_steps", "budget", "primary_seeds", "exclude"):
         for r in getattr(ladder, key):
             if r not in ladder.rungs:
                 raise SweepError(f"{where}.{key}.{r:g}: not a rung of this ladder; use one of "
                                  f"{', '.join(f'{x:g}' for x in ladder.rungs)}")
+    for r in ladder.budget:
+        if r in ladder.max_seeds:
+            raise SweepError(f"{where}.budget.{r:g} and {where}.max_seeds.{r:g}: a rung adds seeds either by looks "
+                             f"(seeding) or by the confirmation stage, not both; remove one")
+    for r in ladder.primary_seeds:
+        if r not in ladder.budget:
+            raise SweepError(f"{where}.primary_seeds.{r:g}: rung {r:g} has no confirmation stage (ladder.budget); "
+                             f"give it a budget or remove its primary seeds")
     for r, entries in ladder.exclude.items():
         for i, entry in enumerate(entries):
             for axis, value in entry.items():
@@ -196,13 +216,16 @@ def rung_entries(ladder: Ladder, setting: str, table: dict[str, Any]) -> dict[st
 
     * ``scales`` (the per-scale axis values): the base scale's, under ``ladder.axes``, with the one
       size ``ladder.size``;
-    * ``tuning.max_steps``: the base scale's: a rung brackets as its base scale does
-      (``tuning.bounds`` and ``tuning.policy`` hold at every scale);
+    * ``tuning.max_steps``: the rung's own, ``ladder.max_steps``, else the base scale's: a rung
+      brackets as its base scale does unless the ladder says otherwise (``tuning.bounds`` and
+      ``tuning.policy`` hold at every scale);
     * ``seeding.max_seeds``: the rung's own budget, ``ladder.max_seeds``, never the base scale's: a
       rung it does not name runs its seed axis once (``seeding.batch`` holds at every scale);
     * ``seeding.alpha_split``: none: a rung's looks judge at the even split, alpha / K;
-    * ``confirmation.budget`` and ``confirmation.primary_seeds``: none: a rung has no confirmation
-      stage;
+    * ``confirmation.budget`` and ``confirmation.primary_seeds``: the rung's own, ``ladder.budget``
+      and ``ladder.primary_seeds``, never the base scale's (its budget is for its own trials): a rung
+      they do not name has no confirmation stage (``confirmation.alpha`` and ``primary`` hold at every
+      scale);
     * any other (``optuna.samples``: a ladder sweep is a grid): none.
 
     A rung's scale settings (models, the task's section, resources) are the base scale's as
@@ -213,11 +236,10 @@ def rung_entries(ladder: Ladder, setting: str, table: dict[str, Any]) -> dict[st
     base = table.get(ladder.scale)
     if setting == "scales":
         return {ladder.rung_name(r): {**(base or {}), **ladder.axes, "size": [ladder.size]} for r in ladder.rungs}
-    if setting == "tuning.max_steps":
-        return {ladder.rung_name(r): base for r in ladder.rungs} if base is not None else {}
-    if setting == "seeding.max_seeds":
-        return {ladder.rung_name(r): n for r, n in ladder.max_seeds.items()}
-    return {}
+    own = {"seeding.max_seeds": ladder.max_seeds, "tuning.max_steps": ladder.max_steps,
+           "confirmation.budget": ladder.budget, "confirmation.primary_seeds": ladder.primary_seeds}.get(setting, {})
+    out = {ladder.rung_name(r): base for r in ladder.rungs} if setting == "tuning.max_steps" and base is not None else {}
+    return {**out, **{ladder.rung_name(r): n for r, n in own.items()}}
 
 
 def rung_scales(ladder: Ladder, scales: dict[str, ScaleSpec], task: str, params: int) -> dict[str, ScaleSpec]:

@@ -274,6 +274,10 @@ class SweepSpec(StrictSpec):
             return None
         return self.settings("confirmation").budget_at(scale, self._like(scale))
 
+    def primary_seeds(self, scale: str) -> int | None:
+        """The confirmation's primary condition's fixed fresh seeds at ``scale`` (a rung's by the ladder's rule)."""
+        return None if self.confirmation is None else self.entry("confirmation.primary_seeds", scale)
+
     def bracket_steps(self, scale: str, trials: list["Trial"] | None = None) -> int:
         """Bracketing steps per end at ``scale`` (``tuning.max_steps``, else its ``like`` scale's; a
         ladder rung's by the ladder's rule, :meth:`per_scale`); 0 without ``tuning``, and 0 for grid
@@ -427,6 +431,9 @@ def _add_rungs(spec: SweepSpec, scales: dict[str, ScaleSpec]) -> None:
             values.setdefault(k, []).extend(vals)
     values["group"] = [v.group for v in spec.variants]
     check_ladder(ladder, f"{spec.source}", scales, values)
+    if ladder.budget and spec.confirmation is None:
+        raise SweepError(f"{spec.source}: ladder.budget: a rung's confirmation stage takes its level and primary claim "
+                         f"from the file's confirmation: section, which is missing; add one or remove ladder.budget")
     spec._rungs = rung_scales(ladder, scales, spec.task, ladder_params(spec, scales))
 
 

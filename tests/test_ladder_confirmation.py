@@ -1,0 +1,93 @@
+"""A ladder whose rungs judge their tuned comparisons by the union rule: each rung's trial budget,
+primary seeds and bracketing steps from the ladder section (``ladder_section.rung_entries``), the
+refusals, and the rung's planned time with the confirmation stage filling its budget (recomputed here
+from the plan's own trial seconds and a slot-by-slot packing written here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cemlab.sweeps.sweepfile.load import load_sweep
+from cemlab.sweeps.sweepfile.schema import SweepError
+from sweep_support import RECURSION_VARIANTS, local_sweeps
+
+BASE = """\
+figure: "test: ladder confirmation"
+claims: [t2-beats-t1]
+axes: {size: [86m], lr: [2.0e-3, 4.0e-3], seed: [0, 1]}
+""" + RECURSION_VARIANTS + """\
+    axes: {T: [1, 2], eta: [1]}
+tuning: {max_steps: {smoke: 1}, bounds: [5.0e-4, 6.4e-2]}
+"""
+CONF = "confirmation: {budget: {smoke: 30}, alpha: 0.045, primary: t2-beats-t1}\n"
+LADDER = """\
+ladder:
+  scale: smoke
+  size: 86m
+  rungs: [0.125, 0.5]
+  max_steps: {0.5: 3}
+  budget: {0.125: 24, 0.5: 20}
+  primary_seeds: {0.5: 3}
+"""
+
+
+def _sweep(tmp_path, monkeypatch, text: str, name: str = "ladc"):
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, **{name: BASE + text})))
+    return load_sweep(name)
+
+
+def test_each_rung_takes_its_budget_primary_seeds_and_steps_from_the_ladder(tmp_path, monkeypatch):
+    spec = _sweep(tmp_path, monkeypatch, CONF + LADDER)
+    low, top = spec.rungs()
+    tl, tt = spec.expand(low), spec.expand(top)
+    assert spec.confirmation_budget(low, tl) == 24 and spec.confirmation_budget(top, tt) == 20
+    assert spec.bracket_steps(low, tl) == 1 and spec.bracket_steps(top, tt) == 3   # the base's, the rung's own
+    assert spec.primary_seeds(top) == 3 and spec.primary_seeds(low) is None
+    assert spec.confirmation_budget("smoke", spec.expand("smoke")) == 30           # the base scale keeps its own
+
+
+@pytest.mark.parametrize("ladder,words", [
+    (LADDER.replace("  budget: {0.125: 24, 0.5: 20}\n", "  budget: {0.125: 24, 0.5: 20, 3: 9}\n"),
+     ["ladder.budget.3", "not a rung"]),
+    ("seeding: {max_seeds: {tiny: 3}, batch: 1}\n" + LADDER + "  max_seeds: {0.5: 4}\n",
+     ["ladder.budget.0.5", "max_seeds", "not both"]),
+    (LADDER.replace("primary_seeds: {0.5: 3}", "primary_seeds: {5: 3}").replace("rungs: [0.125, 0.5]",
+                                                                                 "rungs: [0.125, 0.5, 5]"),
+     ["ladder.primary_seeds.5", "no confirmation stage", "give it a budget"]),
+    (LADDER.replace("primary_seeds: {0.5: 3}", "primary_seeds: {0.5: 1}"), ["primary_seeds", ">= 2"]),
+])
+def test_a_bad_rung_budget_is_refused_naming_the_key_and_the_fix(tmp_path, monkeypatch, ladder, words):
+    with pytest.raises(SweepError) as e:
+        _sweep(tmp_path, monkeypatch, CONF + ladder)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_a_rung_budget_needs_the_files_confirmation_section(tmp_path, monkeypatch):
+    with pytest.raises(SweepError, match=r"ladder.budget: .*confirmation: section, which is missing"):
+        _sweep(tmp_path, monkeypatch, LADDER.replace("  primary_seeds: {0.5: 3}\n", ""))
+
+
+def _packed(seconds: list[float], slots: int) -> float:
+    """Wall time of trials started in order, each on the slot that frees first."""
+    ends = [0.0] * slots
+    for s in seconds:
+        ends.sort()
+        ends[0] += s
+    return max(ends)
+
+
+def test_a_rungs_time_is_its_selection_then_its_budget_filled_at_the_grids_mean_trial(tmp_path, monkeypatch):
+    from cemlab.sweeps.ladder_plan import RUNG_DRIVER_S, plan_ladder, trial_seconds
+
+    spec = _sweep(tmp_path, monkeypatch, CONF + LADDER)
+    for r in plan_ladder(spec, read_store=False, corpus=False).rungs:
+        grid = [trial_seconds(row.flops or 0.0, r.steps) for row in r.plan.rows]
+        mean = sum(grid) / len(grid)
+        by_cell = {}
+        for row, s in zip(r.plan.rows, grid):
+            by_cell.setdefault(str({k: v for k, v in row.trial.axes.items() if k not in ("lr", "seed")}), s)
+        step = [s for s in by_cell.values() for _ in range(2)]   # the certain step: one rate, 2 seeds a cell
+        fill = [mean] * (r.plan.budget - len(grid) - len(step))
+        want = RUNG_DRIVER_S + _packed(grid, r.slots) + _packed(step, r.slots) + _packed(fill, r.slots)
+        assert r.min_trials == r.plan.budget and r.seconds() == pytest.approx(want, rel=1e-9)
