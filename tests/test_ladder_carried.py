@@ -197,3 +197,15 @@ def test_the_page_has_the_carried_section_and_its_csv(tmp_path):
     assert "1 of 71 at rung 1.25" not in sections[-2].caption and "4 of 71 at rung 1.25" in sections[-2].caption
     md = render_md(Page("t", [], None, None, sections, None))
     assert "How well the carried rate predicted" in md and "carried_accuracy.csv" in md
+
+
+def test_a_confirmation_rung_is_read_on_the_seeds_it_chose_its_rates_on():
+    """A rung with a confirmation stage: its cells.csv's best rate over every seed (its chosen rate has
+    fresh seeds the others lack) is not where it chose; the optima table reads ``verdict_best_lr`` /
+    ``verdict_edge`` (its selection seeds), where the next rung's carry starts from."""
+    cells = pd.DataFrame([dict(group="g", variant="v", size="86m", cell=f'{{"lr": {lr!r}}}', lr=lr, best_lr=8e-3,
+                               bracketed=False, edge="highest", verdict_best_lr=4e-3, verdict_bracketed=True,
+                               verdict_edge="", akima_lr=math.nan, akima_test=math.nan) for lr in (2e-3, 4e-3, 8e-3)])
+    rung = SimpleNamespace(rung=1.25, scale="s-tpp1.25", cells=cells, lattice=LATTICE, steps=71, epochs=0.07)
+    row = optima_table([rung]).iloc[0]
+    assert row["best_lr"] == 4e-3 and bool(row["bracketed"]) and row["edge"] == ""

@@ -81,11 +81,6 @@ def test_the_field_defaults_off_and_the_committed_sweep_does_not_carry(spec):
     assert Ladder(scale="smoke", size="86m", rungs=[1, 2]).carry is False
 
 
-def test_the_committed_recursion_ablation_ladder_does_not_carry(monkeypatch):
-    monkeypatch.delenv("CEMLAB_SWEEPS_DIR", raising=False)
-    assert load_sweep("recursion_ablation").ladder.carry is False
-
-
 def test_what_the_rung_below_found_is_the_bracketing_stages_judgement(spec, tmp_path):
     from cemlab.report.looks.carry_look import folder_trials, rung_found
 

@@ -40,6 +40,10 @@ def optima_table(rungs: list) -> pd.DataFrame:
         lattices[rg.rung] = getattr(rg, "lattice", None)
         for (group, variant, size), g in cells.groupby(["group", "variant", "size"], sort=False):
             first = g.iloc[0] if "best_lr" in g else _tuned(g)
+            if "verdict_best_lr" in first and pd.notna(first["verdict_best_lr"]):   # where the rung chose and carries
+                first = first.copy()
+                first["best_lr"], first["edge"] = first["verdict_best_lr"], first.get("verdict_edge", "")
+                first["bracketed"] = str(first["verdict_bracketed"])
             bracketed = str(first["bracketed"]) == "True"
             rows.append(dict(group=group, variant=variant, size=size, rung=rg.rung, rung_scale=rg.scale,
                              steps=float(getattr(rg, "steps", math.nan)), epochs=float(getattr(rg, "epochs", math.nan)),

@@ -23,7 +23,8 @@ from cemlab.report.stats.bracketing import edge_of, family_edges, tuning_family
 #: ``edge`` read all of a cell's seeds; ``verdict_bracketed`` and ``verdict_edge`` read the seeds the
 #: verdicts read a cell's edge on (a seeded sweep's bracketing look, ``ClaimData.edge_seeds``), so a
 #: seed added by a later look can make the two differ (docs/verdicts.md, "Bracketing").
-COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "verdict_bracketed", "verdict_edge", "akima_lr", "akima_test")
+COLUMNS = ("n_lr", "best_lr", "bracketed", "edge", "verdict_best_lr", "verdict_bracketed", "verdict_edge", "akima_lr",
+           "akima_test")
 
 
 def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=None) -> pd.DataFrame:
@@ -33,8 +34,10 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=N
     per-seed ``trials`` (each rate's median log validation metric over seeds, a worst outcome ranked last: the rule
     the bracketing looks and the verdicts read); without trials, on the cells' validation means.
     With three rates or more and a bracketed best, the Akima optimum (``akima_lr``) with the test
-    curve read there (``akima_test``). ``verdict_bracketed`` / ``verdict_edge``: the same read on
-    ``edge_seeds`` only (None: every seed, the same as ``bracketed`` / ``edge``)."""
+    curve read there (``akima_test``). ``verdict_best_lr`` / ``verdict_bracketed`` / ``verdict_edge``: the
+    same read on ``edge_seeds`` only (None: every seed, the same as ``best_lr`` / ``bracketed`` / ``edge``):
+    in a sweep with a confirmation stage its selection seeds, where each cell's rate was chosen (and a
+    ladder's next rung carries it from)."""
     if cells.empty or "lr" not in cells:
         return pd.DataFrame(columns=["family", "group", "variant", "size", "lrs", *COLUMNS])
     edges = family_edges(trials).set_index("family") if trials is not None and len(trials) else None
@@ -52,9 +55,10 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=N
         else:
             best, edge = edge_of(lrs, val if np.isfinite(val).any() else test)
         bracketed = edge == ""
-        verdict_edge = edge
+        verdict_best, verdict_edge = best, edge
         if on_look is not edges:
-            verdict_edge = on_look.loc[fam, "edge"] if fam in on_look.index else edge_of([], [])[1]
+            verdict_best, verdict_edge = ((on_look.loc[fam, "best_lr"], on_look.loc[fam, "edge"]) if fam in on_look.index
+                                          else edge_of([], []))
         akima_lr = akima_test = math.nan
         if bracketed and len(lrs) >= 3:
             opt = chosen_on_validation(lrs, val, test)
@@ -64,7 +68,8 @@ def tuning(cells: pd.DataFrame, trials: pd.DataFrame | None = None, edge_seeds=N
         rows.append(dict(family=fam, group=first.get("group", ""), variant=first.get("variant", ""),
                          size=first.get("size", ""), lrs=" ".join(f"{x:g}" for x in lrs), n_lr=len(lrs),
                          best_lr=best, bracketed=bool(bracketed), edge=edge,
-                         verdict_bracketed=verdict_edge == "", verdict_edge=verdict_edge, akima_lr=akima_lr,
+                         verdict_best_lr=verdict_best, verdict_bracketed=verdict_edge == "",
+                         verdict_edge=verdict_edge, akima_lr=akima_lr,
                          akima_test=akima_test))
     return pd.DataFrame(rows)
 
