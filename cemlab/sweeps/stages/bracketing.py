@@ -22,13 +22,11 @@ ask for done.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Callable
 
 from cemlab.sweeps.stages import execute, trial_actions
-from cemlab.sweeps.stages.invocation import Invocation
-from cemlab.sweeps.stages.seeding import TAG_CHARS
+from cemlab.sweeps.stages.invocation import Invocation, record_tag
 from cemlab.sweeps.sweepfile.schema import Trial
 from cemlab.sweeps.sweepfile.tuning_section import unbracketable
 
@@ -73,8 +71,5 @@ def add_rates(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
 def _tag(inv: Invocation) -> None:
     """The steps so far on the parent run (``BRACKETS_TAG``), shortened when the tag would be long:
     each step's lists (families, trials) replaced by their lengths."""
-    text = json.dumps(inv.brackets, sort_keys=True, default=str)
-    if len(text) > TAG_CHARS:
-        short = [{k: len(v) if isinstance(v, (list, dict)) else v for k, v in b.items()} for b in inv.brackets]
-        text = json.dumps(short, sort_keys=True, default=str)
-    inv.client.set_tag(inv.parent_run_id, BRACKETS_TAG, text[:TAG_CHARS])
+    record_tag(inv, BRACKETS_TAG, inv.brackets, lambda steps: [
+        {k: len(v) if isinstance(v, (list, dict)) else v for k, v in b.items()} for b in steps])

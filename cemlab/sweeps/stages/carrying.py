@@ -20,13 +20,12 @@ naming the fix (run it first, or give ``--carry-from DIR``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Callable, Sequence
 
 from cemlab.sweeps.carry import Found, carried
 from cemlab.sweeps.gpu_slots import with_share
-from cemlab.sweeps.stages.seeding import TAG_CHARS
+from cemlab.sweeps.stages.invocation import record_tag
 from cemlab.sweeps.sweepfile.family_policy import carries
 from cemlab.sweeps.sweepfile.schema import SweepError, Trial
 from cemlab.sweeps.sweepfile.tuning_section import family_of
@@ -105,8 +104,4 @@ def record(inv, starts: list[dict]) -> None:
     if not starts:
         return
     inv.carried = list(starts)
-    text = json.dumps(inv.carried, sort_keys=True, default=str)
-    if len(text) > TAG_CHARS:
-        text = json.dumps([{k: v for k, v in c.items() if k != "below"} for c in inv.carried], sort_keys=True,
-                          default=str)
-    inv.client.set_tag(inv.parent_run_id, CARRIED_TAG, text[:TAG_CHARS])
+    record_tag(inv, CARRIED_TAG, inv.carried, lambda cs: [{k: v for k, v in c.items() if k != "below"} for c in cs])

@@ -14,13 +14,11 @@ same choice and finds the trials done.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Callable
 
 from cemlab.sweeps.stages import execute, trial_actions
-from cemlab.sweeps.stages.invocation import Invocation
-from cemlab.sweeps.stages.seeding import TAG_CHARS
+from cemlab.sweeps.stages.invocation import Invocation, record_tag
 from cemlab.sweeps.sweepfile.schema import Trial
 
 log = logging.getLogger("cemlab.sweeps")
@@ -47,8 +45,7 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
     if stage is None:
         return
     inv.confirmation = stage
-    text = json.dumps({k: v for k, v in stage.items() if k != "cells"}, sort_keys=True, default=str)
-    inv.client.set_tag(inv.parent_run_id, CONFIRMATION_TAG, text[:TAG_CHARS])
+    record_tag(inv, CONFIRMATION_TAG, {k: v for k, v in stage.items() if k != "cells"})
     log.info("confirmation of %s: %d (cell, rate) pairs x %d fresh seeds, %d extra seed(s) for %s: %d trial(s)",
              spec.name, stage["pairs"], stage["seeds"], len(stage["extra_seeds"]), stage["primary"], len(todo))
     if stage["seeds"] < 2:

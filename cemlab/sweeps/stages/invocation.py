@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cemlab.sweeps.stages import progress as pg
 from cemlab.sweeps.sweepfile.files import sweeps_dir
@@ -164,3 +164,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+#: MLflow keeps at most this many characters of a tag value.
+TAG_CHARS = 5000
+
+
+def record_tag(inv: "Invocation", key: str, record: Any, short: "Callable[[Any], Any] | None" = None) -> None:
+    """A stage's record on the parent run as the JSON tag ``key`` (the bracketing steps, the looks, the
+    carried starts, the confirmation): ``short(record)`` in its place where the JSON would be longer
+    than MLflow keeps (``TAG_CHARS``), then cut there."""
+    text = json.dumps(record, sort_keys=True, default=str)
+    if len(text) > TAG_CHARS and short is not None:
+        text = json.dumps(short(record), sort_keys=True, default=str)
+    inv.client.set_tag(inv.parent_run_id, key, text[:TAG_CHARS])

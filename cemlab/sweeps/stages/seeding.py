@@ -19,20 +19,17 @@ same decisions and finds the trials they ask for done.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Callable
 
 from cemlab.sweeps.stages import execute, trial_actions
-from cemlab.sweeps.stages.invocation import Invocation
+from cemlab.sweeps.stages.invocation import Invocation, record_tag
 from cemlab.sweeps.sweepfile.schema import Trial
 
 log = logging.getLogger("cemlab.sweeps")
 
 #: The parent run's tag with the looks made so far (JSON list).
 LOOKS_TAG = "cemlab.looks"
-#: MLflow keeps at most this many characters of a tag value.
-TAG_CHARS = 5000
 
 
 #: ``looker(inv, trials, overrides, j) -> (look as a dict, trials to add) | (None, [])``: look ``j``
@@ -68,8 +65,4 @@ def add_seeds(inv: Invocation, trials: list[Trial], overrides: list[str] | None 
 
 def _tag(inv: Invocation) -> None:
     """The looks so far on the parent run (``LOOKS_TAG``), cells shortened when the tag would be long."""
-    text = json.dumps(inv.looks, sort_keys=True)
-    if len(text) > TAG_CHARS:
-        short = [{**lk, "open_cells": len(lk["open_cells"])} for lk in inv.looks]
-        text = json.dumps(short, sort_keys=True)
-    inv.client.set_tag(inv.parent_run_id, LOOKS_TAG, text[:TAG_CHARS])
+    record_tag(inv, LOOKS_TAG, inv.looks, lambda looks: [{**lk, "open_cells": len(lk["open_cells"])} for lk in looks])
