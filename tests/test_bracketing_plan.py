@@ -381,13 +381,15 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     from cemlab.sweeps.plan import plan_sweep
 
     top = plan_sweep("recursion_ablation", "workstation-tpp20", read_store=False)
-    # 7 cells x 2 rates x seeds 0-1; 3 steps shared by compared cells, up to the bound 6.4e-2: each cell
-    # may add 1e-3 and 5e-4 below, 8e-3, 1.6e-2 and 3.2e-2 above (5 rates x 2 seeds); its budget 75
-    assert len(top.rows) == 28 and top.budget == 75 and top.max_trials == 28 + 7 * 5 * 2
-    assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.064]: step 0 up to 28 trials, step 1 up "
-                                "to 28 trials, step 2 up to 14 trials): 42-98 trials")
+    # 5 cells x 2 rates x seeds 0-1; 3 steps shared by compared cells, up to the bound 6.4e-2: each cell
+    # may add 1e-3 and 5e-4 below, 8e-3, 1.6e-2 and 3.2e-2 above (5 rates x 2 seeds); its budget 64,
+    # raised by as much as the steps spend beyond it to keep 24 fresh trials
+    assert len(top.rows) == 20 and top.budget == 64 and top.fresh == 24
+    assert top.max_trials == 20 + 5 * 5 * 2 + 24
+    assert _rung_looks(top) == ("bracketing (lr x2 or /2 within [0.0005, 0.064]: step 0 up to 20 trials, step 1 up "
+                                "to 20 trials, step 2 up to 10 trials): 30-94 trials")
     cheap = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
-    assert "seed looks" not in cheap and cheap.endswith(": 54-126 trials")
+    assert "seed looks" not in cheap and cheap.endswith(": 54-162 trials")
     # a rung that adds seeds (the ladder as it ran until 2026-11-29, 3 seeds a cell) names its bracketing
     # step before its seed looks, as they run
     text = AS_MEASURED.read_text().replace(

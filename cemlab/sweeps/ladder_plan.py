@@ -76,8 +76,10 @@ class RungPlan:
     @property
     def min_trials(self) -> int:
         """The fewest trials the rung runs: its selection stage, or at a rung with a confirmation stage
-        its budget (the stage spends it to within one seed of its pairs)."""
-        return max(self.plan.min_trials, self.plan.budget or 0)
+        its budget (the stage spends it to within one seed of its pairs), or the selection's fewest
+        plus the stage's ``fresh`` trials where that is more."""
+        least = self.plan.min_trials
+        return max(least + (self.plan.fresh or 0), self.plan.budget) if self.plan.budget is not None else least
 
     @property
     def max_trials(self) -> int:
@@ -113,12 +115,14 @@ class RungPlan:
         """Each look's trials as slot-seconds (:func:`trial_seconds` of its family's FLOPs), in the order
         the sweep submits them: the looks the plan counts (``Plan.family_looks``); then, at a rung with
         a confirmation stage, the fresh seeds that fill its budget (the stage spends it to within one
-        seed of its pairs, whichever cells the selection picks), each at the grid's mean trial."""
+        seed of its pairs, whichever cells the selection picks), at least its ``fresh`` trials, each at
+        the grid's mean trial."""
         each = {family_of(r.trial): trial_seconds(r.flops or 0.0, self.steps) for r in self.plan.rows}
         looks = [[each[f] for f in look] for look in self.plan.family_looks(most)]
         if self.plan.budget is not None and looks:
             mean = sum(looks[0]) / len(looks[0])
-            looks.append([mean] * max(0, self.plan.budget - sum(len(look) for look in looks)))
+            spent = sum(len(look) for look in looks)
+            looks.append([mean] * max(0, self.plan.budget - spent, self.plan.fresh or 0))
         return [look for look in looks if look]
 
     def done(self) -> int:

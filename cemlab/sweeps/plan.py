@@ -119,6 +119,7 @@ class Plan:
     bracketing_note: str = ""  # tuning: why this grid brackets nothing although the scale would (unbracketable)
     budget: int | None = None  # confirmation: the trial budget of the whole job (None: no confirmation stage)
     confirmation_alpha: float | None = None  # confirmation: the two-sided level of each tuned comparison
+    fresh: int | None = None   # confirmation: its fewest trials, the budget raised to the selection's + them
     primary_seeds: int | None = None  # confirmation: the primary condition's fresh seeds, fixed (None: left over)
     primary: str | None = None        # confirmation: the claim whose primary condition they are
 
@@ -154,9 +155,10 @@ class Plan:
         """Trials if every cell took every rate it can reach beyond its worse end (``tuning``) and then
         stayed open to the last look (``seeding``) at all its rates (:meth:`family_looks`); the grid's
         without either. With a confirmation stage: its trial budget (it never runs past it), or the
-        selection stage's most."""
+        selection stage's most, plus its ``fresh`` trials where the file gives them (the budget is
+        raised to the selection's trials and those)."""
         most = sum(len(look) for look in self.family_looks(most=True))
-        return max(self.budget, most) if self.budget is not None else most
+        return max(self.budget, most + (self.fresh or 0)) if self.budget is not None else most
 
     @property
     def min_trials(self) -> int:
@@ -180,6 +182,7 @@ class Plan:
             return {}
         return {"selection_seeds": self.looks[0] if self.looks else [], "budget": self.budget,
                 "alpha": self.confirmation_alpha, "primary": self.primary, "primary_seeds": self.primary_seeds,
+                "fresh": self.fresh,
                 "min_trials": self.min_trials, "max_trials": self.max_trials}
 
     def seeding(self) -> dict:
@@ -401,7 +404,7 @@ def plan_scales(sweep: str | SweepSpec, scales: list[str], client: "MlflowClient
                           confirmation_alpha=spec.confirmation.alpha if spec.confirmation is not None else None,
                           primary=spec.confirmation.primary if spec.confirmation is not None else None,
                           primary_seeds=spec.primary_seeds(scale)
-                          if spec.confirmation is not None else None,
+                          if spec.confirmation is not None else None, fresh=spec.fresh_trials(scale),
                           bracketing_note=unbracketable(spec, trials) if spec.bracket_steps(scale) else "",
                           gpu_slots=slots_plan(scale_rows, client) if client is not None else {}))
     return plans

@@ -38,7 +38,8 @@ def confirmation_seeds(spec, scale: str, trials: list) -> list[int]:
     the grid's seeds, as many as the budget could buy for one comparison of two cells at one rate
     (the most it can give any cell), or the primary condition's fixed seeds where the file gives them
     (no pair gets more); [] without a budget there."""
-    budget = spec.confirmation_budget(scale, trials) if trials and hasattr(spec, "confirmation_budget") else None
+    budget = (spec.confirmation_budget(scale, trials, len(trials)) if trials and hasattr(spec, "confirmation_budget")
+              else None)
     if budget is None:
         return []
     top = max(seed_of(t) for t in trials)

@@ -138,20 +138,21 @@ def sweep_confirm(inv, trials: list, overrides: list[str] | None) -> tuple[dict 
     :func:`confirmation_plan`) and the trials to run, named and hashed as the sweep file's own;
     (None, []) without a budget."""
     spec, scale = inv.spec, inv.scale
-    budget = spec.confirmation_budget(scale, trials)
-    if budget is None:
+    if spec.confirmation_budget(scale, trials) is None:
         return None, []
     ctx = sweep_context(inv, overrides)
     selection = sorted({seed_of(t) for t in trials})
     t = ctx.trials()
     spent = int(t["seed"].astype(int).isin(selection).sum()) if len(t) else 0
+    budget = spec.confirmation_budget(scale, trials, spent)   # raised to spent + confirmation.fresh, if set
     plan = confirmation_plan(selection_verdicts(ctx, selection), budget, spent, selection, spec.confirmation.primary,
                              spec.primary_seeds(scale))
     pairs, primary = plan["pairs"], plan["primary_pairs"]
     base_seeds, extra_seeds = plan["base_seeds"], plan["extra_seeds"]
     todo = _trials_at(spec, scale, overrides, pairs, base_seeds) + _trials_at(spec, scale, overrides, primary,
                                                                                   extra_seeds)
-    record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget, pairs=plan["c"],
+    record = dict(stage="confirmation", selection_seeds=selection, spent=spent, budget=budget,
+                  fresh=spec.fresh_trials(scale), pairs=plan["c"],
                   seeds=plan["n"], fresh_seeds=base_seeds, primary=spec.confirmation.primary, primary_pairs=plan["cp"],
                   primary_seeds=plan["n"] + plan["extra"],
                   extra_seeds=extra_seeds, cells=[dict(cell=f, rates=sorted(r)) for f, r in pairs.items()],

@@ -275,7 +275,10 @@ def _print_plan(plan, console) -> None:
                  f"the rest to {conf['primary']}'s primary condition" if conf.get("primary") else "")
         console.print(f"Confirmation: each cell's rate chosen on seeds {','.join(map(str, conf['selection_seeds']))}, then "
                       f"fresh seeds at the chosen rates of the cells it is compared with, as many as a budget of "
-                      f"{conf['budget']} trials buys{f' ({first})' if first else ''}; each tuned comparison at "
+                      f"{conf['budget']} trials buys{f' ({first})' if first else ''}"
+                      + (f", and at least {conf['fresh']} trials (the budget raised to the selection's trials + "
+                         f"{conf['fresh']} where its steps spent more)" if conf.get("fresh") else "")
+                      + f"; each tuned comparison at "
                       f"alpha {conf['alpha']:g} (one-sided {conf['alpha'] / 2:g}): {conf['min_trials']} trials at least "
                       f"(the selection stage), {conf['max_trials']} at most", markup=False)
     seeding = plan.seeding()

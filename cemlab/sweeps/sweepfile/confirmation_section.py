@@ -9,7 +9,10 @@ chosen rate is then its lowest median validation metric over them (a divergence 
 and at the chosen rate of every cell it is compared with, on fresh seeds: ``n = floor((budget -
 trials run so far) / C)`` of them, ``C`` the distinct (cell, rate) pairs needed; what the budget has
 left buys whole extra seeds for the cells of the ``primary`` claim's primary condition, at the
-union of their pair's chosen rates. With ``primary_seeds`` the primary condition's pairs get that many
+union of their pair's chosen rates. With ``fresh`` the stage gets at least that many trials whatever
+the selection spent: where its bracketing steps spent more than ``budget - fresh``, the budget is
+raised to the trials so far plus ``fresh`` (the plan's ``budget`` then holds when the steps cost what
+was expected, and the confirmation is never starved by them). With ``primary_seeds`` the primary condition's pairs get that many
 fresh seeds first, whatever the selection chose, and the other pairs share the rest (at most as
 many each): its verdict then never has fewer seeds because a variant diverged. The rule reads which rates were chosen and how many trials ran,
 never a verdict. The report judges each tuned comparison on the fresh seeds by the union rule at
@@ -26,6 +29,7 @@ from cemlab.sweeps.sweepfile.schema import ALPHA, ScaleSpec, StrictSpec, SweepEr
 
 #: ``confirmation.budget`` and ``confirmation.primary_seeds``: counts by scale (``schema.counts``).
 TrialBudgets = counts(1, "budget", "{tiny: 165}", block="confirmation", unit=" of trials")
+FreshTrials = counts(1, "fresh", "{tiny: 36}", unit=" of trials")
 PrimarySeeds = counts(2, "primary_seeds", "{tiny: 8}", why=" (a paired t-test needs two seeds)")
 
 
@@ -34,6 +38,10 @@ class Confirmation(StrictSpec):
 
     budget: TrialBudgets = Field(description="Per scale name, the trials of the whole job at most (selection "
                                              "and confirmation), e.g. {tiny: 165}.")
+    fresh: FreshTrials = Field(default_factory=dict, description="Per scale name, the fewest trials the "
+                               "confirmation stage gets, e.g. {tiny: 36}: where the selection stage spent more than "
+                               "budget - fresh, the budget is raised to its trials + fresh. A scale not named: the "
+                               "budget alone.")
     alpha: float = Field(default=0.045, description="The two-sided level of each tuned comparison's decision (each "
                                                     f"one-sided test at alpha / 2), at most the sweep's {ALPHA:g}.")
     primary: str | None = Field(default=None, description="The claim whose primary condition's cells get the seeds "
@@ -73,9 +81,14 @@ def check_confirmation(spec, scales: dict[str, ScaleSpec]) -> None:
     if conf.primary_seeds and conf.primary is None:
         raise SweepError(f"{src}: confirmation.primary_seeds: gives seeds to the primary condition of "
                          f"confirmation.primary, which is not set: name the claim (primary: ...) or remove primary_seeds")
-    for name in conf.primary_seeds:
-        if name not in scales:
-            raise SweepError(f"{src}: confirmation.primary_seeds.{name}: unknown scale; choose one of {sorted(scales)}")
+    for key in ("primary_seeds", "fresh"):
+        for name in getattr(conf, key):
+            if name not in scales:
+                raise SweepError(f"{src}: confirmation.{key}.{name}: unknown scale; choose one of {sorted(scales)}")
+    for name in conf.fresh:
+        if conf.budget_at(name, scales[name].like) is None:
+            raise SweepError(f"{src}: confirmation.fresh.{name}: scale {name!r} has no confirmation stage "
+                             f"(confirmation.budget); give it a budget or remove its fresh trials")
     if conf.primary is not None and conf.primary not in spec.claims:
         raise SweepError(f"{src}: confirmation.primary: {conf.primary!r} is not among the file's claims "
                          f"{spec.claims}; name one of them or leave primary out")

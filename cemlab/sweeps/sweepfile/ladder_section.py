@@ -54,10 +54,11 @@ from cemlab.sweeps.sweepfile.layers import merge_dicts, nest
 from cemlab.sweeps.sweepfile.schema import Resources, Scalar, ScaleSpec, SizeSpec, StrictSpec, SweepError, counts
 
 
-#: ``ladder.max_seeds``, ``max_steps``, ``budget`` and ``primary_seeds``: counts by rung (``schema.counts``).
+#: ``ladder.max_seeds``, ``max_steps``, ``budget``, ``fresh`` and ``primary_seeds``: counts by rung (``schema.counts``).
 RungSeedBudgets = counts(2, "max_seeds", "{1.25: 8}", keys=float, per="rung")
 RungSteps = counts(0, "max_steps", "{20: 3}", keys=float, per="rung")
 RungTrialBudgets = counts(1, "budget", "{20: 77}", keys=float, per="rung", unit=" of trials")
+RungFresh = counts(1, "fresh", "{20: 22}", keys=float, per="rung", unit=" of trials")
 RungPrimarySeeds = counts(2, "primary_seeds", "{20: 2}", keys=float, per="rung",
                           why=" (a paired t-test needs two seeds)")
 
@@ -78,6 +79,9 @@ class Ladder(StrictSpec):
     budget: RungTrialBudgets = Field(default_factory=dict, description="Per rung, the trials of its whole job at "
                                      "most (confirmation.budget there: a selection stage, then fresh seeds at the "
                                      "chosen rates); needs the file's confirmation: section.")
+    fresh: RungFresh = Field(default_factory=dict, description="Per rung, the fewest trials its confirmation "
+                             "stage gets (confirmation.fresh there): the budget is raised to the selection's "
+                             "trials + fresh where the bracketing steps spent more.")
     primary_seeds: RungPrimarySeeds = Field(default_factory=dict, description="Per rung, the fresh seeds the "
                                             "confirmation's primary condition gets first (confirmation.primary_seeds "
                                             "there).")
@@ -161,7 +165,7 @@ def check_ladder(ladder: Ladder, source: str, scales: dict[str, ScaleSpec], axes
                              f"not an axis of this sweep; axes: {sorted(a for a in axes if a != 'group')}"))
         if not vals:
             raise SweepError(f"{where}.axes.{axis} is empty; list at least one value or remove it")
-    for key in ("max_seeds", "max_steps", "budget", "primary_seeds", "exclude"):
+    for key in ("max_seeds", "max_steps", "budget", "fresh", "primary_seeds", "exclude"):
         for r in getattr(ladder, key):
             if r not in ladder.rungs:
                 raise SweepError(f"{where}.{key}.{r:g}: not a rung of this ladder; use one of "
@@ -170,10 +174,11 @@ def check_ladder(ladder: Ladder, source: str, scales: dict[str, ScaleSpec], axes
         if r in ladder.max_seeds:
             raise SweepError(f"{where}.budget.{r:g} and {where}.max_seeds.{r:g}: a rung adds seeds either by looks "
                              f"(seeding) or by the confirmation stage, not both; remove one")
-    for r in ladder.primary_seeds:
-        if r not in ladder.budget:
-            raise SweepError(f"{where}.primary_seeds.{r:g}: rung {r:g} has no confirmation stage (ladder.budget); "
-                             f"give it a budget or remove its primary seeds")
+    for key, what in (("primary_seeds", "primary seeds"), ("fresh", "fresh trials")):
+        for r in getattr(ladder, key):
+            if r not in ladder.budget:
+                raise SweepError(f"{where}.{key}.{r:g}: rung {r:g} has no confirmation stage (ladder.budget); "
+                                 f"give it a budget or remove its {what}")
     for r, entries in ladder.exclude.items():
         for i, entry in enumerate(entries):
             for axis, value in entry.items():
@@ -222,10 +227,10 @@ def rung_entries(ladder: Ladder, setting: str, table: dict[str, Any]) -> dict[st
     * ``seeding.max_seeds``: the rung's own budget, ``ladder.max_seeds``, never the base scale's: a
       rung it does not name runs its seed axis once (``seeding.batch`` holds at every scale);
     * ``seeding.alpha_split``: none: a rung's looks judge at the even split, alpha / K;
-    * ``confirmation.budget`` and ``confirmation.primary_seeds``: the rung's own, ``ladder.budget``
-      and ``ladder.primary_seeds``, never the base scale's (its budget is for its own trials): a rung
-      they do not name has no confirmation stage (``confirmation.alpha`` and ``primary`` hold at every
-      scale);
+    * ``confirmation.budget``, ``confirmation.fresh`` and ``confirmation.primary_seeds``: the rung's
+      own, ``ladder.budget``, ``ladder.fresh`` and ``ladder.primary_seeds``, never the base scale's
+      (its budget is for its own trials): a rung they do not name has no confirmation stage
+      (``confirmation.alpha`` and ``primary`` hold at every scale);
     * any other (``optuna.samples``: a ladder sweep is a grid): none.
 
     A rung's scale settings (models, the task's section, resources) are the base scale's as
@@ -237,7 +242,8 @@ def rung_entries(ladder: Ladder, setting: str, table: dict[str, Any]) -> dict[st
     if setting == "scales":
         return {ladder.rung_name(r): {**(base or {}), **ladder.axes, "size": [ladder.size]} for r in ladder.rungs}
     own = {"seeding.max_seeds": ladder.max_seeds, "tuning.max_steps": ladder.max_steps,
-           "confirmation.budget": ladder.budget, "confirmation.primary_seeds": ladder.primary_seeds}.get(setting, {})
+           "confirmation.budget": ladder.budget, "confirmation.fresh": ladder.fresh,
+           "confirmation.primary_seeds": ladder.primary_seeds}.get(setting, {})
     out = {ladder.rung_name(r): base for r in ladder.rungs} if setting == "tuning.max_steps" and base is not None else {}
     return {**out, **{ladder.rung_name(r): n for r, n in own.items()}}
 

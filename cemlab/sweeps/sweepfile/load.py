@@ -264,15 +264,19 @@ class SweepSpec(StrictSpec):
             return ""
         return self.settings("seeding").split_note(scale, seeds, self._like(scale))
 
-    def confirmation_budget(self, scale: str, trials: list["Trial"] | None = None) -> int | None:
-        """The trial budget of the confirmation stage at ``scale`` (``confirmation.budget``, else its
-        ``like`` scale's); None without one, and for grid ``trials`` whose seed axis the command line
-        gave (those seeds exactly, none added)."""
-        if self.confirmation is None or self.search == "optuna":
+    def confirmation_budget(self, scale: str, trials: list["Trial"] | None = None,
+                            spent: int | None = None) -> int | None:
+        """The confirmation stage's trial budget at ``scale`` (``confirmation.budget``, else its ``like``
+        scale's), at least ``spent`` (the selection's trials) + ``confirmation.fresh``; None without one,
+        and for grid ``trials`` whose seed axis the command line gave (those seeds exactly, none added)."""
+        if self.confirmation is None or self.search == "optuna" or any(t.seeds_given for t in trials or []):
             return None
-        if trials is not None and any(t.seeds_given for t in trials):
-            return None
-        return self.settings("confirmation").budget_at(scale, self._like(scale))
+        budget, fresh = self.entry("confirmation.budget", scale), self.fresh_trials(scale)
+        return budget if budget is None or fresh is None or spent is None else max(budget, spent + fresh)
+
+    def fresh_trials(self, scale: str) -> int | None:
+        """The confirmation's fewest trials at ``scale`` (``confirmation.fresh``; a rung's by the ladder's rule)."""
+        return None if self.confirmation is None else self.entry("confirmation.fresh", scale)
 
     def primary_seeds(self, scale: str) -> int | None:
         """The confirmation's primary condition's fixed fresh seeds at ``scale`` (a rung's by the ladder's rule)."""
@@ -365,7 +369,7 @@ class SweepSpec(StrictSpec):
 
 #: The per-scale tables of each section (``SweepSpec.settings``).
 _PER_SCALE = {"tuning": ("max_steps",), "seeding": ("max_seeds", "alpha_split"),
-              "confirmation": ("budget", "primary_seeds")}
+              "confirmation": ("budget", "primary_seeds", "fresh")}
 
 
 def grid_seeds(trials: list["Trial"]) -> list[int]:
