@@ -77,6 +77,27 @@ def write_sweep(d: Path, name: str, text: str) -> Path:
     return p
 
 
+def assert_refused(d: Path, name: str, text: str, fragments: list[str], scale: str | None = None) -> str:
+    """Write the sweep file ``name`` into ``d``, load it (and expand it at ``scale``, if given) and
+    assert the ``SweepError`` names the file and every one of ``fragments`` (the field and the fix);
+    the message."""
+    import pytest
+
+    from cemlab.sweeps.sweepfile.load import load_sweep
+    from cemlab.sweeps.sweepfile.schema import SweepError
+
+    path = write_sweep(d, name, text)
+    with pytest.raises(SweepError) as info:
+        spec = load_sweep(path)
+        if scale is not None:
+            spec.expand(scale)
+    msg = str(info.value)
+    assert str(path) in msg, msg
+    for fragment in fragments:
+        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    return msg
+
+
 def run(name: str, cache: Path, report: bool = True, **kw):
     """``cemlab sweep NAME --scale smoke``: the sweep, then (``report``) its report, as the command does."""
     from rich.console import Console
@@ -148,6 +169,6 @@ def seeded_sweeps(tmp_path: Path) -> Path:
     tail = rest[rest.index("\n# The ladder"):] if "\n# The ladder" in rest else ""
     head = head.replace("precond: [dplr], seed: [0, 1]}", "precond: [dplr], seed: [0, 1, 2]}", 1)
     tail = "".join(line for line in tail.splitlines(keepends=True)   # the rungs' budgets need the section
-                   if not line.startswith(("  budget:", "  primary_seeds:")))
+                   if not line.startswith(("  budget:", "  fresh:", "  primary_seeds:")))
     p.write_text(head + "\n" + SEEDED_MAIN_JOB + tail.lstrip("\n"))
     return d

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +20,7 @@ from cemlab.sweeps.sweepfile.schema import SweepError, Tuning, lr_ratio, round_l
 from cemlab.sweeps.tuning_policy import Bracketing
 from cemlab.sweeps.sweepfile.tuning_section import family_extra, family_of
 
-from sweep_support import AS_MEASURED, REPO_SWEEPS
+from sweep_support import AS_MEASURED, REPO_SWEEPS, assert_refused, write_sweep
 
 HEAD = """\
 figure: "Fig X"
@@ -38,10 +36,6 @@ def repo_sweeps(monkeypatch):
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(REPO_SWEEPS))
 
 
-def write(d: Path, name: str, text: str) -> Path:
-    p = d / f"{name}.yaml"
-    p.write_text(textwrap.dedent(text))
-    return p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,23 +69,16 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_tuning_key_fails_naming_the_field_and_the_fix(sweep_dir, case):
-    text, expected = BAD[case]
-    path = write(sweep_dir, case, text)
-    with pytest.raises(SweepError) as info:
-        load_sweep(path)
-    msg = str(info.value)
-    assert str(path) in msg, msg
-    for fragment in expected:
-        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    assert_refused(sweep_dir, case, *BAD[case])
 
 
 def test_an_lr_axis_is_checked_only_where_the_scale_brackets(sweep_dir):
     """smoke is not named (nor like a named scale): one rate there is fine; tiny-prose is like tiny."""
-    spec = load_sweep(write(sweep_dir, "ok", HEAD + "scales: {smoke: {lr: [2.0e-3]}}\n" + TUNING))
+    spec = load_sweep(write_sweep(sweep_dir, "ok", HEAD + "scales: {smoke: {lr: [2.0e-3]}}\n" + TUNING))
     assert spec.bracket_steps("smoke") == 0 and spec.bracket_steps("tiny") == 1
     assert spec.bracket_steps("tiny-prose") == 1                           # like: tiny
     assert spec.tuning_rates("smoke", spec.expand("smoke")) == [0.002]     # no bracketing: the grid's rates
-    assert load_sweep(write(sweep_dir, "plain", HEAD)).bracket_steps("tiny") == 0
+    assert load_sweep(write_sweep(sweep_dir, "plain", HEAD)).bracket_steps("tiny") == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,8 +143,8 @@ def test_a_command_line_lr_axis_that_cannot_be_bracketed_brackets_nothing_and_sa
 def test_a_rate_added_by_override_is_the_trial_of_a_file_listing_it(sweep_dir):
     """What a step adds (the grid expanded with ``lr=[RATE]``, filtered to the family and the grid's
     seeds) has the id and config hash the trial has in a file that lists the rate."""
-    two = load_sweep(write(sweep_dir, "two", HEAD + TUNING))
-    three = load_sweep(write(sweep_dir, "three", HEAD.replace("lr: [2.0e-3, 4.0e-3]", "lr: [1.0e-3, 2.0e-3, 4.0e-3]")))
+    two = load_sweep(write_sweep(sweep_dir, "two", HEAD + TUNING))
+    three = load_sweep(write_sweep(sweep_dir, "three", HEAD.replace("lr: [2.0e-3, 4.0e-3]", "lr: [1.0e-3, 2.0e-3, 4.0e-3]")))
     grid = two.expand("tiny")
     rate = two.next_rate("tiny", grid, [0.002, 0.004], "lowest")
     family = family_of(grid[0])
@@ -213,7 +200,7 @@ def test_a_family_extends_one_end_and_the_bounds_cap_the_steps(sweep_dir):
     the step adds those seeds."""
     from cemlab.sweeps.plan import plan_sweep
 
-    path = write(sweep_dir, "capped", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-3, 1.6e-2]}\n")
+    path = write_sweep(sweep_dir, "capped", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-3, 1.6e-2]}\n")
     plan = plan_sweep(path.as_posix(), "tiny", read_store=False)
     b = plan.bracketing()
     assert b["rates"] == [0.001, 0.002, 0.004, 0.008, 0.016]
@@ -223,7 +210,7 @@ def test_a_family_extends_one_end_and_the_bounds_cap_the_steps(sweep_dir):
     one = plan_sweep(path.as_posix(), "tiny", read_store=False, overrides=["seed=[0]"])
     assert one.max_trials == 4 + 2 * 2 * 1 and [s["max_trials"] for s in one.bracketing()["steps"]] == [2, 2]
     # no step is certain where the best may have no rate beyond it (an end at the bound) or be interior
-    low = plan_sweep(write(sweep_dir, "low", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [2.0e-3, 1.6e-2]}\n")
+    low = plan_sweep(write_sweep(sweep_dir, "low", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [2.0e-3, 1.6e-2]}\n")
                      .as_posix(), "tiny", read_store=False)
     assert [c["least"] for c in low.bracketing()["cells"]] == [0, 0] and low.min_trials == 12 < low.max_trials
     three = plan_sweep(path.as_posix(), "tiny", read_store=False, overrides=["lr=[2.0e-3,4.0e-3,8.0e-3]"])
@@ -261,7 +248,7 @@ def ran(monkeypatch):
 def test_add_rates_makes_the_steps_in_order_and_stops_when_nothing_is_added(sweep_dir, ran):
     from cemlab.sweeps.stages.bracketing import BRACKETS_TAG, add_rates
 
-    spec = load_sweep(write(sweep_dir, "three_steps", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-4, 1.6e-2]}\n"))
+    spec = load_sweep(write_sweep(sweep_dir, "three_steps", HEAD + "tuning: {max_steps: {tiny: 3}, bounds: [1.0e-4, 1.6e-2]}\n"))
     grid = spec.expand("tiny")
     asked = []
 
@@ -283,7 +270,7 @@ def test_add_rates_makes_the_steps_in_order_and_stops_when_nothing_is_added(swee
 def test_add_rates_stops_at_a_step_with_nothing_to_judge_and_at_max_steps(sweep_dir, ran):
     from cemlab.sweeps.stages.bracketing import add_rates
 
-    spec = load_sweep(write(sweep_dir, "two_steps", HEAD + "tuning: {max_steps: {tiny: 2}, bounds: [1.0e-4, 1.6e-2]}\n"))
+    spec = load_sweep(write_sweep(sweep_dir, "two_steps", HEAD + "tuning: {max_steps: {tiny: 2}, bounds: [1.0e-4, 1.6e-2]}\n"))
     grid = spec.expand("tiny")
     steps = []
 
@@ -310,9 +297,9 @@ def test_add_rates_does_nothing_without_steps_and_warns_without_a_judge(sweep_di
     def judge(*args):
         raise AssertionError(f"a step was judged: {args[3]}")
 
-    plain = load_sweep(write(sweep_dir, "plain", HEAD))
+    plain = load_sweep(write_sweep(sweep_dir, "plain", HEAD))
     add_rates(_inv(plain), plain.expand("tiny"), None, judge)            # no tuning
-    tuned = load_sweep(write(sweep_dir, "tuned", HEAD + TUNING))
+    tuned = load_sweep(write_sweep(sweep_dir, "tuned", HEAD + TUNING))
     add_rates(_inv(tuned, "smoke"), tuned.expand("smoke"), None, judge)  # no steps at smoke
     with caplog.at_level(logging.WARNING, logger="cemlab.sweeps"):
         add_rates(_inv(tuned), tuned.expand("tiny"), None, None)
@@ -395,7 +382,7 @@ def test_each_ladder_rung_names_its_bracketing_step_then_its_seed_looks(repo_swe
     text = AS_MEASURED.read_text().replace(
         "  exclude: {20:", "  max_seeds: {0.3125: 8}\n  exclude: {20:") + "seeding: {max_seeds: {workstation: 3}, batch: 3}\n"
     shutil.copy(REPO_SWEEPS / "scales.yaml", tmp_path / "scales.yaml")
-    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(write(tmp_path, "recursion_ablation", text).parent))
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(write_sweep(tmp_path, "recursion_ablation", text).parent))
     seeded = _rung_looks(plan_sweep("recursion_ablation", "workstation-tpp0.3125", read_store=False))
     assert seeded.index("bracketing") < seeded.index("seed looks (look 0: 3 seeds; look 1: 6 seeds; look 2: 8 seeds)")
     assert seeded.endswith("81-216 trials")

@@ -158,3 +158,45 @@ def test_the_figure_draws_the_statistic_the_table_picks_the_best_rate_by():
     import matplotlib.pyplot as plt
 
     plt.close(fig.fig)
+
+
+def test_a_confirmation_sweeps_figure_draws_and_stars_its_selection_seeds():
+    """In a sweep with a confirmation stage each cell's rate is chosen on the grid's seeds (0-1) and the
+    fresh seeds (2-4) run at the chosen rates only: the figure draws the medians over seeds 0-1 and stars
+    the chosen rate (``verdict_best_lr``), not the all-seed median, which fresh seeds that happened to be
+    bad would move to another rate (here 4e-3 chosen on seeds 0-1; with seeds 2-4, 2e-3)."""
+    from types import SimpleNamespace
+
+    from cemlab.report.figures.lr_tuning import lr_tuning
+
+    lrs = [2e-3, 4e-3, 8e-3]
+    by_seed = {2e-3: [12.0, 12.2], 4e-3: [11.0, 11.1, 13.5, 13.6, 13.4], 8e-3: [12.5, 12.4]}
+    rows = [dict(group="cem-attn", variant="v", size="86m", lr=lr, seed=s, status="finished", value=v * 1.01,
+                 val=v, chance=1024.0, cell=json.dumps({"variant": "v", "size": "86m", "lr": lr}, sort_keys=True))
+            for lr, vs in by_seed.items() for s, v in enumerate(vs)]
+    trials = pd.DataFrame(rows)
+    cells = _cells({"v": (lrs, [float(np.mean(by_seed[lr])) for lr in lrs], [1.0] * 3)})
+
+    class Grids:   # the sweep's grid at the report's scale: seeds 0-1, with a confirmation budget there
+        def spec(self, sweep):
+            return SimpleNamespace(confirmation_budget=lambda scale, trials: 30)
+
+        def trials(self, sweep, scale):
+            return [SimpleNamespace(axes={"seed": s, "lr": 2e-3}, config=SimpleNamespace(train=SimpleNamespace(seed=0)))
+                    for s in (0, 1)]
+
+    ctx = SimpleNamespace(cells=lambda: cells, trials=lambda: trials, grids=Grids(), sweep="s", scale="tiny")
+    fig = lr_tuning(ctx)
+    (row,) = fig.tables["lr_tuning"].to_dict("records")
+    assert row["best_lr"] == 2e-3 and row["verdict_best_lr"] == 4e-3      # every seed vs the selection seeds
+    drawn = {line.get_gid().split()[0]: line for ax in fig.fig.axes for line in ax.lines if line.get_gid()}
+    assert np.allclose(drawn["curve"].get_ydata(), [math.exp(np.median(np.log(by_seed[lr][:2]))) for lr in lrs])
+    assert drawn["best"].get_xdata()[0] == 4e-3
+    assert "selection seeds 0, 1" in fig.caption
+    plain = lr_tuning(SimpleNamespace(cells=lambda: cells, trials=lambda: trials))   # no grid known: every seed
+    star = [ln for ax in plain.fig.axes for ln in ax.lines if (ln.get_gid() or "").startswith("best")]
+    assert star[0].get_xdata()[0] == 2e-3
+    import matplotlib.pyplot as plt
+
+    plt.close(fig.fig)
+    plt.close(plain.fig)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from cemlab.report.claims.verdicts import Check, Verdict
 from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.sweeps.sweepfile.schema import Seeding, SweepError
 
-from sweep_support import REPO_SWEEPS, seeded_sweeps
+from sweep_support import REPO_SWEEPS, assert_refused, seeded_sweeps, write_sweep
 
 HEAD = """\
 figure: "Fig X"
@@ -33,10 +32,6 @@ variants:
 """
 
 
-def write(d: Path, name: str, text: str) -> Path:
-    p = d / f"{name}.yaml"
-    p.write_text(textwrap.dedent(text))
-    return p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,14 +68,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_seeding_key_fails_naming_the_field_and_the_fix(sweep_dir, case):
-    text, expected = BAD[case]
-    path = write(sweep_dir, case, text)
-    with pytest.raises(SweepError) as info:
-        load_sweep(path)
-    msg = str(info.value)
-    assert str(path) in msg, msg
-    for fragment in expected:
-        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    assert_refused(sweep_dir, case, *BAD[case])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +126,8 @@ def test_the_main_job_plans_two_looks_at_its_split_of_alpha(tmp_path, monkeypatc
 
 
 def test_added_seeds_are_the_trials_a_file_listing_them_would_have(sweep_dir):
-    seeded = load_sweep(write(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
-    listed = load_sweep(write(sweep_dir, "listed", HEAD.replace("seed: [0, 1, 2]", "seed: [0, 1, 2, 3, 4]")))
+    seeded = load_sweep(write_sweep(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
+    listed = load_sweep(write_sweep(sweep_dir, "listed", HEAD.replace("seed: [0, 1, 2]", "seed: [0, 1, 2, 3, 4]")))
     grid = seeded.expand("tiny")
     full = full_grid(seeded, "tiny", grid)
     assert len(grid) == 6 and len(full) == 10
@@ -154,7 +142,7 @@ def test_added_seeds_are_the_trials_a_file_listing_them_would_have(sweep_dir):
 def test_the_plan_shows_the_looks_and_the_most_trials(sweep_dir):
     from cemlab.sweeps.plan import plan_sweep
 
-    plan = plan_sweep(write(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 6}, batch: 2}\n").as_posix(),
+    plan = plan_sweep(write_sweep(sweep_dir, "seeded", HEAD + "seeding: {max_seeds: {tiny: 6}, batch: 2}\n").as_posix(),
                       "tiny", read_store=False)
     s = plan.seeding()
     assert [lk["seeds"] for lk in s["looks"]] == [[0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]
@@ -170,7 +158,7 @@ def test_a_split_of_alpha_is_carried_into_the_plan_the_looks_and_the_page(sweep_
     from cemlab.report.looks.interim_look import LookLoop
     from cemlab.sweeps.plan import plan_sweep
 
-    path = write(sweep_dir, "split", HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.005, "
+    path = write_sweep(sweep_dir, "split", HEAD + "seeding: {max_seeds: {tiny: 8}, batch: 5, alpha_split: {tiny: [0.005, "
                                             "0.045]}}\n")
     spec = load_sweep(path)
     grid = spec.expand("tiny")
@@ -339,7 +327,7 @@ def test_a_comparison_decided_at_a_look_keeps_its_verdict_at_later_looks():
 def test_an_open_tuned_cell_takes_its_other_learning_rates_with_it(sweep_dir):
     from cemlab.report.looks.interim_look import next_trials
 
-    spec = load_sweep(write(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
+    spec = load_sweep(write_sweep(sweep_dir, "tuned", HEAD.replace("lr: [2.0e-3]", "lr: [2.0e-3, 4.0e-3]")
                             + "seeding: {max_seeds: {tiny: 5}, batch: 2}\n"))
     grid = spec.expand("tiny")
     full = full_grid(spec, "tiny", grid)

@@ -21,7 +21,7 @@ from cemlab.sweeps.sweepfile.schema import SweepError, Trial
 from cemlab.sweeps.sweepfile.load import load_sweep
 from cemlab.tracking import schema
 
-from sweep_support import REPO_SWEEPS, SWEEP_FILES, expected_grid, write_sweep as write
+from sweep_support import REPO_SWEEPS, SWEEP_FILES, assert_refused, expected_grid, write_sweep as write
 
 SCALES = ("smoke", "tiny", "paper")
 
@@ -254,14 +254,7 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_sweep_files_fail_naming_file_and_key(sweep_dir, case):
-    text, expected = BROKEN[case]
-    path = write(sweep_dir, case, text)
-    with pytest.raises(SweepError) as info:
-        load_sweep(path).expand("tiny")
-    msg = str(info.value)
-    assert str(path) in msg, msg
-    for fragment in expected:
-        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    assert_refused(sweep_dir, case, *BROKEN[case], scale="tiny")
 
 
 def test_broken_scales_file_names_the_scale_and_size(sweep_dir):

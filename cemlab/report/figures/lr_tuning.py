@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cemlab.report.figures.plotting import Figure, subplots
+from cemlab.report.inputs.seeded import selection_seeds
 from cemlab.report.stats.akima import chosen_on_validation
 from cemlab.report.stats.bracketing import edge_of, family_edges, tuning_family
 
@@ -106,27 +107,34 @@ def tuning_curves(cells: pd.DataFrame, trials: pd.DataFrame | None = None) -> di
 
 def lr_tuning(ctx) -> Figure | None:
     """The learning-rate curve of every tuned cell (one panel per group, Fig. 3a's form): per rate the
-    score its best rate is chosen on (``tuning_curves``: the median validation metric over seeds), the
-    table's best rate starred on it, a rate whose seeds mostly diverged an x at the top; and the table of
-    ``tuning``. None where no cell has two rates."""
+    score its rate is chosen on (``tuning_curves``: the median validation metric over seeds; in a sweep
+    with a confirmation stage over its selection seeds only, ``inputs.seeded.selection_seeds``, since
+    its fresh seeds ran at the chosen rates only), the chosen rate starred on it (``verdict_best_lr``), a
+    rate whose seeds mostly diverged an x at the top; and the table of ``tuning``. None where no cell
+    has two rates."""
     cells, trials = ctx.cells(), ctx.trials()
-    t = tuning(cells, trials)
+    chosen_on = selection_seeds(ctx)
+    t = tuning(cells, trials, chosen_on)
     if t.empty or int(t["n_lr"].max()) < 2:
         return None
+    if chosen_on is not None and len(trials):
+        trials = trials[trials["seed"].astype(int).isin(chosen_on)]
     curves = tuning_curves(cells, trials)
     groups = list(dict.fromkeys(t["group"]))
     fig, axes = subplots(1, len(groups), figsize=(4.6 * len(groups), 4.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for _, row in t[t["group"] == group].iterrows():
             lrs, y = curves[row["family"]]
-            label = f"{row['variant']} {row['size']}" + ("" if row["bracketed"] else f" (best at {row['edge']} rate)")
+            label = (f"{row['variant']} {row['size']}"
+                     + ("" if row["verdict_bracketed"] else f" (best at {row['verdict_edge']} rate)"))
             line = ax.plot(lrs, np.where(np.isfinite(y), y, np.nan), marker="o", label=label,
                            gid=f"curve {row['family']}")[0]
             color = line.get_color()
             if np.isinf(y).any():
                 ax.plot(lrs[np.isinf(y)], np.ones(int(np.isinf(y).sum())), "x", color=color,
                         transform=ax.get_xaxis_transform(), clip_on=False)
-            best = np.isclose(lrs, row["best_lr"]) if math.isfinite(row["best_lr"]) else np.zeros(len(lrs), bool)
+            chosen = row["verdict_best_lr"]
+            best = np.isclose(lrs, chosen) if math.isfinite(chosen) else np.zeros(len(lrs), bool)
             if best.any():
                 ax.plot(lrs[best][:1], y[best][:1], "*", ms=11, mfc="none", mec=color, mew=1.2,
                         gid=f"best {row['family']}")
@@ -136,12 +144,15 @@ def lr_tuning(ctx) -> Figure | None:
         ax.set_xlabel("learning rate")
         ax.set_title(str(group))
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22))
-    axes[0][0].set_ylabel("validation metric, median over seeds")
-    n_edge = int((~t["bracketed"]).sum())
+    over = "seeds" if chosen_on is None else f"the selection seeds {', '.join(map(str, chosen_on))}"
+    axes[0][0].set_ylabel(f"validation metric, median over {'seeds' if chosen_on is None else 'selection seeds'}")
+    n_edge = int((~t["verdict_bracketed"]).sum())
     table = t.drop(columns=["family"])
     return Figure("lr_tuning", "Learning-rate tuning of every cell", (
-        "Validation metric of each cell against its learning rate: per rate the median over seeds (a diverged seed "
-        "ranked last), the statistic each cell's best rate is chosen on; the star marks the table's best rate, an x "
+        f"Validation metric of each cell against its learning rate: per rate the median over {over} (a diverged "
+        "seed ranked last), the statistic each cell's rate is chosen on" + (
+            "" if chosen_on is None else " (the fresh seeds ran at the chosen rates only; the table's best_lr reads "
+            "every seed, verdict_best_lr these)") + "; the star marks the chosen rate (verdict_best_lr), an x "
         f"at the top a rate at which half the seeds or more diverged. {n_edge} of {len(t)} tuned cells have their best "
         "rate at an edge of the rates tried (not bracketed: the optimum may lie beyond). Dotted: the Akima optimum "
         "(read on the seed means), where three rates or more bracket it."), {"lr_tuning": table}, fig,

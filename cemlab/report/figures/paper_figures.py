@@ -96,24 +96,28 @@ def _replacement(ctx, fid: str, families: tuple[str, ...], title: str, caption: 
 
 
 _MARKER_WORDS = {"D": "diamonds", "o": "circles", "^": "triangles"}
+_LLAMA = f"{color_name(LLAMA_COLOR)} {_MARKER_WORDS['D']}"
+_CEM = f"{color_name(CEM_COLOR)} {_MARKER_WORDS['o']}"
+_ABOVE = "the paper's size name and the token budget"
+_PPL = "Test perplexity (seed mean, bars = seed std) against the model's own total parameters"
+#: Fig. 2a and 2b: the CEM family each replaces a sublayer with, the title and the caption.
+_REPLACEMENTS = {
+    "fig2a": (("cem-attn",), "Fig. 2a: attention replaced by CEM attention (T=1)",
+              f"{_PPL}. Each CEM point ({_CEM}) is linked to its Llama baseline ({_LLAMA}) of the same dimensions; "
+              f"{_ABOVE} are written above each marker."),
+    "fig2b": (("cem-mlp",), "Fig. 2b: gated MLP replaced by CEM MLP (T=1)",
+              f"{_PPL}: Llama ({_LLAMA}), dimension-matched CEM MLP ({_CEM}) and parameter-matched CEM MLP with hidden "
+              f"width x1.5 ({color_name(MATCHED_COLOR)} {_MARKER_WORDS['^']}), linked to their baseline; {_ABOVE} above "
+              "each marker."),
+}
 
 
 def fig2a(ctx) -> Figure | None:
-    return _replacement(
-        ctx, "fig2a", ("cem-attn",), "Fig. 2a: attention replaced by CEM attention (T=1)",
-        f"Test perplexity (seed mean, bars = seed std) against the model's own total parameters. Each CEM point "
-        f"({color_name(CEM_COLOR)} {_MARKER_WORDS['o']}) is linked to its Llama baseline ({color_name(LLAMA_COLOR)} "
-        f"{_MARKER_WORDS['D']}) of the same dimensions; the paper's size name and the token budget are written "
-        "above each marker.")
+    return _replacement(ctx, "fig2a", *_REPLACEMENTS["fig2a"])
 
 
 def fig2b(ctx) -> Figure | None:
-    return _replacement(
-        ctx, "fig2b", ("cem-mlp",), "Fig. 2b: gated MLP replaced by CEM MLP (T=1)",
-        f"Test perplexity (seed mean, bars = seed std) against the model's own total parameters: Llama "
-        f"({color_name(LLAMA_COLOR)} {_MARKER_WORDS['D']}), dimension-matched CEM MLP ({color_name(CEM_COLOR)} "
-        f"{_MARKER_WORDS['o']}) and parameter-matched CEM MLP with hidden width x1.5 ({color_name(MATCHED_COLOR)} "
-        f"{_MARKER_WORDS['^']}), linked to their baseline; the paper's size name and the token budget above each marker.")
+    return _replacement(ctx, "fig2b", *_REPLACEMENTS["fig2b"])
 
 
 # ----------------------------------------------------------------------------------------------

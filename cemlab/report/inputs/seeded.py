@@ -71,6 +71,20 @@ def seed_of(trial) -> int:
     return int(trial.axes.get("seed", trial.config.train.seed))
 
 
+def selection_seeds(ctx, sweep: str | None = None) -> list[int] | None:
+    """The seeds each cell's rate was chosen on in a sweep with a confirmation stage at the report's
+    scale (its grid's seeds: the fresh ones came after, at the chosen rates only); None for a sweep
+    without that stage there, or a context that does not know its sweep's grid (``ctx.grids``)."""
+    grids = getattr(ctx, "grids", None)
+    try:
+        spec, trials = grids.spec(sweep or ctx.sweep), grids.trials(sweep or ctx.sweep, ctx.scale)
+    except (AttributeError, ValueError):   # no grids, or a sweep this project does not have at this scale
+        return None
+    if not trials or spec.confirmation_budget(ctx.scale, trials) is None:
+        return None
+    return sorted({seed_of(t) for t in trials})
+
+
 def seeded_grid(grids, sweep: str, scale: str, store) -> list:
     """The trials the report reads for ``sweep``: its grid, plus the seeds its looks added and the
     rates its bracketing looks added (those with a run in ``store``), in grid order."""

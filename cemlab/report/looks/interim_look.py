@@ -21,7 +21,7 @@ from typing import Callable
 
 import pandas as pd
 
-from cemlab.report.inputs.seeded import at_seeds, cell_of, seed_of
+from cemlab.report.inputs.seeded import at_seeds, cell_of, seed_of, selection_seeds
 from cemlab.report.stats.bracketing import tuning_family
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, SUPPORTED
 
@@ -207,9 +207,10 @@ def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:
     """The seeds a report's verdicts read each cell's bracketing on: a seeded sweep's first look (the
     one its bracketing look read, as ``LookLoop`` passes it); None for a sweep without seed looks,
     whose verdicts read every seed."""
+    chosen_on = selection_seeds(ctx, sweep)
+    if chosen_on is not None:
+        return chosen_on
     spec, trials, looks = planned_looks(ctx, sweep)
-    if spec is not None and trials and spec.confirmation_budget(ctx.scale, trials) is not None:
-        return [int(x) for x in looks[0]]   # the selection seeds
     return [int(x) for x in looks[0]] if len(looks) >= 2 else None
 
 
