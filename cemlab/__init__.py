@@ -7,4 +7,4 @@ from cemlab.numerics import export_requested
 
 export_requested()  # $CEMLAB_NUMERICS: the math libraries' variables before any torch kernel (cemlab.numerics)
 
-__getattr__, __dir__ = lazy_exports(__name__, {"__version__": "cemlab.version"})
+__getattr__, __dir__ = lazy_exports(__name__, {".version": ("__version__",)})

@@ -11,18 +11,14 @@ See :mod:`cemlab.data.pipeline` for the flow and :mod:`cemlab.data.corpus` for t
 from cemlab.lazy import lazy_exports
 
 _EXPORTS = {
-    "DataConfig": "cemlab.data.config",
-    "PackedDataset": "cemlab.data.dataset",
-    "unigram_perplexity": "cemlab.data.dataset",
-    "DataError": "cemlab.data.errors",
-    "DataBundle": "cemlab.data.pipeline",
-    "prepare_data": "cemlab.data.pipeline",
-    "token_dtype": "cemlab.data.pipeline",
-    "check_data": "cemlab.data.preflight",
-    "EOT_TOKEN": "cemlab.data.tokenizer",
-    "TextTokenizer": "cemlab.data.tokenizer",
+    ".config": ("DataConfig",),
+    ".dataset": ("PackedDataset", "unigram_perplexity"),
+    ".errors": ("DataError",),
+    ".pipeline": ("DataBundle", "prepare_data", "token_dtype"),
+    ".preflight": ("check_data",),
+    ".tokenizer": ("EOT_TOKEN", "TextTokenizer"),
 }
-__all__ = list(_EXPORTS)
+__all__ = [name for names in _EXPORTS.values() for name in names]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

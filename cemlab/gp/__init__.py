@@ -12,18 +12,10 @@
 # does not load torch through this package.
 from cemlab.lazy import lazy_exports
 
-_EXPORTS = {
-    "GPConfig": "cemlab.gp.config",
-    "GPData": "cemlab.gp.data",
-    "GPSamplingError": "cemlab.gp.data",
-    "GPSplit": "cemlab.gp.data",
-    "kernel_matrix": "cemlab.gp.data",
-    "load_gp_data": "cemlab.gp.data",
-    "make_gp_data": "cemlab.gp.data",
-    "posterior_mean_rmse": "cemlab.gp.data",
-    "rmse": "cemlab.gp.data",
-}
-__all__ = list(_EXPORTS)
+_EXPORTS = {".config": ("GPConfig",),
+            ".data": ("GPData", "GPSamplingError", "GPSplit", "kernel_matrix", "load_gp_data", "make_gp_data",
+                      "posterior_mean_rmse", "rmse")}
+__all__ = [name for names in _EXPORTS.values() for name in names]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

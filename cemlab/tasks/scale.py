@@ -29,10 +29,12 @@ class Resources(StrictSpec):
 
     @property
     def cpus(self) -> float:
+        """CPUs of the whole trial (every worker's), as Ray reserves them."""
         return self.workers * self.cpus_per_worker
 
     @property
     def gpus(self) -> float:
+        """GPUs of the whole trial (every worker's), as Ray reserves them."""
         return self.workers * self.gpus_per_worker
 
 
