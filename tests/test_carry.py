@@ -21,11 +21,24 @@ def test_a_rung_below_points_at_its_optimum_or_one_step_past_the_end_it_stopped_
     assert math.isnan(point(Found(1.25, math.nan, "diverged at every rate"), RATIO))
 
 
-def test_with_fewer_than_two_optima_the_nearest_rung_below_is_carried():
+@pytest.mark.parametrize("rule", ["nearest", "trend"])
+def test_with_fewer_than_two_optima_the_nearest_rung_below_is_carried(rule):
     below = [Found(0.3125, 8e-3, HIGHEST), Found(1.25, 4e-3, "")]
-    assert predict(below, 5.0, RATIO) == 4e-3           # one optimum: the nearest rung's point
-    assert predict([Found(0.3125, 8e-3, HIGHEST)], 1.25, RATIO) == pytest.approx(1.6e-2)
-    assert math.isnan(predict([], 5.0, RATIO))
+    assert predict(below, 5.0, RATIO, rule) == 4e-3           # one optimum: the nearest rung's point
+    assert predict([Found(0.3125, 8e-3, HIGHEST)], 1.25, RATIO, rule) == pytest.approx(1.6e-2)
+    assert math.isnan(predict([], 5.0, RATIO, rule))
+
+
+def test_the_default_rule_carries_the_nearest_rungs_point_whatever_the_trend():
+    """The recursion ablation's Llama: 1.6e-2 at rung 0.3125 and 4e-3 at 1.25 (a trend of one octave
+    down per doubling), 4e-3 found at 5: the trend put it at 1e-3, the nearest rung at 4e-3."""
+    below = [Found(0.3125, 1.6e-2, ""), Found(1.25, 4e-3, "")]
+    assert predict(below, 5.0, RATIO) == predict(below, 5.0, RATIO, "nearest") == 4e-3
+    assert predict(below, 5.0, RATIO, "trend") == pytest.approx(1e-3)
+    assert predict(below + [Found(5.0, 8e-3, HIGHEST)], 20.0, RATIO) == pytest.approx(1.6e-2)   # one past its end
+    assert carried(below, 5.0, GRID, RATIO, BOUNDS, "trend") == 1e-3
+    with pytest.raises(ValueError, match="use one of nearest, trend"):
+        predict(below, 5.0, RATIO, "power")
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -38,7 +51,7 @@ def test_with_two_optima_or_more_the_power_law_through_them(seed):
     slope = float(np.clip(slope, -1.0, 1.0))
     mean_x, mean_y = np.mean(np.log2(tokens)), np.mean(np.log2(rates))
     want = 2.0 ** (mean_y + slope * (math.log2(20.0) - mean_x))
-    assert predict(below, 20.0, RATIO) == pytest.approx(want, rel=1e-9)
+    assert predict(below, 20.0, RATIO, "trend") == pytest.approx(want, rel=1e-9)
 
 
 def test_the_prediction_lands_on_the_grids_lattice_inside_the_bounds():

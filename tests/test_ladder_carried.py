@@ -33,7 +33,7 @@ def _carried(table: pd.DataFrame, variant: str, rung: float) -> pd.Series:
 
 def test_the_carried_prediction_by_hand():
     """One rung below bracketed: its best rate. One stopped at its highest rate: one step (x2) above
-    it. Two bracketed rungs: the power law through them (8e-3 at 1 token per parameter, 4e-3 at 4:
+    it. Two bracketed rungs, by the rung's rule ``trend`` (the lattice's fourth entry): the power law through them (8e-3 at 1 token per parameter, 4e-3 at 4:
     slope -1/2 octave per octave of tokens, so 4e-3 / 2**(0.5 * 4) = 1e-3 at 64, on the lattice
     2e-3 * 2**-1). A steeper pair (1.6e-2 at 1, 1e-3 at 4: slope -2) is held to -1 through their mean
     (4e-3 at 2): 1e-3 at 8, not the 5e-4 the unheld slope would reach (2.5e-4, held by the bounds). A point
@@ -45,7 +45,7 @@ def test_the_carried_prediction_by_hand():
         "two": [(1.0, 8e-3, ""), (4.0, 4e-3, ""), (64.0, 1e-3, "")],
         "steep": [(1.0, 1.6e-2, ""), (4.0, 1e-3, ""), (8.0, 1e-3, "")],
         "bound": [(1.0, 1.6e-2, "highest"), (4.0, 1.6e-2, "")],
-    }), {r: LATTICE for r in (1.0, 4.0, 8.0, 64.0)})
+    }), {r: (*LATTICE, "trend") for r in (1.0, 4.0, 8.0, 64.0)})
     assert np.isnan(t[t["rung"] == 1.0]["carried_lr"]).all()
     assert _carried(t, "one", 4.0)["carried_lr"] == pytest.approx(4e-3)
     assert _carried(t, "edge", 4.0)["carried_lr"] == pytest.approx(1.6e-2)
@@ -60,6 +60,20 @@ def test_the_carried_prediction_by_hand():
     assert _carried(t, "low", 4.0)["carried_error_octaves"] == pytest.approx(1.0)
     assert _carried(t, "two", 64.0)["carried_error_octaves"] == pytest.approx(0.0)
     assert (t["lr_ratio"] == 2.0).all()
+
+
+def test_each_rung_carries_by_its_own_rule_the_nearest_rungs_optimum_by_default():
+    """The same cells with rung 64 carried by the trend and rung 8 by the default (a lattice of three
+    entries: ``nearest``): at 8 the nearest rung's optimum (1e-3 at rung 4), at 64 the power law (1e-3)
+    where the nearest rung (4e-3 at 4) would say 4e-3."""
+    cells = _rows({"two": [(1.0, 8e-3, ""), (4.0, 4e-3, ""), (64.0, 1e-3, "")],
+                   "steep": [(1.0, 1.6e-2, ""), (4.0, 4e-3, ""), (8.0, 1e-3, "")]})
+    t = carried_column(cells, {4.0: LATTICE, 8.0: LATTICE, 64.0: (*LATTICE, "trend")})
+    assert _carried(t, "two", 64.0)["carried_lr"] == pytest.approx(1e-3)
+    assert _carried(t, "steep", 8.0)["carried_lr"] == pytest.approx(4e-3)
+    nearest = carried_column(cells, {4.0: LATTICE, 8.0: LATTICE, 64.0: (*LATTICE, "nearest")})
+    assert _carried(nearest, "two", 64.0)["carried_lr"] == pytest.approx(4e-3)
+    assert _carried(nearest, "two", 64.0)["carried_error_octaves"] == pytest.approx(-2.0)
 
 
 def test_a_rung_without_a_lattice_or_a_rung_below_that_found_nothing_carries_nothing():

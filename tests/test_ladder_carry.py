@@ -263,3 +263,29 @@ def test_the_ladder_plan_says_it_counts_a_carried_rung_at_the_lr_axis(spec, runs
     console = Console(record=True, width=200)
     _print_ladder(lp, console)
     assert "ladder.carry" not in console.export_text() and "carry" not in lp.as_dict()
+
+
+@pytest.mark.parametrize("rule,guess", [(None, 4e-3), ("nearest", 4e-3), ("trend", 1e-3)])
+def test_a_rung_starts_from_the_prediction_of_its_own_carry_rule(tmp_path, monkeypatch, rule, guess):
+    """Two rungs below found 1.6e-2 (at 0.125) and 4e-3 (at 0.5): the top rung (2) starts at the nearest
+    rung's optimum, 4e-3, by default or ``nearest``, at the power law's 1e-3 (two octaves down per
+    quadrupling) by ``trend``; its record and each trial carry that guess."""
+    text = CARRY.replace("rungs: [0.125, 0.5]", "rungs: [0.125, 0.5, 2]")
+    text += f"  carry_rule: {{2: {rule}}}\n" if rule else ""
+    monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, carry3=text)))
+    spec = load_sweep("carry3")
+    top = spec.ladder.rung_name(2.0)
+    grid = spec.expand(top)
+    below = {family_of(t): [Found(0.125, 1.6e-2, ""), Found(0.5, 4e-3, "")] for t in grid}
+    trials, record = carrying.start(spec, top, grid, below)
+    assert {t.carried for t in trials} == {guess} and {c["carried"] for c in record} == {guess}
+    assert {float(t.axes["lr"]) for t in trials} == {guess / 2, guess, guess * 2}
+
+
+def test_a_carry_rule_names_a_rung_and_a_known_rule(tmp_path, monkeypatch):
+    for extra, words in (("  carry_rule: {3: trend}\n", ["ladder.carry_rule.3", "not a rung"]),
+                         ("  carry_rule: {0.5: power}\n", ["carry_rule", "nearest", "trend"])):
+        monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, bad=CARRY + extra)))
+        with pytest.raises(SweepError) as e:
+            load_sweep("bad")
+        assert all(w in str(e.value) for w in words), str(e.value)

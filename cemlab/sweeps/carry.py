@@ -10,14 +10,20 @@ or stopped at an end. Each rung below gives one *point* (tokens per parameter, r
   nearest rate there is the least the evidence asks for);
 - every rate diverged, or no finished run: no point.
 
-The *carried prediction* (:func:`predict`) at a rung with ``tokens`` per parameter:
+The *carried prediction* (:func:`predict`) at a rung with ``tokens`` per parameter, by the rung's
+``rule`` (``RULES``; the sweep file's ``ladder.carry_rule``, default ``nearest``):
 
 - no point: none (the family starts from the scale's grid, as the first rung does);
-- fewer than two found optima (bracketed points): the nearest rung's point;
-- two found optima or more: the power law through them, log lr = a + b log tokens by least squares
-  over the found optima only (the form Bjorck et al., "Scaling Optimal LR Across Token Horizons",
-  ICLR 2025, fit across token horizons), at ``tokens``; its slope kept within [-1, 1] per doubling
-  (a fit through two noisy rungs must not throw the guess off the lattice's reach).
+- ``nearest``: the nearest rung's point (the optimum persists across training lengths);
+- ``trend``: with fewer than two found optima (bracketed points) the nearest rung's point; with two
+  or more the power law through them, log lr = a + b log tokens by least squares over the found optima
+  only (the form Bjorck et al., "Scaling Optimal LR Across Token Horizons", ICLR 2025, fit across token
+  horizons), at ``tokens``; its slope kept within [-1, 1] per doubling (a fit through two noisy rungs
+  must not throw the guess off the lattice's reach).
+
+Why ``nearest`` is the default: on the recursion ablation's ladder, rung 5 started from the trend
+through rungs 0.3125 and 1.25, and 2 of its 9 cells found the rate predicted (median error 1 octave,
+Llama 2); the nearest rung's optimum was each cell's found optimum at all 9 (docs/ladder.md).
 
 The prediction is put on the grid's lattice (the grid's rates times whole powers of its ratio, so that
 compared cells meet at the same rates) and inside the tuning bounds; the family then starts at the
@@ -37,6 +43,8 @@ from cemlab.sweeps.tuning_policy import HIGHEST, LOWEST, round_lr
 
 #: Largest |slope| of the fitted power law, in octaves of rate per octave of tokens.
 MAX_SLOPE = 1.0
+#: How a rung's prediction is made from the rungs below (module docstring); the first is the default.
+RULES = ("nearest", "trend")
 
 
 @dataclass(frozen=True)
@@ -63,15 +71,18 @@ def point(found: Found, ratio: float) -> float:
     return math.nan
 
 
-def predict(below: Sequence[Found], tokens: float, ratio: float) -> float:
+def predict(below: Sequence[Found], tokens: float, ratio: float, rule: str = RULES[0]) -> float:
     """The carried prediction at a rung of ``tokens`` per parameter from the rungs ``below`` (any
-    order), before it is put on the lattice (:func:`on_lattice`); NaN where no rung below points."""
+    order) by ``rule`` (``RULES``), before it is put on the lattice (:func:`on_lattice`); NaN where no
+    rung below points."""
+    if rule not in RULES:
+        raise ValueError(f"carry rule {rule!r}: use one of {', '.join(RULES)}")
     pts = [(f.tokens, point(f, ratio), f.edge == "") for f in below]
     pts = [(t, r, found) for t, r, found in pts if math.isfinite(r) and t > 0]
     if not pts:
         return math.nan
     optima = [(math.log2(t), math.log2(r)) for t, r, found in pts if found]
-    if len(optima) < 2 or len({x for x, _ in optima}) < 2:
+    if rule == "nearest" or len(optima) < 2 or len({x for x, _ in optima}) < 2:
         nearest = min(pts, key=lambda p: abs(math.log2(p[0]) - math.log2(tokens)))
         return nearest[1]
     mx = sum(x for x, _ in optima) / len(optima)
@@ -103,6 +114,6 @@ def lattice(grid: Sequence[float], ratio: float, bounds: tuple[float, float]) ->
 
 
 def carried(below: Sequence[Found], tokens: float, grid: Sequence[float], ratio: float,
-            bounds: tuple[float, float]) -> float:
+            bounds: tuple[float, float], rule: str = RULES[0]) -> float:
     """The carried prediction on the lattice and inside the bounds (:func:`predict`, :func:`on_lattice`)."""
-    return on_lattice(predict(below, tokens, ratio), grid, ratio, bounds)
+    return on_lattice(predict(below, tokens, ratio, rule), grid, ratio, bounds)

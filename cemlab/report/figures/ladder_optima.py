@@ -60,8 +60,9 @@ def carried_column(table: pd.DataFrame, lattices: dict) -> pd.DataFrame:
     """``table`` with each rung's ``lr_ratio`` and each cell's ``carried_lr`` and
     ``carried_error_octaves``: the carried prediction (``cemlab.sweeps.carry.carried``) from the rows
     of the same cell (group, variant, size) at lower rungs, each a ``Found(rung, best_lr, edge)``, on
-    the lattice of ``lattices[rung]`` (``(grid, ratio, bounds)``: the rung's rates, their ratio and
-    ``tuning.bounds``); NaN at a cell's first rung, where no rung below points, or without a lattice.
+    the lattice of ``lattices[rung]`` (``(grid, ratio, bounds, rule)``: the rung's rates, their ratio,
+    ``tuning.bounds`` and its ``ladder.carry_rule``); NaN at a cell's first rung, where no rung below
+    points, or without a lattice.
     The error, log2(best_lr / carried_lr), where the rung brackets the cell's optimum, else NaN."""
     table = table.copy()
     ratio, pred = [], []
@@ -72,7 +73,7 @@ def carried_column(table: pd.DataFrame, lattices: dict) -> pd.DataFrame:
         below = [Found(float(b.rung), float(b.best_lr), "" if bool(b.bracketed) else str(b.edge))
                  for b in same.itertuples(index=False)]
         ratio.append(float(lattice[1]) if lattice else math.nan)
-        pred.append(carried(below, float(r.rung), lattice[0], lattice[1], tuple(lattice[2]))
+        pred.append(carried(below, float(r.rung), lattice[0], lattice[1], tuple(lattice[2]), *lattice[3:])
                     if lattice and below else math.nan)
     table["lr_ratio"], table["carried_lr"] = ratio, pred
     best, pred_a = table["best_lr"].to_numpy(dtype=float), np.asarray(pred, dtype=float)
@@ -83,16 +84,19 @@ def carried_column(table: pd.DataFrame, lattices: dict) -> pd.DataFrame:
 
 
 def rate_lattice(spec, scale: str, trials: list) -> tuple | None:
-    """(grid, ratio, bounds) of ``scale``'s grid ``trials``, as a carried ladder rung starts from them
-    (``cemlab.sweeps.carry.carried``): its learning rates, their ratio (``SweepSpec.rate_ratio``) and
-    ``tuning.bounds``; None without a tuning section or rates with a ratio."""
+    """(grid, ratio, bounds, rule) of ``scale``'s grid ``trials``, as a carried ladder rung starts from
+    them (``cemlab.sweeps.carry.carried``): its learning rates, their ratio (``SweepSpec.rate_ratio``),
+    ``tuning.bounds`` and the rung's ``ladder.carry_rule``; None without a tuning section or rates
+    with a ratio."""
     if spec.tuning is None or not grid_rates(trials):
         return None
     try:
         ratio = spec.rate_ratio(scale, trials)
     except SweepError:
         return None
-    return tuple(grid_rates(trials)), float(ratio), tuple(spec.tuning.bounds)
+    rung = spec.rungs().get(scale) if spec.ladder is not None else None
+    rule = (spec.ladder.rule_at(rung),) if rung is not None else ()
+    return (tuple(grid_rates(trials)), float(ratio), tuple(spec.tuning.bounds), *rule)
 
 
 #: The ladder page's words on carried_accuracy.csv.

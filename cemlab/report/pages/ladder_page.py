@@ -76,8 +76,9 @@ class Rung:
     source: str = "none"
     #: The rung's cells.csv (each cell's tuning: best rate, bracketed, Akima optimum).
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)
-    #: The rung's learning-rate lattice, (grid, ratio, bounds): its lr axis, their ratio
-    #: (``SweepSpec.rate_ratio``) and ``tuning.bounds``; None without tuning (``rate_lattice``).
+    #: The rung's learning-rate lattice, (grid, ratio, bounds, rule): its lr axis, their ratio
+    #: (``SweepSpec.rate_ratio``), ``tuning.bounds`` and its ``ladder.carry_rule``; None without tuning
+    #: (``rate_lattice``).
     lattice: tuple | None = None
     #: Its runs' schedule: ``train.warmup_frac`` and ``train.final_lr_factor`` of its config.
     warmup_frac: float = math.nan

@@ -5,8 +5,8 @@ expanded and the store is up, and before any trial: the report reads what the ru
 *family* (a cell, all but its rate and seed): its best rate on the selection seeds and its edge, judged
 as the bracketing stage judges (``cemlab.report.looks.carry_look.sweep_found``, handed in by ``cemlab
 sweep`` as ``carrier``: the sweep layer never imports the report). :func:`start` then predicts each
-family's optimum at this rung (``cemlab.sweeps.carry.carried``: on the grid's lattice, inside the
-bounds) and replaces its grid trials by the trials at the policy's start rates around it
+family's optimum at this rung (``cemlab.sweeps.carry.carried`` by the rung's ``ladder.carry_rule``: on
+the grid's lattice, inside the bounds) and replaces its grid trials by the trials at the policy's start rates around it
 (``Policy.start``: the guess and one rate either side) at the grid's seeds: ordinary trials of the sweep
 file, named and hashed as if it listed those rates (the grid expanded with ``lr=[...]``). A family the
 rungs below found nothing for keeps the grid. Each trial carries its family's prediction
@@ -71,10 +71,10 @@ def start(spec, scale: str, trials: list[Trial], below: dict[tuple, Sequence[Fou
                          f"{spec.ladder.scale}), so a carried start could not step on from a wrong guess; give the "
                          f"base scale bracketing steps or set ladder.carry: false")
     tokens, ratio, bounds = spec.rungs()[scale], spec.rate_ratio(scale, trials), tuple(spec.tuning.bounds)
-    grid = tuple(policy.grid)
+    grid, rule = tuple(policy.grid), spec.ladder.rule_at(tokens)
     plan: dict[tuple, tuple[float, tuple[float, ...]]] = {}
     for fam in dict.fromkeys(family_of(t) for t in trials):
-        guess = carried(list(below.get(fam, ())), tokens, grid, ratio, bounds)
+        guess = carried(list(below.get(fam, ())), tokens, grid, ratio, bounds, rule)
         plan[fam] = (guess, policy.start(guess) if math.isfinite(guess) else grid)
     rates = sorted({r for g, rs in plan.values() if math.isfinite(g) for r in rs})
     wide = spec.expand(scale, overrides=[*(overrides or []), f"lr=[{','.join(f'{r:g}' for r in rates)}]"]) if rates else []

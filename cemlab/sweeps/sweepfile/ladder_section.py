@@ -45,7 +45,7 @@ where the data is known (``cemlab.sweeps.ladder_plan``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -89,6 +89,15 @@ class Ladder(StrictSpec):
         default_factory=dict, description="Per rung, cells left out: each entry's axis values all match.")
     carry: bool = Field(default=False, description="A rung above the first starts each family from the rates "
                                                     "around the optimum the rungs below found (cemlab.sweeps.carry).")
+    carry_rule: dict[float, Literal["nearest", "trend"]] = Field(
+        default_factory=dict, description="Per rung, how the rungs below predict its rate: nearest (the nearest "
+                                          "rung's optimum; a rung not named) or trend (a power law in tokens "
+                                          "through their optima), e.g. {5: trend}.")
+
+    def rule_at(self, rung: float) -> str:
+        """How the rungs below ``rung`` predict its rate (``carry_rule``; default ``nearest``, the first of
+        ``cemlab.sweeps.carry.RULES``)."""
+        return self.carry_rule.get(rung, "nearest")
 
     @field_validator("rungs")
     @classmethod
@@ -165,7 +174,7 @@ def check_ladder(ladder: Ladder, source: str, scales: dict[str, ScaleSpec], axes
                              f"not an axis of this sweep; axes: {sorted(a for a in axes if a != 'group')}"))
         if not vals:
             raise SweepError(f"{where}.axes.{axis} is empty; list at least one value or remove it")
-    for key in ("max_seeds", "max_steps", "budget", "fresh", "primary_seeds", "exclude"):
+    for key in ("max_seeds", "max_steps", "budget", "fresh", "primary_seeds", "exclude", "carry_rule"):
         for r in getattr(ladder, key):
             if r not in ladder.rungs:
                 raise SweepError(f"{where}.{key}.{r:g}: not a rung of this ladder; use one of "
