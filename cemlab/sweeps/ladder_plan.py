@@ -79,7 +79,7 @@ class RungPlan:
         its budget (the stage spends it to within one seed of its pairs), or the selection's fewest
         plus the stage's ``fresh`` trials where that is more."""
         least = self.plan.min_trials
-        return max(least + (self.plan.fresh or 0), self.plan.budget) if self.plan.budget is not None else least
+        return least + self.plan.confirmation_trials(least)
 
     @property
     def max_trials(self) -> int:
@@ -119,10 +119,9 @@ class RungPlan:
         the grid's mean trial."""
         each = {family_of(r.trial): trial_seconds(r.flops or 0.0, self.steps) for r in self.plan.rows}
         looks = [[each[f] for f in look] for look in self.plan.family_looks(most)]
-        if self.plan.budget is not None and looks:
+        if looks:
             mean = sum(looks[0]) / len(looks[0])
-            spent = sum(len(look) for look in looks)
-            looks.append([mean] * max(0, self.plan.budget - spent, self.plan.fresh or 0))
+            looks.append([mean] * self.plan.confirmation_trials(sum(len(look) for look in looks)))
         return [look for look in looks if look]
 
     def done(self) -> int:

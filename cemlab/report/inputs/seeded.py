@@ -71,15 +71,25 @@ def seed_of(trial) -> int:
     return int(trial.axes.get("seed", trial.config.train.seed))
 
 
+def sweep_grid(ctx, sweep: str | None = None) -> tuple:
+    """``(spec, trials)`` of ``sweep`` (default ``ctx.sweep``) at the report's scale: its parsed file
+    and its planned grid, read through ``ctx.grids``; ``(None, [])`` for a context without grids or a
+    sweep this project does not have at this scale. The one lookup the looks and the figures share."""
+    grids = getattr(ctx, "grids", None)
+    if grids is None:
+        return None, []
+    sweep = sweep or ctx.sweep
+    try:
+        return grids.spec(sweep), grids.trials(sweep, ctx.scale)
+    except ValueError:
+        return None, []
+
+
 def selection_seeds(ctx, sweep: str | None = None) -> list[int] | None:
     """The seeds each cell's rate was chosen on in a sweep with a confirmation stage at the report's
     scale (its grid's seeds: the fresh ones came after, at the chosen rates only); None for a sweep
     without that stage there, or a context that does not know its sweep's grid (``ctx.grids``)."""
-    grids = getattr(ctx, "grids", None)
-    try:
-        spec, trials = grids.spec(sweep or ctx.sweep), grids.trials(sweep or ctx.sweep, ctx.scale)
-    except (AttributeError, ValueError):   # no grids, or a sweep this project does not have at this scale
-        return None
+    spec, trials = sweep_grid(ctx, sweep)
     if not trials or spec.confirmation_budget(ctx.scale, trials) is None:
         return None
     return sorted({seed_of(t) for t in trials})

@@ -21,7 +21,7 @@ from typing import Callable
 
 import pandas as pd
 
-from cemlab.report.inputs.seeded import at_seeds, cell_of, seed_of, selection_seeds
+from cemlab.report.inputs.seeded import at_seeds, cell_of, seed_of, selection_seeds, sweep_grid
 from cemlab.report.stats.bracketing import tuning_family
 from cemlab.report.stats.significance import CONTRADICTED, INCONCLUSIVE, NEGLIGIBLE, SUPPORTED
 
@@ -194,13 +194,8 @@ def level_note(spec, scale: str, trials: list, seeds_run=None) -> str:
 def planned_looks(ctx, sweep: str | None = None) -> tuple:
     """``(spec, trials, looks)`` of ``sweep`` (default ``ctx.sweep``) at the report's scale: its planned
     seed looks (one look of no seed where the sweep or its grid at this scale does not exist)."""
-    sweep = sweep or ctx.sweep
-    try:
-        spec = ctx.grids.spec(sweep)
-        trials = ctx.grids.trials(sweep, ctx.scale)
-        return spec, trials, spec.looks(ctx.scale, trials) if trials else [[]]
-    except ValueError:  # a sweep this project does not have, or not at this scale
-        return None, [], [[]]
+    spec, trials = sweep_grid(ctx, sweep)
+    return spec, trials, (spec.looks(ctx.scale, trials) if trials else [[]])
 
 
 def edge_seeds(ctx, sweep: str | None = None) -> list[int] | None:

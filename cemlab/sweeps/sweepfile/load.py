@@ -98,6 +98,14 @@ from cemlab.sweeps.sweepfile.confirmation_section import Confirmation, check_con
 from cemlab.tasks import get_task
 
 
+
+def raised_budget(budget: int, fresh: int | None, spent: int) -> int:
+    """A confirmation's trial budget once its selection stage ran ``spent`` trials: ``budget``, raised
+    to ``spent + fresh`` where the selection spent past ``budget - fresh`` (``confirmation.fresh``,
+    its fewest trials; None: no floor). The sweep (:meth:`SweepSpec.confirmation_budget`) and its
+    plan (``cemlab.sweeps.plan.Plan.confirmation_trials``) both count by it."""
+    return budget if fresh is None else max(budget, spent + fresh)
+
 class SweepSpec(StrictSpec):
     """One sweep file. Load it with :func:`load_sweep`; ``expand(scale)`` gives the trials."""
 
@@ -271,8 +279,8 @@ class SweepSpec(StrictSpec):
         and for grid ``trials`` whose seed axis the command line gave (those seeds exactly, none added)."""
         if self.confirmation is None or self.search == "optuna" or any(t.seeds_given for t in trials or []):
             return None
-        budget, fresh = self.entry("confirmation.budget", scale), self.fresh_trials(scale)
-        return budget if budget is None or fresh is None or spent is None else max(budget, spent + fresh)
+        budget = self.entry("confirmation.budget", scale)
+        return budget if budget is None or spent is None else raised_budget(budget, self.fresh_trials(scale), spent)
 
     def fresh_trials(self, scale: str) -> int | None:
         """The confirmation's fewest trials at ``scale`` (``confirmation.fresh``; a rung's by the ladder's rule)."""
