@@ -40,7 +40,8 @@ from cemlab.models.config import ModelConfig
 from cemlab.sweeps.look_levels import seeds_given_note
 from cemlab.sweeps.sweepfile.expand import sampled_trials
 from cemlab.sweeps.sweepfile.schema import Trial
-from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep, raised_budget
+from cemlab.sweeps.sweepfile.confirmation_section import raised_budget
+from cemlab.sweeps.sweepfile.load import SweepSpec, grid_seeds, load_sweep
 from cemlab.sweeps.sweepfile.tuning_section import (family_extra, family_least, family_of, shared_steps,
                                                     unbracketable)
 from cemlab.tasks import task_of
@@ -162,7 +163,7 @@ class Plan:
 
     def confirmation_trials(self, selection: int) -> int:
         """The confirmation stage's trials after a selection stage of ``selection`` trials: what is
-        left of its budget as the sweep raises it (``sweepfile.load.raised_budget``: to the selection's
+        left of its budget as the sweep raises it (``sweepfile.confirmation_section.raised_budget``: to the selection's
         trials + ``fresh``); 0 without the stage. The one count :attr:`max_trials` and
         ``ladder_plan.RungPlan`` (its fewest trials, its looks' times) add."""
         if self.budget is None:

@@ -98,3 +98,11 @@ def check_confirmation(spec, scales: dict[str, ScaleSpec]) -> None:
         if spec.seeding is not None and name in spec.seeding.max_seeds:
             raise SweepError(f"{src}: confirmation.budget.{name} and seeding.max_seeds.{name}: a scale adds seeds "
                              f"either by looks (seeding) or by the confirmation stage, not both; remove one")
+
+
+def raised_budget(budget: int, fresh: int | None, spent: int) -> int:
+    """A confirmation's trial budget once its selection stage ran ``spent`` trials: ``budget``, raised
+    to ``spent + fresh`` where the selection spent past ``budget - fresh`` (``confirmation.fresh``,
+    its fewest trials; None: no floor). The sweep (``SweepSpec.confirmation_budget``) and its
+    plan (``cemlab.sweeps.plan.Plan.confirmation_trials``) both count by it."""
+    return budget if fresh is None else max(budget, spent + fresh)

@@ -94,17 +94,9 @@ from cemlab.sweeps.sweepfile.schema import (ALPHA, AXIS_TARGETS, DEFAULT_SCALE, 
                                        ScaleSpec, SearchKind, Seeding, SweepError, Trial, Tuning, Variant, StrictSpec,
                                        lr_ratio)
 from cemlab.sweeps.sweepfile import family_policy, tuning_section
-from cemlab.sweeps.sweepfile.confirmation_section import Confirmation, check_confirmation
+from cemlab.sweeps.sweepfile.confirmation_section import Confirmation, check_confirmation, raised_budget
 from cemlab.tasks import get_task
 
-
-
-def raised_budget(budget: int, fresh: int | None, spent: int) -> int:
-    """A confirmation's trial budget once its selection stage ran ``spent`` trials: ``budget``, raised
-    to ``spent + fresh`` where the selection spent past ``budget - fresh`` (``confirmation.fresh``,
-    its fewest trials; None: no floor). The sweep (:meth:`SweepSpec.confirmation_budget`) and its
-    plan (``cemlab.sweeps.plan.Plan.confirmation_trials``) both count by it."""
-    return budget if fresh is None else max(budget, spent + fresh)
 
 class SweepSpec(StrictSpec):
     """One sweep file. Load it with :func:`load_sweep`; ``expand(scale)`` gives the trials."""
