@@ -556,27 +556,45 @@ def test_a_ladder_figure_registers_through_register_figure(committed, tmp_path):
     assert "extra_ladder" not in LADDER_FIGURES   # plugins_scope forgot it
 
 
-def test_the_test_time_interval_is_the_hull_of_both_rates_one_sided_bounds():
-    """docs/verdicts.md, "The test-time recursion interval", on the committed top rung: for each
-    sublayer, the lower end is the lowest of its rates' one-sided lower t bounds at the
-    contradiction's level, the upper end the highest of their upper bounds at the support's
-    (scipy.stats.t here), from the per-seed log ratios of test perplexity at T'=4 over T'=2."""
+@pytest.mark.parametrize("folder, suffix", [(f"workstation-tpp{r}", "") for r in ("0.3125", "1.25", "5", "20")]
+                         + [("workstation-tpp20", "-20261128-every-choice")])
+def test_the_test_time_interval_is_recomputed_from_the_committed_curves(folder, suffix):
+    """docs/verdicts.md, "The test-time recursion interval", on every committed report of the sweep:
+    from the per-seed log ratios of test perplexity at T'=4 over T'=2 (test_time_recursion.csv), with
+    scipy.stats.t. Judged on fresh seeds at the cell's chosen rate (one choice: a confirmation stage):
+    the seeds' log ratios are those of one rate of the cell, and the interval their one-sided t bounds
+    at the row's two levels. Judged at every rate (no confirmation stage): the lower end is the lowest
+    of the rates' one-sided lower bounds at the contradiction's level, the upper end the highest of
+    their upper bounds at the support's (the top rung as run before its rerun, kept beside it)."""
     import pandas as pd
     from scipy import stats
 
-    folder = os.path.join(COMMITTED, "workstation-tpp20")
-    curves = pd.read_csv(os.path.join(folder, "test_time_recursion.csv"))
-    comps = pd.read_csv(os.path.join(folder, "comparisons.csv"), keep_default_na=False, na_values=[""])
-    for _, c in comps[comps["id"] == "test-time-recursion"].iterrows():
+    folder = os.path.join(COMMITTED, folder)
+    curves = pd.read_csv(os.path.join(folder, f"test_time_recursion{suffix}.csv"))
+    comps = pd.read_csv(os.path.join(folder, f"comparisons{suffix}.csv"), keep_default_na=False, na_values=[""])
+
+    def bounds(d, c):
+        se = d.std(ddof=1) / math.sqrt(len(d))
+        return (d.mean() - stats.t.ppf(1 - c["alpha_low"], len(d) - 1) * se,
+                d.mean() + stats.t.ppf(1 - c["alpha_high"], len(d) - 1) * se)
+
+    checked = 0
+    for _, c in comps[(comps["id"] == "test-time-recursion") & (comps["n"] >= 2)].iterrows():
         variant = c["comparison"].rsplit(" ", 1)[0]    # "cem-attn T2 dplr eta=1 86m" -> the cell's variant
-        mine = curves[(curves["variant"] == variant) & (curves["trained_T"] == 2)]
-        lows, highs = [], []
-        for _, g in mine.groupby("lr"):
-            at = g.pivot(index="seed", columns="test_T", values="value")
-            d = np.log(at[4] / at[2]).to_numpy()
-            se = d.std(ddof=1) / math.sqrt(len(d))
-            lows.append(d.mean() - stats.t.ppf(1 - c["alpha_low"], len(d) - 1) * se)
-            highs.append(d.mean() + stats.t.ppf(1 - c["alpha_high"], len(d) - 1) * se)
-        assert len(lows) == 3   # every rate the cell has: the grid's two and the one its bracketing step added
-        assert (c["ci_low"], c["ci_high"]) == pytest.approx((math.expm1(min(lows)), math.expm1(max(highs))))
+        ratios = {lr: np.log(at[4] / at[2]) for lr, at in
+                  ((lr, g.pivot(index="seed", columns="test_T", values="value"))
+                   for lr, g in curves[(curves["variant"] == variant) & (curves["trained_T"] == 2)].groupby("lr"))}
+        if str(c["n_choices"]) == "1":   # one rate, the fresh seeds
+            judged = _seed_diffs(c["seed_diffs"])
+            rates = [lr for lr, d in ratios.items()
+                     if set(judged) <= set(d.index) and all(d[s] == pytest.approx(x, abs=1e-12) for s, x in judged.items())]
+            assert len(rates) >= 1 and len(judged) == c["n"], (variant, judged)
+            low, high = bounds(np.array(list(judged.values())), c)
+        else:                            # every rate the cell ran: the hull
+            ends = [bounds(d.to_numpy(), c) for d in ratios.values()]
+            assert len(ends) == int(c["n_choices"])
+            low, high = min(e[0] for e in ends), max(e[1] for e in ends)
+        assert (c["ci_low"], c["ci_high"]) == pytest.approx((math.expm1(low), math.expm1(high)))
         assert c["level"] == pytest.approx(1 - c["alpha_low"] - c["alpha_high"])
+        checked += 1
+    assert checked >= 1   # every report judges at least the primary condition's cells on two seeds or more
