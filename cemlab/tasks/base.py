@@ -144,8 +144,9 @@ class Task:
         raise NotImplementedError
 
     def budget_parameters(self, cfg: "RunConfig") -> int:
-        """Parameters the Chinchilla budget counts."""
-        raise NotImplementedError
+        """Parameters the Chinchilla budget counts: the model's own (language modelling counts its
+        matched Llama's instead)."""
+        return self.parameters(cfg)
 
     def parameters(self, cfg: "RunConfig") -> int:
         """Parameters of the run's model (counted on a shapes-only build, cached)."""
@@ -160,8 +161,8 @@ class Task:
         raise NotImplementedError
 
     def default_group(self, cfg: "RunConfig") -> str:
-        """A run's group (variant family) where its sweep file names none."""
-        raise NotImplementedError
+        """A run's group (variant family) where its sweep file names none: its model's kind."""
+        return self.model_kind(cfg)
 
     def size_label(self, cfg: "RunConfig") -> str:
         raise NotImplementedError

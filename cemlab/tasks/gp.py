@@ -37,12 +37,6 @@ class GPRegression(Task):
     def seq_len(self, cfg: "RunConfig") -> int:
         return 1  # one example
 
-    def budget_parameters(self, cfg: "RunConfig") -> int:
-        """The regressor's own parameters."""
-        from cemlab.models.gp import build_gp_model, count_parameters
-
-        return parameter_count(cfg.gp, build_gp_model, count_parameters)
-
     def parameters(self, cfg: "RunConfig") -> int:
         from cemlab.models.gp import build_gp_model, count_parameters
 

@@ -82,9 +82,6 @@ class LanguageModelling(Task):
     def model_kind(self, cfg: "RunConfig") -> str:
         return cfg.model.kind
 
-    def default_group(self, cfg: "RunConfig") -> str:
-        return cfg.model.kind
-
     def size_label(self, cfg: "RunConfig") -> str:
         """The preset name (``86m``, ``tiny``) while the model has that preset's dimensions;
         otherwise the dimensions that differ from it (``d128 L3``), or all of them without a preset
