@@ -42,18 +42,11 @@ class TrainPlan:
     budget_params: int           # parameters the Chinchilla rule counted (0 for a fixed budget)
     total_steps: int             # optimizer steps actually run (budget, capped by max_steps)
     warmup_steps: int
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch_size * self.seq_len
-
-    @property
-    def tokens(self) -> int:
-        """Tokens (GP: examples) the run will have seen at its last step."""
-        return self.total_steps * self.tokens_per_step
+    tokens_per_step: int         # batch_size x seq_len
+    tokens: int                  # tokens (GP: examples) the run will have seen at its last step
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tokens_per_step": self.tokens_per_step, "tokens": self.tokens}
+        return asdict(self)
 
 
 def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
@@ -80,7 +73,8 @@ def make_plan(cfg: RunConfig, world_size: int = 1) -> TrainPlan:
     return TrainPlan(
         seq_len=seq_len, batch_size=t.batch_size, micro_batch_size=t.micro_batch_size, world_size=world_size,
         accumulation=t.batch_size // per_step, budget=budget, budget_params=params, total_steps=steps,
-        warmup_steps=int(round(t.warmup_frac * steps)),
+        warmup_steps=int(round(t.warmup_frac * steps)), tokens_per_step=t.batch_size * seq_len,
+        tokens=steps * t.batch_size * seq_len,
     )
 
 
