@@ -141,8 +141,9 @@ def _md_table(df: pd.DataFrame) -> str:
 
 def render_html(page: Page) -> str:
     e = html.escape
+    style = " ".join(CSS.split())   # one line: a page carries the stylesheet, not this module's layout of it
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           f"<title>{e(page.title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>",
+           f"<title>{e(page.title)}</title>", f"<style>{style}</style>", "</head>", "<body>",
            f"<h1>{e(page.title)}</h1>"]
     if page.banner:
         out.append(f'<div class="banner" id="banner">{e(page.banner)}</div>')
