@@ -48,17 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("Exit codes:", 1)[1].join(["Exit codes:", ""])
     parser.add_argument("config", nargs="?", help="run config YAML (default: built-in defaults)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.lr=1e-3")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run of this config from its last checkpoint (same MLflow run); "
-                             "the default, kept for scripts that pass it")
-    parser.add_argument("--restart", action="store_true",
-                        help="train this config anew in a new MLflow run; its old checkpoint and state are "
-                             "moved aside into replaced-<time>/ in the checkpoint folder, not deleted")
     parser.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or ./runs/mlflow)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan (budget, steps, run name) and exit")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config (file + overrides + defaults) as YAML and exit")
+    switches = {
+        "--resume": "continue the run of this config from its last checkpoint (same MLflow run); the default, "
+                    "kept for scripts that pass it",
+        "--restart": "train this config anew in a new MLflow run; its old checkpoint and state are moved aside "
+                     "into replaced-<time>/ in the checkpoint folder, not deleted",
+        "--dry-run": "print the plan (budget, steps, run name) and exit",
+        "--json": "print the result as JSON on stdout",
+        "--print-config": "print the resolved config (file + overrides + defaults) as YAML and exit",
+    }
+    for flag, text in switches.items():
+        parser.add_argument(flag, action="store_true", help=text)
 
     parser.epilog += "\nConfig sections (KEY=VALUE overrides are SECTION.FIELD=VALUE; --print-config shows every field):\n" + \
         "".join(f"  {name:<10} {doc}\n" for name, doc in config_sections())
