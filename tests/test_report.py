@@ -574,3 +574,24 @@ def test_a_sweep_run_from_a_path_gets_its_report(tmp_path, monkeypatch, capsys):
     assert cli.run(_parse([str(elsewhere / "mine.yaml"), "--scale", "smoke", "--out", str(tmp_path / "cli"),
                            "--tracking-uri", uri])) == 3   # found, built, no runs yet
     assert "mine [smoke]: NO RUNS" in capsys.readouterr().out
+
+
+def test_a_rebuild_keeps_what_the_report_did_not_write(scenario, tmp_path):
+    """A file placed beside a report (an archived table) outlives the next build, which logs to
+    MLflow only its own files; a file the last build wrote and this one does not is removed."""
+    from mlflow.tracking import MlflowClient
+
+    from cemlab.report.pages.build import build
+    from cemlab.report.pages.writers import MANIFEST
+
+    out = tmp_path / "lr_sweep"
+    build("lr_sweep", "smoke", tmp_path, scenario["uri"], publish=False)
+    (out / "comparisons-every-choice.csv").write_text("kept\n")
+    (out / "retired_figure.png").write_bytes(b"png")
+    with open(out / MANIFEST, "a") as f:
+        f.write("retired_figure.png\n")
+    r = build("lr_sweep", "smoke", tmp_path, scenario["uri"])
+    assert (out / "comparisons-every-choice.csv").read_text() == "kept\n"
+    assert not (out / "retired_figure.png").exists() and "fig3a.png" in (out / MANIFEST).read_text().split()
+    logged = {a.path for a in MlflowClient(scenario["uri"]).list_artifacts(r.parent_run_id, "report")}
+    assert "report/fig3a.png" in logged and "report/comparisons-every-choice.csv" not in logged

@@ -40,8 +40,8 @@ from cemlab.report.inputs.grids import SweepGrids
 from cemlab.report.inputs.context import ReportContext
 from cemlab.report.looks.interim_look import edge_seeds, level_note, sweep_verdicts
 from cemlab.report.pages.render import Page, Section, render_html, render_md
-from cemlab.report.pages.writers import (claim_files, claims_frame, remove_stale, run_link, save_figure, write_csv,
-                                         write_file)
+from cemlab.report.pages.writers import (claim_files, claims_frame, log_files, remove_stale, run_link, save_figure,
+                                         write_csv, write_file)
 from cemlab.tracking.runs import RunStore
 from cemlab.tracking.store import tracking_uri as store_tracking_uri
 from cemlab.report.inputs.table import MISSING, NOT_FINISHED, cell_display
@@ -212,7 +212,7 @@ def make_report(ctx: ReportContext, out_dir: Path, publish: bool = True) -> Repo
                           experiment_id=parent.experiment_id if parent else "")
     if publish and parent is not None:
         try:
-            ctx.store.client.log_artifacts(parent.run_id, str(out_dir), schema.REPORT_ARTIFACT_DIR)
+            log_files(ctx.store.client, parent.run_id, out_dir, written, schema.REPORT_ARTIFACT_DIR)
             result.published = True
         except Exception as e:  # the report on disk is complete; say why MLflow does not have it
             result.publish_error = publish_problem(e, ctx.store.uri)

@@ -41,7 +41,7 @@ import pandas as pd
 from cemlab.report.stats.percent import percent
 from cemlab.report.inputs.context import ReportContext
 from cemlab.report.pages.build import make_report, publish_problem, reports_root
-from cemlab.report.pages.writers import remove_stale, save_figure, write_csv, write_file
+from cemlab.report.pages.writers import log_files, remove_stale, save_figure, write_csv, write_file
 from cemlab.report.inputs.grids import SweepGrids
 from cemlab.report.figures.ladder_optima import (CARRIED_CAPTION, carried_accuracy, optima_figure, optima_table,
                                                   rate_lattice, schedule_words)
@@ -457,8 +457,7 @@ def build_ladder(sweep: str, out: str | Path | None = None, store: RunStore | No
     if publish and parent is not None:
         result.parent_run_id = parent.run_id
         try:
-            for name in sorted(written):  # the page's own files, not the rungs' reports beside them
-                store.client.log_artifact(parent.run_id, str(out_dir / name), LADDER_DIR)
+            log_files(store.client, parent.run_id, out_dir, written, LADDER_DIR)  # not the rungs' reports
             result.published = True
         except Exception as e:
             result.publish_error = publish_problem(e, store.uri)

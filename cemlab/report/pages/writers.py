@@ -1,7 +1,8 @@
 """The files a sweep's report writes: figures (PNG and PDF without dates, so that the same store
-gives byte-identical files), CSV tables and text files, the removal of files an earlier build left,
-and the claims' files (claims.csv, comparisons.csv, the forest plot) with the claims' table and its
-texts on the page. ``cemlab.report.pages.build`` puts the report together with them."""
+gives byte-identical files), CSV tables and text files, the removal of the files an earlier build
+wrote and this one no longer writes, and the claims' files (claims.csv, comparisons.csv, the forest
+plot) with the claims' table and its texts on the page. ``cemlab.report.pages.build`` puts the
+report together with them."""
 
 from __future__ import annotations
 
@@ -46,11 +47,32 @@ def write_file(out_dir: Path, name: str, text: str, written: set[str]) -> Path:
     return p
 
 
-def remove_stale(out_dir: Path, written: set[str]) -> None:
-    """Drop report files of an earlier build that this one did not write (figures no longer made)."""
-    for p in sorted(out_dir.iterdir()):
-        if p.is_file() and p.name not in written and p.suffix in (".png", ".pdf", ".csv", ".html", ".md"):
+#: In each report folder, the names of the files its last build wrote, one per line: the next build
+#: removes only those it no longer writes, so that a file anyone else put beside a report stays.
+MANIFEST = "report-files.txt"
+
+
+def remove_stale(out_dir: Path, written: set[str]) -> list[str]:
+    """Remove the files the previous build of this report wrote (as its ``MANIFEST`` lists them) that
+    this build did not (figures no longer made), then list this build's files. A file the report did
+    not write itself (a researcher's note, an archived CSV) is never touched; a folder without a
+    manifest (built before it existed) loses nothing. Returns the names removed."""
+    manifest = out_dir / MANIFEST
+    before = manifest.read_text(encoding="utf-8").split() if manifest.is_file() else []
+    removed = []
+    for name in sorted(set(before) - written):
+        p = out_dir / name
+        if Path(name).name == name and p.is_file():   # a bare file name inside out_dir, nothing else
             p.unlink()
+            removed.append(name)
+    manifest.write_text("".join(f"{n}\n" for n in sorted(written)), encoding="utf-8")
+    return removed
+
+
+def log_files(client, run_id: str, out_dir: Path, written: set[str], artifact_dir: str) -> None:
+    """Log a build's own files to MLflow under ``artifact_dir``: not what else lies in its folder."""
+    for name in sorted(written):
+        client.log_artifact(run_id, str(out_dir / name), artifact_dir)
 
 
 def run_link(uri: str, run) -> str:
