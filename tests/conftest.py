@@ -57,13 +57,17 @@ def data_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    """Local Ray with 2 CPUs for the whole module (the runner uses an initialised Ray as is)."""
+def ray_local(request):
+    """Local Ray for the whole module (the runner uses an initialised Ray as is), with the module's
+    ``RAY_CPUS`` CPUs, else 1: a sweep then runs its trials one after another in one reused worker
+    process, where 2 CPUs would start a second (each start costs about 7 s of imports, a third of
+    the suite's CPU time), and ``make test`` keeps the machine's other core busy with its other
+    pytest process. A module that tests trials at once sets ``RAY_CPUS = 2``."""
     import ray
 
     from ray_support import local_ray
 
-    with local_ray(num_cpus=2):
+    with local_ray(num_cpus=getattr(request.module, "RAY_CPUS", 1)):
         yield ray
 
 

@@ -60,7 +60,7 @@ def plugin_ray():
     with pytest.MonkeyPatch.context() as mp, plugins_scope():
         mp.setenv("CEMLAB_PLUGINS", "plugins.toy_task")
         mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-        with local_ray(num_cpus=2):
+        with local_ray(num_cpus=1):  # one reused worker per sweep (see conftest.ray_local)
             yield
 
 

@@ -26,6 +26,7 @@ from cemlab.tracking import schema
 from sweep_support import REPO_SWEEPS, all_runs, client_for, experiment_runs, linked_files, local_sweeps, run
 
 pytestmark = pytest.mark.slow
+RAY_CPUS = 2  # the module's Ray (conftest.ray_local): two searched cells' trials run at once
 
 
 
@@ -148,7 +149,7 @@ def test_failing_trials_retry_or_are_recorded_failed_and_divergence_is_a_result(
     monkeypatch.setenv("CEMLAB_SWEEP_FAULTS", json.dumps({"*lr1e-3*": {"times": 1, "at_report": 2},
                                                           "*lr3e-3*": {"times": -1, "at_report": 1},
                                                           "*lr2e-3*": {"nan_at_step": 5}}))
-    result = run("faulty", data_cache, retries=1)
+    result = run("faulty", data_cache, retries=1, report=False)
     assert result.exit_code == EXIT_FAILED
     out = {o.trial.trial_id: o for o in result.outcomes}
     once, always, nan = out["86m__llama__lr1e-3__s0"], out["86m__llama__lr3e-3__s0"], out["86m__llama__lr2e-3__s0"]
@@ -210,7 +211,7 @@ def test_optuna_search_with_asha_runs_each_sample_once(sweep_env, data_cache, tm
     max_t = validation_reports(cell)
     assert max_t == 4
 
-    result = run("lrsearch", data_cache)
+    result = run("lrsearch", data_cache, report=False)
     assert result.exit_code == 0
     (search,) = result.searches
     assert len(search.ran) == len(set(search.ran)) == 4
@@ -239,7 +240,7 @@ def test_optuna_search_with_asha_runs_each_sample_once(sweep_env, data_cache, tm
             assert r.data.tags[schema.STATUS] == "finished" and math.isfinite(r.data.metrics[schema.TEST_PPL])
 
     # Running the command again finds every sample done: nothing new runs.
-    again = run("lrsearch", data_cache)
+    again = run("lrsearch", data_cache, report=False)
     assert again.exit_code == 0 and again.searches[0].ran == []
     assert sorted(o.status for o in again.outcomes) == sorted(
         "stopped" if t in stopped else "reused" for t in search.ran)
@@ -268,7 +269,7 @@ def test_searched_cells_run_at_once_when_the_cluster_holds_them(sweep_env, data_
     assert search_concurrency(2, 2) == (2, 1) and search_concurrency(3, 8) == (3, 2)
     assert search_concurrency(4, 1) == (1, 1)
     monkeypatch.setenv("CEMLAB_SWEEPS_DIR", str(local_sweeps(tmp_path, twocells=TWO_CELLS)))
-    result = run("twocells", data_cache)
+    result = run("twocells", data_cache, report=False)
     assert result.exit_code == 0 and sorted(len(s.ran) for s in result.searches) == [2, 2]
     client = client_for(result)
     runs = [r for r in experiment_runs(client, "twocells") if r.data.tags.get(schema.ROLE) == "trial"]
