@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"cemlab train: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
+    from cemlab.lazy import frozen_imports
     from cemlab.train.checkpoint import NoSpaceError
-    from cemlab.train.run import train
+
+    with frozen_imports():  # torch and Lightning, out of the collector's way (cemlab.lazy)
+        from cemlab.train.run import train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:

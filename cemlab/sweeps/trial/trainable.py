@@ -68,6 +68,7 @@ from typing import Any
 import ray
 
 from cemlab import timing
+from cemlab.lazy import frozen_imports
 from cemlab.sweeps.trial import memory
 from cemlab.sweeps.trial.distributed import fit_trial
 from cemlab.sweeps.sweepfile.schema import Trial
@@ -110,7 +111,7 @@ def run_trial(config: dict[str, Any], job: TrialJob) -> None:
 
 
 def _run(trial: Trial, job: TrialJob) -> None:
-    with timing.stage("imports"):
+    with timing.stage("imports"), frozen_imports():  # out of the collector's way (cemlab.lazy)
         from cemlab.train.run import train
 
     node = ray.get_runtime_context().get_node_id()
