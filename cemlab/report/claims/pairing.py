@@ -250,6 +250,7 @@ class ClaimData:
         self.lr_mode = lr_mode
         self.lr = lr
         self._by_cell: dict[str, dict[str, pd.DataFrame]] = {}
+        self._logs: dict[tuple[str, str], tuple[pd.Series, pd.Series]] = {}
         self.per_rate = False  # set when the rule reads cells by learning rate (``at_best_lr``)
         #: The seeds each cell's bracketing is read on (a seeded sweep: its first look's, the ones its
         #: bracketing look read); None: every seed read (``bracketing.position_edges``).
@@ -294,28 +295,30 @@ class ClaimData:
         with their values, and its worst outcomes (a divergence, a non-finite or exploded metric) at
         ``WORST`` (``outcomes``)."""
         sweep = str(row["sweep"])
-        if sweep not in self._by_cell:
+        if sweep not in self._by_cell:  # once per sweep, every cell: the rows with a value, one per seed
             t = outcomes(self.trials(sweep))
+            if len(t):
+                t = t[~np.isnan(t["value"].to_numpy(dtype=float))].drop_duplicates(["cell", "seed"]).set_index("seed")
             self._by_cell[sweep] = {c: g for c, g in t.groupby("cell", sort=False)} if len(t) else {}
-        cells = self._by_cell[sweep]
-        g = cells.get(row["cell"])
+        g = self._by_cell[sweep].get(row["cell"])
         if g is None:
             return pd.DataFrame(columns=["seed", "value", "run_id", "val"]).set_index("seed")
-        if not g.attrs.get("by_seed"):   # once per cell: the rows with a value, one per seed
-            g = g[~np.isnan(g["value"].to_numpy(dtype=float))].drop_duplicates("seed").set_index("seed")
-            g.attrs["by_seed"] = True
-            cells[row["cell"]] = g
         return g
 
     def seed_values(self, row) -> pd.Series:
         return self.seed_trials(row)["value"].astype(float)
 
     def seed_logs(self, row) -> tuple[pd.Series, pd.Series]:
-        """log test metric and log validation metric of a cell per seed (``WORST`` for a worst outcome)."""
-        t = self.seed_trials(row)
-        val = t["val"].astype(float) if "val" in t else pd.Series(math.nan, index=t.index)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.log(t["value"].astype(float)), np.log(val)
+        """log test metric and log validation metric of a cell per seed (``WORST`` for a worst outcome);
+        once per cell (a report asks for a cell's logs in every comparison and choice it is in), so
+        callers must not change the series."""
+        key = (str(row["sweep"]), row["cell"])
+        if key not in self._logs:
+            t = self.seed_trials(row)
+            val = t["val"].astype(float) if "val" in t else pd.Series(math.nan, index=t.index)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self._logs[key] = (np.log(t["value"].astype(float)), np.log(val))
+        return self._logs[key]
 
     def aligned(self, rows: list) -> tuple[list[int], list[np.ndarray]]:
         """Seeds at which every cell of ``rows`` has an outcome, and each cell's values at them (inf: a
