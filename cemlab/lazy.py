@@ -49,10 +49,10 @@ def frozen_imports() -> Iterator[None]:
     process holds (``gc.freeze``) and restore the collector as it was.
 
     Why: torch, Lightning and MLflow leave ~600k long-lived objects (modules, functions, classes) and
-    no garbage worth collecting. Collecting while they load took 1.5 of 7.1 s of
-    ``import cemlab.train.run``, and every later full collection walks them again (a test process:
-    30 of 115 s in collections); frozen, they are never walked. The cost: the few cycles made while
-    importing are never freed."""
+    no garbage worth collecting. Collecting while they load took a fifth of ``import
+    cemlab.train.run`` (1.0 of 5.1 s), and every later full collection walks them again (a test
+    process: 27-30 of 110-115 s in collections, 3.5-4.6 s with them frozen); frozen, they are never
+    walked. The cost: the few cycles made while importing are never freed (docs/performance.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
