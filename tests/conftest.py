@@ -11,6 +11,40 @@ import pytest
 import torch
 
 
+def pytest_addoption(parser):
+    parser.addoption("--store-module-seconds", action="store_true",
+                     help="write each test module's seconds in this run to tests/module-seconds.json, the "
+                          "order make test runs its modules in (tests/order_support.py)")
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(config, items):
+    """The modules in the order that ends make test's processes together (tests/order_support.py)."""
+    from order_support import balanced_order, read_seconds
+
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = balanced_order(modules, read_seconds(), workers)
+
+
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::")[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if config.getoption("--store-module-seconds") and not hasattr(config, "workerinput") and _MODULE_SECONDS:
+        from order_support import read_seconds, write_seconds
+
+        write_seconds({**read_seconds(), **_MODULE_SECONDS})
+
+
 def pytest_collection_finish(session):
     """What collection imported (torch, Lightning, Ray, MLflow, pandas: the test modules' imports)
     is frozen out of the garbage collector's later full collections, as a trial worker's imports are
