@@ -8,8 +8,6 @@ out of its later collections::
 
     with frozen_imports():
         from cemlab.train.run import train
-
-or, where the same process may import again (a reused trial worker), ``import_frozen(name)``.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import gc
 import importlib
 import importlib.util
 import sys
-from types import ModuleType
 from typing import Callable, Iterator
 
 
@@ -64,14 +61,3 @@ def frozen_imports() -> Iterator[None]:
         gc.freeze()
         if enabled:
             gc.enable()
-
-
-def import_frozen(name: str) -> ModuleType:
-    """Module ``name``, imported inside :func:`frozen_imports` the first time. A module already
-    imported is returned as it is, without a freeze: a reused trial worker's later trials do not
-    freeze what its earlier ones left (their garbage among it) out of every collection."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    with frozen_imports():
-        return importlib.import_module(name)

@@ -61,20 +61,3 @@ def test_the_collectors_state_is_restored_also_after_an_error():
         print("ok")
         """)
     assert out.startswith("ok")
-
-
-def test_a_module_already_imported_is_returned_without_a_second_freeze():
-    out = _child("""\
-        import gc, sys
-        from cemlab.lazy import import_frozen
-
-        before = gc.get_freeze_count()
-        first = import_frozen("fractions")
-        frozen = gc.get_freeze_count() - before
-        assert first is sys.modules["fractions"] and frozen > 0 and gc.isenabled()
-        garbage = [[i] for i in range(20_000)]  # what an earlier trial of a reused worker leaves
-        again = import_frozen("fractions")
-        assert again is first and gc.get_freeze_count() - before == frozen, gc.get_freeze_count() - before
-        print("ok")
-        """)
-    assert out.startswith("ok")
