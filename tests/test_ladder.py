@@ -562,13 +562,10 @@ def test_a_ladder_figure_registers_through_register_figure(committed, tmp_path):
 @pytest.mark.parametrize("folder, suffix", [(f"workstation-tpp{r}", "") for r in ("0.3125", "1.25", "5", "20")]
                          + [("workstation-tpp20", "-20261128-every-choice")])
 def test_the_test_time_interval_is_recomputed_from_the_committed_curves(folder, suffix):
-    """docs/verdicts.md, "The test-time recursion interval", on every committed report of the sweep:
-    from the per-seed log ratios of test perplexity at T'=4 over T'=2 (test_time_recursion.csv), with
-    scipy.stats.t. Judged on fresh seeds at the cell's chosen rate (one choice: a confirmation stage):
-    the seeds' log ratios are those of one rate of the cell, and the interval their one-sided t bounds
-    at the row's two levels. Judged at every rate (no confirmation stage): the lower end is the lowest
-    of the rates' one-sided lower bounds at the contradiction's level, the upper end the highest of
-    their upper bounds at the support's (the top rung as run before its rerun, kept beside it)."""
+    """docs/verdicts.md, "The test-time recursion interval", on every committed report, from the per-seed
+    log ratios of test perplexity at T'=4 over T'=2 with scipy.stats.t: on fresh seeds at the chosen rate,
+    their one-sided t bounds at the row's two levels; at every rate (the top rung before its rerun), the
+    lowest lower bound and the highest upper bound over the rates."""
     import pandas as pd
     from scipy import stats
 
