@@ -96,6 +96,44 @@ def test_the_sbatch_text(tmp_path):
     assert job(mlflow="http://localhost-proxy.cluster:5000").notes() == []
 
 
+@pytest.mark.parametrize("hangs", [True, False])
+def test_a_driver_stuck_in_its_stop_is_killed_so_that_the_script_can_still_mark_its_runs(tmp_path, hangs):
+    """After SLURM's SIGTERM the script's run_sweep waits CEMLAB_DRIVER_STOP_S for the driver's clean
+    stop; a driver still there then (its Ray shutdown waiting on a head that is gone) is killed, so that
+    main marks what it left running before SLURM's SIGKILL. A driver that stops in time keeps its code."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(job(nodes=1, gpus_per_node=0, mlflow="http://127.0.0.2:5000")))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "cemlab").write_text(f'#!/bin/bash\ntrap \'{"" if hangs else "exit 3"}\' TERM\n'
+                                 f'echo $$ > {tmp_path}/driver.pid\nwhile :; do sleep 0.1; done\n')
+    (fake / "cemlab").chmod(0o755)
+    body = (f"source {script}; STOPPED_BY=''; STOP_AT=0; CEMLAB_DRIVER_STOP_S=2; HEAD_IP=127.0.0.1; "
+            f"trap 'stop_sweep TERM' TERM; run_sweep; echo rc=$?")
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "CEMLAB_RUN": ""}
+    proc = subprocess.Popen(["bash", "-c", body], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "driver.pid").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)   # as SLURM signals every process of the job
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:   # the script and the fake driver, whatever happened
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    pid = int((tmp_path / "driver.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists()
+    if hangs:
+        assert "the driver did not end within 2 s of the TERM; killing it" in err and "rc=137" in out, (out, err)
+        assert 2 <= took < 10, took
+    else:
+        assert "did not end" not in err and "rc=3" in out and took < 2, (out, err, took)
+
+
 def test_cli_checks_the_sweep_and_the_gpus(tmp_path, capsys):
     from cemlab.cli import main
 

@@ -19,7 +19,8 @@ The script (printed, or written with ``--output``):
 4. on preemption (SIGTERM) or when the time limit nears (``--signal=B:USR1@300``) stops the sweep
    cleanly (its runs are marked interrupted: by the driver, or after it by ``cemlab sweep
    --mark-interrupted`` where SLURM's SIGTERM ended the job's Ray and Ray ended the driver before
-   it could) and requeues the job; the requeued job runs the same
+   it could, or where its stop outlasts ``CEMLAB_DRIVER_STOP_S``, SLURM's KillWait less 20 s, and
+   the script kills it) and requeues the job; the requeued job runs the same
    script, and ``cemlab sweep`` resumes: finished trials are found in MLflow, the others continue
    from their checkpoints.
 
@@ -202,10 +203,20 @@ run_sweep() {{
     # The sweep driver on the head; SIGTERM / USR1 stop it cleanly (runs marked interrupted).
     RAY_ADDRESS="$HEAD_IP:$RAY_PORT" $CEMLAB_RUN cemlab sweep "${{SWEEP_ARGS[@]}}" &
     DRIVER=$!
-    wait "$DRIVER"
-    local rc=$?
-    while kill -0 "$DRIVER" 2>/dev/null; do wait "$DRIVER"; rc=$?; done  # woken by a trap: wait again
-    return "$rc"
+    while kill -0 "$DRIVER" 2>/dev/null; do
+        if [ -z "$STOPPED_BY" ]; then
+            wait "$DRIVER"  # until it ends or a trap wakes it
+        elif [ $((SECONDS - STOP_AT)) -ge "$CEMLAB_DRIVER_STOP_S" ]; then
+            # its clean stop is stuck (a shutdown waiting on Ray's head, gone with the SIGTERM): kill it,
+            # so that main still marks what it left running before SLURM's SIGKILL ends the job
+            echo "cemlab: $(date +%T) the driver did not end within $CEMLAB_DRIVER_STOP_S s of the $STOPPED_BY;" \
+                 "killing it" >&2
+            kill -KILL "$DRIVER" 2>/dev/null
+        else
+            sleep 1
+        fi
+    done
+    wait "$DRIVER"  # its exit status
 }}
 
 stop_sweep() {{
@@ -215,6 +226,7 @@ stop_sweep() {{
     # interrupt its clean stop; USR1 reaches the batch script only and is passed on.
     echo "cemlab: $(date +%T) $1: stopping the sweep; the requeued job resumes it" >&2
     STOPPED_BY="$1"
+    STOP_AT=$SECONDS
     [ "$1" = USR1 ] && [ -n "${{DRIVER:-}}" ] && kill -TERM "$DRIVER" 2>/dev/null
 }}
 
@@ -226,6 +238,15 @@ main() {{
     fi
     export RAY_AUTH_TOKEN
     STOPPED_BY=""
+    STOP_AT=0
+    # After a SIGTERM the driver gets SLURM's KillWait less 20 s (at least 20 s) to stop cleanly; the
+    # rest is for marking here what it left running before SLURM's SIGKILL
+    if [ -z "${{CEMLAB_DRIVER_STOP_S:-}}" ]; then
+        local kill_wait
+        kill_wait=$(scontrol show config 2>/dev/null | awk '$1 == "KillWait" {{print $3}}')
+        [[ "$kill_wait" =~ ^[0-9]+$ ]] || kill_wait=30
+        CEMLAB_DRIVER_STOP_S=$(( kill_wait > 40 ? kill_wait - 20 : 20 ))
+    fi
     trap 'stop_sweep TERM' TERM
     trap 'stop_sweep USR1' USR1
     local nodes
