@@ -241,7 +241,9 @@ main() {{
     STOP_AT=0
     # After a SIGTERM the driver gets SLURM's KillWait less 20 s (at least 20 s) to stop cleanly; the
     # rest is for marking here what it left running before SLURM's SIGKILL
-    if [ -z "${{CEMLAB_DRIVER_STOP_S:-}}" ]; then
+    if ! [[ "${{CEMLAB_DRIVER_STOP_S:-}}" =~ ^[0-9]+$ ]]; then
+        [ -n "${{CEMLAB_DRIVER_STOP_S:-}}" ] && echo "cemlab: CEMLAB_DRIVER_STOP_S=$CEMLAB_DRIVER_STOP_S is not" \
+            "a whole number of seconds; the driver gets KillWait less 20 s (export a number to set it)" >&2
         local kill_wait
         kill_wait=$(scontrol show config 2>/dev/null | awk '$1 == "KillWait" {{print $3}}')
         [[ "$kill_wait" =~ ^[0-9]+$ ]] || kill_wait=30
