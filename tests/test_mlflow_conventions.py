@@ -219,9 +219,16 @@ def test_ui_serves_on_a_stable_port_from_5000_or_the_next_free_one(runs_dir, tmp
     from cemlab.tracking.server import PORT_ENV, stop_server
 
     monkeypatch.chdir(tmp_path)
-    with socket.socket() as probe:  # a base port, held so that the next one is taken
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
+    # A base port, held so that the next one is taken, below the ephemeral range: no outgoing connection
+    # of another process then takes the ports after it between the two starts (an OS-given base did).
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    with socket.socket() as probe:
+        for base in range(low - 1000, low - 100, 20):
+            try:
+                probe.bind(("127.0.0.1", base))
+                break
+            except OSError:
+                continue
         monkeypatch.setenv(PORT_ENV, str(base))
         try:
             assert main(["ui"]) == 0
