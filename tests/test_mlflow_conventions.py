@@ -229,6 +229,8 @@ def test_ui_serves_on_a_stable_port_from_5000_or_the_next_free_one(runs_dir, tmp
                 break
             except OSError:
                 continue
+        else:
+            pytest.fail(f"no free port to hold between {low - 1000} and {low - 100}, below the ephemeral range")
         monkeypatch.setenv(PORT_ENV, str(base))
         try:
             assert main(["ui"]) == 0
